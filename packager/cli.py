@@ -1,0 +1,157 @@
+"""The `pack` command line: build, verify, bench, inspect.
+
+Errors print one line (what, where, what to do) and exit 2 for bad input, 1 for internal
+failures; `--debug` shows the Python traceback instead.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .errors import PackagerError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Ahead-of-time model packager: ONNX + YAML spec -> standalone package.")
+_state = {"debug": False}
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def handle_errors(fn):
+    """Turn packager errors into one line + exit code; anything else is an internal error."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except PackagerError as e:
+            if _state["debug"]:
+                traceback.print_exc()
+            _err(f"error: {e}")
+            raise typer.Exit(e.exit_code) from None
+        except KeyboardInterrupt:
+            _err("interrupted")
+            raise typer.Exit(130) from None
+        except Exception as e:  # noqa: BLE001 - last line of defence: report, do not dump
+            if _state["debug"]:
+                traceback.print_exc()
+            _err(f"internal error: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''} "
+                 "(run with --debug for the traceback)")
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+@app.callback()
+def _main(debug: bool = typer.Option(False, "--debug", help="show Python tracebacks on errors")) -> None:
+    _state["debug"] = debug or bool(os.environ.get("PACKAGER_DEBUG"))
+
+
+@app.command()
+@handle_errors
+def build(spec: Path = typer.Argument(..., help="deployment spec (YAML)"),
+          target: Optional[List[str]] = typer.Option(None, "--target", "-t", help="build only these spec targets"),
+          output: Optional[Path] = typer.Option(None, "--output", "-o", help="package folder (overrides the spec)")):
+    """Compile the model in SPEC into a standalone package."""
+    from .build import build as run_build
+    from .spec import load_spec
+
+    run_build(load_spec(spec, output), target or None, log=_log)
+
+
+@app.command()
+@handle_errors
+def verify(package: Path = typer.Argument(..., help="package folder"),
+           target: Optional[List[str]] = typer.Option(None, "--target", "-t", help="verify only these targets"),
+           model: Optional[Path] = typer.Option(None, "--model", help="source ONNX model (default: the build's)"),
+           rtol: Optional[float] = typer.Option(None, help="relative tolerance (default: the spec's)"),
+           atol: Optional[float] = typer.Option(None, help="absolute tolerance (default: the spec's)")):
+    """Run every CPU target on random inputs and compare with onnxruntime."""
+    from .verify import verify_package
+
+    results = verify_package(package, target or None, model, rtol, atol, log=_log)
+    ran = [r for r in results if r.status != "skipped"]
+    failed = [r for r in ran if r.status == "fail"]
+    if failed:
+        _err(f"verify: {len(failed)} of {len(ran)} target/profile runs exceed the tolerance")
+        raise typer.Exit(1)
+    if not ran:
+        _err("verify: no target could run on this machine")
+        raise typer.Exit(2)
+    _log(f"verify: all {len(ran)} target/profile runs match onnxruntime"
+         + (f" ({len(results) - len(ran)} skipped)" if len(results) > len(ran) else ""))
+
+
+@app.command()
+@handle_errors
+def bench(package: Path = typer.Argument(..., help="package folder"),
+          target: Optional[str] = typer.Option(None, "--target", "-t"),
+          threads: int = typer.Option(0, help="threads for both runtimes (0: all cores)"),
+          iters: int = typer.Option(50, help="timed runs per round"),
+          rounds: int = typer.Option(5, help="interleaved rounds"),
+          json_out: Optional[Path] = typer.Option(None, "--json", help="write results as JSON")):
+    """Time the package against onnxruntime (CPU EP), side by side."""
+    from .bench import bench_package
+
+    results = bench_package(package, target, threads, iters, rounds, log=_log)
+    if json_out:
+        json_out.write_text(json.dumps([r.as_dict() for r in results], indent=1) + "\n")
+
+
+@app.command()
+@handle_errors
+def inspect(package: Path = typer.Argument(..., help="package folder")):
+    """Summarize a package: targets, profiles, kernels, memory, passes, file integrity."""
+    from .package_info import open_package
+
+    pkg = open_package(package)
+    m = pkg.manifest
+    _log(f"package {m['name']} (packager {m['packager_version']}) from {m['source_model']['path']}")
+    for io in ("inputs", "outputs"):
+        for t in m[io]:
+            _log(f"  {io[:-1]:6s} {t['name']}: {t['dtype']} {t['shape']}")
+    for p in m["profiles"]:
+        _log(f"  profile {p['name']}: " + ", ".join(f"{k}{v}" for k, v in p["inputs"].items()))
+    report_path = pkg.root / m.get("build_report", "build_report.json")
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    by_target = {t["name"]: t for t in report.get("targets", [])}
+    for t in m["targets"]:
+        r = by_target.get(t["name"], {})
+        arenas = ", ".join(f"{p['name']} {p['arena_bytes'] / 1e6:.2f} MB" for p in r.get("profiles", []))
+        _log(f"  target {t['name']}: {t['arch']} {t.get('isa', '')} mcpu={t.get('mcpu', '')}, "
+             f"{r.get('kernels', '?')} kernels, weights {r.get('weights_bytes', 0) / 1e6:.2f} MB, arena {arenas}")
+        for p in r.get("kernel_passes", []):
+            _log(f"    pass {p['pass']}: {p['status']}: {p['summary']}")
+    for p in report.get("graph_passes", []):
+        _log(f"  pass {p['pass']}: {p['status']}: {p['summary']}")
+    problems = pkg.check_files()
+    total = sum(f["bytes"] for f in m["files"].values())
+    _log(f"  files: {len(m['files'])}, {total / 1e6:.1f} MB, "
+         + ("all sizes and checksums match" if not problems else f"{len(problems)} PROBLEM(S)"))
+    for p in problems:
+        _log(f"    {p}")
+    if problems:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

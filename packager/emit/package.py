@@ -1,0 +1,91 @@
+"""Writing a package folder atomically, and the manifest that lists (and checksums) its files.
+
+Everything is written into a temporary sibling folder; only a complete package replaces the
+destination, so a failed build leaves no partial output behind (and keeps any older package).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+
+MANIFEST_FORMAT, MANIFEST_VERSION = "packager-package", 1
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class PackageWriter:
+    """Stage files under a temporary folder, then move the finished package into place."""
+
+    def __init__(self, dest: Path):
+        if dest.exists() and not (dest / "manifest.json").is_file():
+            raise UserError(f"output folder {dest} exists and is not a package; remove it or choose another --output")
+        self.dest = dest
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        self.root = dest.parent / f".{dest.name}.partial-{os.getpid()}"
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.root.mkdir()
+
+    def path(self, rel: str) -> Path:
+        p = self.root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def write_json(self, rel: str, obj: Any) -> Path:
+        p = self.path(rel)
+        p.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n")
+        return p
+
+    def write_text(self, rel: str, text: str) -> Path:
+        p = self.path(rel)
+        p.write_text(text)
+        return p
+
+    def copy(self, src: Path, rel: str) -> Path:
+        p = self.path(rel)
+        shutil.copy2(src, p)
+        return p
+
+    def copytree(self, src: Path, rel: str) -> Path:
+        p = self.path(rel)
+        shutil.copytree(src, p, dirs_exist_ok=True)
+        return p
+
+    def files(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for p in sorted(self.root.rglob("*")):
+            if p.is_file() and p.name != "manifest.json":
+                out[str(p.relative_to(self.root))] = {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+        return out
+
+    def finish(self, manifest: dict[str, Any]) -> Path:
+        """Write manifest.json (with every file's sha256 and size) and move the package into place."""
+        doc = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, **manifest, "files": self.files()}
+        (self.root / "manifest.json").write_text(json.dumps(doc, indent=1) + "\n")
+        old = self.dest.parent / f".{self.dest.name}.old-{os.getpid()}"
+        if self.dest.exists():
+            self.dest.rename(old)
+        self.root.rename(self.dest)
+        shutil.rmtree(old, ignore_errors=True)
+        return self.dest
+
+    def abort(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "PackageWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()

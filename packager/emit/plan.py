@@ -1,0 +1,91 @@
+"""plan.json: the compiled execution plan of one target, read by the C++ runtime.
+
+Schema (format "packager-plan", version 1):
+  target, weights {file, bytes}, kernels [{name, symbol, num_args}],
+  profiles [{name, arena_bytes, tensors [{dtype, shape, storage: arena|weights, offset, bytes}],
+             inputs [{name, tensor}], outputs [{name, tensor}],
+             steps [{op: kernel, kernel, args} | {op: copy, args: [src, dst]}]}]
+Tensor ids index the profile's tensor list; kernel args are inputs then outputs, in the
+PrimFunc's parameter order. Every input and output has its own arena slot, so the runtime can
+stage unaligned caller buffers; aligned ones are bound in place.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..lowering import Graph
+from .memory import Lifetime, plan_offsets
+from .weights import WeightStore
+
+PLAN_FORMAT, PLAN_VERSION = "packager-plan", 1
+
+
+@dataclass
+class ProfileStats:
+    name: str
+    steps: int
+    kernel_calls: int
+    copies: int
+    arena_bytes: int
+    unplanned_bytes: int           # what one buffer per tensor would need
+
+
+def _profile(name: str, graph: Graph, kernel_index: dict[str, int], weights: WeightStore,
+             input_names: list[str], output_names: list[str]) -> tuple[dict, ProfileStats]:
+    tensors = [{"dtype": t.dtype, "shape": list(t.shape), "bytes": t.nbytes} for t in graph.tensors]
+    steps = [{"op": "kernel", "kernel": kernel_index[c.kernel], "args": list(c.args)} for c in graph.calls]
+
+    outputs, seen = [], set()
+    for tid, oname in zip(graph.outputs, output_names):
+        src = graph.tensors[tid]
+        if src.kind != "intermediate" or tid in seen:
+            # An output that is an input, a constant or another output gets its own copy.
+            tensors.append({"dtype": src.dtype, "shape": list(src.shape), "bytes": src.nbytes})
+            new = len(tensors) - 1
+            steps.append({"op": "copy", "args": [tid, new]})
+            tid = new
+        seen.add(tid)
+        outputs.append({"name": oname, "tensor": tid})
+    inputs = [{"name": n, "tensor": tid} for tid, n in zip(graph.inputs, input_names)]
+
+    n_steps = len(steps)
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for s, step in enumerate(steps):
+        for tid in step["args"]:
+            first.setdefault(tid, s)
+            last[tid] = s
+    for io in inputs:
+        first[io["tensor"]] = -1
+    for io in outputs:
+        last[io["tensor"]] = n_steps
+    arena_ids = [i for i in range(len(tensors)) if i >= len(graph.tensors) or graph.tensors[i].kind != "weight"]
+    lifetimes = [Lifetime(first.get(i, -1), last.get(i, first.get(i, -1)), tensors[i]["bytes"]) for i in arena_ids]
+    offsets, arena_bytes = plan_offsets(lifetimes)
+    for i, off in zip(arena_ids, offsets):
+        tensors[i]["storage"], tensors[i]["offset"] = "arena", off
+    for t in graph.tensors:
+        if t.kind == "weight":
+            tensors[t.id]["storage"], tensors[t.id]["offset"] = "weights", weights.add(t.value)
+
+    doc = {"name": name, "arena_bytes": arena_bytes, "tensors": tensors,
+           "inputs": inputs, "outputs": outputs, "steps": steps}
+    stats = ProfileStats(name, n_steps, len(graph.calls), n_steps - len(graph.calls), arena_bytes,
+                         sum(lt.size for lt in lifetimes))
+    return doc, stats
+
+
+def build_plan(target: str, graphs: dict[str, Graph], kernels: list[tuple[str, str, int]], weights: WeightStore,
+               input_names: list[str], output_names: list[str]) -> tuple[dict, list[ProfileStats]]:
+    """The plan document for one target. `kernels` is [(name, symbol, num_args)] in table order."""
+    kernel_index = {name: i for i, (name, _, _) in enumerate(kernels)}
+    profiles, stats = [], []
+    for pname, graph in graphs.items():
+        doc, st = _profile(pname, graph, kernel_index, weights, input_names, output_names)
+        profiles.append(doc)
+        stats.append(st)
+    plan = {"format": PLAN_FORMAT, "version": PLAN_VERSION, "target": target,
+            "weights": {"file": "weights.bin", "bytes": weights.size},
+            "kernels": [{"name": n, "symbol": s, "num_args": a} for n, s, a in kernels],
+            "profiles": profiles}
+    return plan, stats

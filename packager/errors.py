@@ -1,0 +1,35 @@
+"""Error types that the CLI turns into one clear line and an exit code.
+
+UserError (exit 2) means the input is wrong and the message says what to change;
+InternalError (exit 1) means the packager or a tool it drives failed.
+"""
+from __future__ import annotations
+
+
+class PackagerError(Exception):
+    """Base class: carries the exit code the CLI should use."""
+
+    exit_code = 1
+
+
+class UserError(PackagerError):
+    """Bad input: a spec, model, package or argument the user can fix."""
+
+    exit_code = 2
+
+
+class InternalError(PackagerError):
+    """A failure inside the packager or one of the compilers it runs."""
+
+    exit_code = 1
+
+
+class UnsupportedOpsError(UserError):
+    """The model uses operators the packager cannot compile; lists every one of them."""
+
+    def __init__(self, model: str, ops: dict[str, list[str]]):
+        self.ops = ops
+        parts = [f"{op} (nodes: {', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
+                 for op, names in sorted(ops.items())]
+        super().__init__(f"{model}: unsupported operator(s): {'; '.join(parts)}. "
+                         "Remove or replace them, or run the model in ONNX Runtime.")

@@ -1,0 +1,211 @@
+"""ONNX in: checks, shape binding from the spec, and import through TVM's Relax ONNX frontend.
+
+Everything a user can get wrong about the model (file, opset, operators, shapes, dtypes) is
+caught here, before any compilation, and reported with the node or input it concerns.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from .errors import InternalError, UnsupportedOpsError, UserError
+from .spec import Profile, Spec, spec_error
+
+OPSET_MIN, OPSET_MAX = 11, 21
+
+# Operators the packager compiles: they lower to static-shape TIR kernels with no runtime
+# library calls. Ops the frontend knows but that need data-dependent shapes or TVM runtime
+# functions (NonZero, Unique, TopK, NonMaxSuppression, Resize, sequences, ...) are not listed.
+SUPPORTED_OPS = frozenset("""
+Abs Acos Acosh Add And ArgMax ArgMin Asin Asinh Atan Atanh AveragePool BatchNormalization
+Cast CastLike Ceil Clip Concat Constant ConstantOfShape Conv ConvTranspose Cos Cosh CumSum
+DepthToSpace Div Dropout Einsum Elu Equal Erf Exp Expand Flatten Floor Gather GatherElements
+Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual GroupNormalization HardSigmoid
+HardSwish Identity InstanceNormalization IsInf IsNaN LayerNormalization LeakyRelu Less
+LessOrEqual Log LogSoftmax MatMul Max MaxPool Mean Min Mish Mod Mul Neg Not Or Pad Pow PRelu
+Range Reciprocal ReduceL1 ReduceL2 ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd
+ReduceSum ReduceSumSquare Relu Reshape Round Selu Shape Shrink Sigmoid Sign Sin Sinh Size Slice
+Softmax Softplus Softsign SpaceToDepth Split Sqrt Squeeze Sub Sum Tan Tanh ThresholdedRelu Tile
+Transpose Trilu Unsqueeze Where Xor
+""".split())
+
+ONNX_DTYPES = {
+    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.DOUBLE: "float64",
+    onnx.TensorProto.INT8: "int8", onnx.TensorProto.INT16: "int16", onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.INT64: "int64", onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.BOOL: "bool",
+}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]     # as declared in the model (symbolic dims are strings)
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    proto: onnx.ModelProto
+    opset: int
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+
+
+def load_model(path: Path) -> LoadedModel:
+    """Load and check an ONNX file (external data next to it is fine)."""
+    if not path.is_file():
+        raise UserError(f"{path}: model file not found")
+    try:
+        proto = onnx.load(str(path), load_external_data=True)
+    except Exception as e:  # protobuf decode errors, missing external data files
+        raise UserError(f"{path}: not a readable ONNX model ({_first_line(e)}); "
+                        "check that the file is complete and its external data files sit next to it") from None
+    try:
+        onnx.checker.check_model(str(path))   # path form: works for models over 2 GB too
+    except Exception as e:
+        raise UserError(f"{path}: ONNX checker rejected the model: {_first_line(e)}") from None
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or not OPSET_MIN <= opset <= OPSET_MAX:
+        raise UserError(f"{path}: default-domain opset {opset} is outside the supported range "
+                        f"{OPSET_MIN}-{OPSET_MAX}; convert it with onnx.version_converter.convert_version")
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [_tensor_info(v, path) for v in proto.graph.input if v.name not in inits]
+    outputs = [_tensor_info(v, path) for v in proto.graph.output]
+    return LoadedModel(path, proto, opset, inputs, outputs)
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:300]
+
+
+def _tensor_info(v: onnx.ValueInfoProto, path: Path) -> TensorInfo:
+    tt = v.type.tensor_type
+    if not v.type.HasField("tensor_type"):
+        raise UserError(f"{path}: graph input/output '{v.name}' is not a tensor; only tensor I/O is supported")
+    dtype = ONNX_DTYPES.get(tt.elem_type)
+    if dtype is None:
+        raise UserError(f"{path}: graph input/output '{v.name}' has element type "
+                        f"{onnx.TensorProto.DataType.Name(tt.elem_type)}, which is not supported")
+    dims: list[int | str] = []
+    for i, d in enumerate(tt.shape.dim):
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or f"{v.name}_dim{i}")
+    return TensorInfo(v.name, dtype, tuple(dims))
+
+
+def check_operators(model: LoadedModel) -> None:
+    """Raise one error that lists every unsupported operator type with its node names."""
+    bad: dict[str, list[str]] = {}
+    for i, node in enumerate(model.proto.graph.node):
+        domain = node.domain if node.domain not in ("", "ai.onnx") else ""
+        key = node.op_type if not domain else f"{domain}.{node.op_type}"
+        if domain or node.op_type not in SUPPORTED_OPS:
+            bad.setdefault(key, []).append(node.name or f"#{i}")
+    if bad:
+        raise UnsupportedOpsError(str(model.path), bad)
+
+
+def bind_profiles(spec: Spec, model: LoadedModel) -> dict[str, str]:
+    """Check the spec's inputs against the model; return the dtype of every input.
+
+    Every model input must appear in every profile with the model's rank, matching static
+    dims, and one size per symbolic dim name (shared names must agree across inputs).
+    """
+    names = [i.name for i in model.inputs]
+    dtypes: dict[str, str] = {}
+    for extra in set(spec.inputs) - set(names):
+        raise spec_error(spec, f"inputs.{extra}", f"the model has no input '{extra}' (its inputs: {', '.join(names)})")
+    for info in model.inputs:
+        declared = spec.inputs.get(info.name)
+        if declared is None:
+            if all(isinstance(d, int) for d in info.shape):
+                dtypes[info.name] = info.dtype
+                continue
+            dyn = [str(d) for d in info.shape if not isinstance(d, int)]
+            raise spec_error(spec, "inputs", f"input '{info.name}' has dynamic dims {dyn}: bind them with "
+                             f"inputs: {{{info.name}: {{shape: [...]}}}}")
+        if declared.dtype and declared.dtype != info.dtype:
+            raise spec_error(spec, f"inputs.{info.name}.dtype",
+                             f"the model declares {info.dtype} for '{info.name}', the spec says {declared.dtype}")
+        dtypes[info.name] = info.dtype
+    for k, prof in enumerate(spec.profiles):
+        where = "inputs" if k == 0 else f"profiles[{k - 1}].inputs"
+        sym: dict[str, tuple[int, str]] = {}
+        for info in model.inputs:
+            shape = prof.shapes.get(info.name, tuple(info.shape))
+            p = f"{where}.{info.name}.shape"
+            if len(shape) != len(info.shape):
+                raise spec_error(spec, p, f"input '{info.name}' has rank {len(info.shape)} in the model "
+                                 f"{list(info.shape)}, the spec gives {list(shape)}")
+            for axis, (want, got) in enumerate(zip(info.shape, shape)):
+                if isinstance(want, int) and want != got:
+                    raise spec_error(spec, p, f"dim {axis} of '{info.name}' is fixed to {want} in the model, "
+                                     f"the spec gives {got}")
+                if isinstance(want, str):
+                    if want in sym and sym[want][0] != got:
+                        raise spec_error(spec, p, f"dynamic dim '{want}' is {got} here but {sym[want][0]} "
+                                         f"for {sym[want][1]}; inputs sharing a dim name must agree")
+                    sym.setdefault(want, (got, info.name))
+    return dtypes
+
+
+def profile_shapes(model: LoadedModel, prof: Profile) -> dict[str, tuple[int, ...]]:
+    return {i.name: tuple(prof.shapes.get(i.name, i.shape)) for i in model.inputs}  # type: ignore[arg-type]
+
+
+def infer_shapes(model: LoadedModel, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """Bind the input dims and run ONNX shape inference (strict), naming the node on failure."""
+    bound = onnx.ModelProto()
+    bound.CopyFrom(model.proto)
+    for v in bound.graph.input:
+        if v.name in shapes:
+            dims = v.type.tensor_type.shape.dim
+            for d, size in zip(dims, shapes[v.name]):
+                d.Clear()
+                d.dim_value = size
+    try:
+        return onnx.shape_inference.infer_shapes(bound, strict_mode=True, data_prop=True)
+    except Exception as e:
+        raise UserError(f"{model.path}: shape inference failed with inputs {shapes}: {_first_line(e)}") from None
+
+
+def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str]):
+    """Import the bound model into a Relax IRModule (weights embedded as constants)."""
+    from tvm.relax.frontend.onnx import from_onnx
+
+    bound = infer_shapes(model, shapes)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mod = from_onnx(bound, shape_dict={k: list(v) for k, v in shapes.items()},
+                            dtype_dict=dict(dtypes), opset=model.opset, keep_params_in_input=False)
+    except Exception as e:
+        raise UserError(f"{model.path}: TVM's ONNX importer failed: {_first_line(e)}") from None
+    params = list(mod["main"].params)
+    if len(params) != len(model.inputs):
+        raise InternalError(f"{model.path}: importer produced {len(params)} inputs, the model has {len(model.inputs)}")
+    return mod
+
+
+def random_inputs(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str],
+                  seed: int = 0) -> dict[str, np.ndarray]:
+    """Deterministic test inputs: normal floats, small non-negative integers, random bools."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for info in model.inputs:
+        shape, dt = shapes[info.name], dtypes[info.name]
+        if dt.startswith("float"):
+            out[info.name] = rng.standard_normal(shape).astype(dt)
+        elif dt == "bool":
+            out[info.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            out[info.name] = rng.integers(0, 4, shape).astype(dt)
+    return out

@@ -1,0 +1,153 @@
+"""Relax -> TIR: legalize graph ops into PrimFuncs, then read the Relax `main` as a kernel graph.
+
+After `legalize`, `main` must be a flat list of `call_tir` bindings over inputs, constants and
+earlier results; `extract_graph` turns it into tensors + ordered kernel calls, the form the plan
+emitter consumes. Anything else left in `main` is an op we cannot compile ahead of time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir import expr as ir
+
+from .errors import InternalError, UserError
+
+
+def legalize(mod: tvm.IRModule) -> tvm.IRModule:
+    """Graph ops -> PrimFuncs (one per op) and constant folding; no fusion, no schedules."""
+    seq = tvm.transform.Sequential([
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.DeadCodeElimination(),
+    ])
+    return seq(mod)
+
+
+def prim_funcs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:
+    return {gv.name_hint: f for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+@dataclass
+class Tensor:
+    """A value in the kernel graph. `value` is set for weights (constants)."""
+
+    id: int
+    dtype: str
+    shape: tuple[int, ...]
+    kind: str                      # "input" | "intermediate" | "weight"
+    name: str = ""
+    value: np.ndarray | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class Call:
+    """One kernel invocation: PrimFunc `kernel` with arguments (inputs..., outputs...)."""
+
+    kernel: str
+    args: list[int]
+    n_outputs: int = 1
+
+
+@dataclass
+class Graph:
+    tensors: list[Tensor] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    inputs: list[int] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    kernels: dict[str, tvm.tirx.PrimFunc] = field(default_factory=dict)
+
+    def add(self, dtype: str, shape, kind: str, name: str = "", value=None) -> int:
+        t = Tensor(len(self.tensors), str(dtype), tuple(int(d) for d in shape), kind, name, value)
+        self.tensors.append(t)
+        return t.id
+
+
+def _tensor_type(ty, what: str):
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        raise UserError(f"{what} has type {ty}, not a tensor of static shape; bind every dynamic dim in the spec")
+    try:
+        return str(ty.dtype), tuple(int(d) for d in ty.shape)
+    except (TypeError, ValueError):
+        raise UserError(f"{what} has symbolic shape {ty.shape}; bind every dynamic dim in the spec") from None
+
+
+def _is_const(e) -> bool:
+    return isinstance(e, (ir.GenericConst, ir.Constant)) and hasattr(e, "value") and hasattr(e.value, "numpy")
+
+
+def extract_graph(mod: tvm.IRModule, input_names: list[str], output_names: list[str]) -> Graph:
+    """Read `main` (after legalize/fusion) as tensors + ordered kernel calls."""
+    main = mod["main"]
+    g = Graph(kernels=prim_funcs(mod))
+    env: dict = {}                 # relax Var -> tensor id or list of tensor ids (tuples)
+    consts: dict = {}              # constant node -> tensor id (same node used twice = one weight)
+
+    for p, name in zip(main.params, input_names):
+        dtype, shape = _tensor_type(p.ty, f"input '{name}'")
+        env[p] = g.add(dtype, shape, "input", name)
+        g.inputs.append(env[p])
+
+    def value_of(e):
+        if isinstance(e, ir.Var):
+            if e not in env:
+                raise InternalError(f"variable {e} used before definition in main")
+            return env[e]
+        if _is_const(e):
+            key = e
+            if key not in consts:
+                arr = e.value.numpy()
+                consts[key] = g.add(arr.dtype, arr.shape, "weight", value=arr)
+            return consts[key]
+        if isinstance(e, ir.Tuple):
+            return [value_of(f) for f in e.fields]
+        if isinstance(e, ir.TupleGetItem):
+            tup = value_of(e.tuple_value)
+            return tup[int(e.index)]
+        raise UserError(f"operation {_describe(e)} could not be compiled to a kernel (it needs a runtime "
+                        "library call or a data-dependent shape); run this part of the model in ONNX Runtime")
+
+    body = main.body
+    for block in body.blocks:
+        for b in block.bindings:
+            if not isinstance(b, relax.VarBinding):
+                raise UserError(f"binding {b.var} in the lowered model is a {type(b).__name__}: "
+                                "data-dependent shapes are not supported")
+            v = b.value
+            if isinstance(v, ir.Call) and getattr(v.op, "name", None) == "relax.call_tir":
+                kernel = v.args[0].name_hint
+                args = [value_of(a) for a in v.args[1].fields]
+                if any(isinstance(a, list) for a in args):
+                    raise InternalError(f"kernel {kernel} takes a tuple argument")
+                out_ty = b.var.ty
+                outs_ty = list(out_ty.fields) if isinstance(out_ty, relax.TupleType) else [out_ty]
+                outs = [g.add(*_tensor_type(t, f"result of {kernel}"), "intermediate") for t in outs_ty]
+                g.calls.append(Call(kernel, args + outs, len(outs)))
+                env[b.var] = outs if isinstance(out_ty, relax.TupleType) else outs[0]
+            else:
+                env[b.var] = value_of(v)
+
+    result = value_of(body.body)
+    results = result if isinstance(result, list) else [result]
+    if len(results) != len(output_names):
+        raise InternalError(f"lowered model returns {len(results)} values, the ONNX graph has {len(output_names)} outputs")
+    g.outputs = list(results)
+    for tid, name in zip(results, output_names):
+        if not g.tensors[tid].name:
+            g.tensors[tid].name = name
+    return g
+
+
+def _describe(e) -> str:
+    if isinstance(e, ir.Call):
+        op = getattr(e.op, "name", None) or getattr(e.op, "name_hint", None) or str(e.op)
+        return f"'{op}'"
+    return f"'{type(e).__name__}'"

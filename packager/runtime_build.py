@@ -1,0 +1,150 @@
+"""Build the C++ runtime (libpackrt, packrt-run, the example) once per source hash and arch.
+
+The runtime sources plus the third-party headers they need are staged into one self-contained
+source tree (also shipped in every package so users can rebuild on the device), built with
+CMake for each CPU architecture, and cached under ~/.cache/packager/runtime/.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import InternalError, UserError
+from .targets import Toolchain, host_arch
+
+THIRD_PARTY_LICENSES = """Third-party headers bundled so this source tree builds with no network:
+- nlohmann/  : JSON for Modern C++ (MIT), from Debian nlohmann-json3-dev
+- CLI/       : CLI11 (BSD-3-Clause), from Debian libcli11-dev
+- tvm/ffi/c_api.h, dlpack/dlpack.h : Apache TVM FFI / DLPack (Apache-2.0), from the apache-tvm-ffi wheel
+Copyright files are in licenses/.
+"""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("PACKAGER_CACHE_DIR", Path.home() / ".cache" / "packager")).expanduser()
+
+
+def data_dir(name: str) -> Path:
+    """A folder shipped with the packager (runtime_cpp/, templates/): repo checkout or wheel data."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_data" / name, here.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise InternalError(f"packager installation is incomplete: folder '{name}' not found next to {here}")
+
+
+def _third_party() -> list[tuple[Path, str]]:
+    """(source, destination under third_party/) for every bundled header tree or file."""
+    import tvm_ffi
+
+    ffi = Path(tvm_ffi.__file__).resolve().parent
+    items = [(Path("/usr/include/nlohmann"), "nlohmann"), (Path("/usr/include/CLI"), "CLI"),
+             (ffi / "include" / "tvm" / "ffi" / "c_api.h", "tvm/ffi/c_api.h"),
+             (ffi / "include" / "dlpack" / "dlpack.h", "dlpack/dlpack.h")]
+    for src, _ in items[:2]:
+        if not src.is_dir():
+            raise UserError(f"{src} not found: install the C++ header packages "
+                            "(Debian/Ubuntu: apt-get install nlohmann-json3-dev libcli11-dev)")
+    for src, _ in items[2:]:
+        if not src.is_file():
+            raise InternalError(f"{src} not found: the apache-tvm-ffi wheel is incomplete")
+    for deb in ("nlohmann-json3-dev", "libcli11-dev"):
+        copyright_file = Path("/usr/share/doc") / deb / "copyright"
+        if copyright_file.is_file():
+            items.append((copyright_file, f"licenses/{deb}.copyright"))
+    return items
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def _source_hash() -> str:
+    h = hashlib.sha256()
+    src = data_dir("runtime_cpp")
+    for p in _files(src):
+        h.update(str(p.relative_to(src)).encode())
+        h.update(p.read_bytes())
+    for item, dest in _third_party():
+        for p in ([item] if item.is_file() else _files(item)):
+            h.update(dest.encode() + str(p.name).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def staged_sources() -> Path:
+    """The runtime source tree with third_party/ filled in (cached, built once per hash)."""
+    root = cache_dir() / "runtime" / f"src-{_source_hash()}"
+    if (root / ".complete").exists():
+        return root
+    with _locked(root.with_suffix(".lock")):
+        if (root / ".complete").exists():
+            return root
+        tmp = root.with_name(root.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(data_dir("runtime_cpp"), tmp, ignore=shutil.ignore_patterns("__pycache__", "build"))
+        tp = tmp / "third_party"
+        for src, dest in _third_party():
+            target = tp / dest
+            target.parent.mkdir(parents=True, exist_ok=True)
+            (shutil.copytree if src.is_dir() else shutil.copy2)(src, target)
+        (tp / "README.md").write_text(THIRD_PARTY_LICENSES)
+        (tmp / ".complete").write_text("ok\n")
+        shutil.rmtree(root, ignore_errors=True)
+        tmp.rename(root)
+    return root
+
+
+def _compiler_id(tc: Toolchain) -> str:
+    out = subprocess.run([tc.cxx, "--version"], capture_output=True, text=True).stdout
+    return out.splitlines()[0] if out else tc.cxx
+
+
+def build_runtime(arch: str, log=None) -> Path:
+    """Install tree (bin/packrt-run, bin/packrt-example, lib/libpackrt.{so,a}, include/) for `arch`."""
+    tc = Toolchain.for_arch(arch)
+    if shutil.which("cmake") is None:
+        raise UserError("cmake not found on PATH; install it (Debian/Ubuntu: apt-get install cmake)")
+    src = staged_sources()
+    key = hashlib.sha256(f"{src.name}|{arch}|{_compiler_id(tc)}".encode()).hexdigest()[:16]
+    root = cache_dir() / "runtime" / f"{arch}-{key}"
+    install = root / "install"
+    if (root / ".complete").exists():
+        return install
+    with _locked(root.with_suffix(".lock")):
+        if (root / ".complete").exists():
+            return install
+        if log:
+            log(f"building the C++ runtime for {arch} (once; cached in {root})")
+        shutil.rmtree(root, ignore_errors=True)
+        build = root / "build"
+        cfg = ["cmake", "-S", str(src), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+               f"-DCMAKE_INSTALL_PREFIX={install}"]
+        if arch != host_arch():
+            cfg.append(f"-DCMAKE_TOOLCHAIN_FILE={src / 'cmake' / f'{arch}-linux-gnu.cmake'}")
+        steps = [cfg, ["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2)],
+                 ["cmake", "--install", str(build)]]
+        for cmd in steps:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-25:])
+                raise InternalError(f"building the C++ runtime for {arch} failed: {' '.join(cmd[:3])} ...\n{tail}")
+        shutil.rmtree(build, ignore_errors=True)
+        (root / ".complete").write_text("ok\n")
+    return install

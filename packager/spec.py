@@ -1,0 +1,261 @@
+"""The deployment spec (YAML) parsed into typed, validated objects.
+
+Every error names the spec file, the line and the field path (``targets[1].isa``) and says
+what to write instead, because a deployment engineer fixes specs from error messages.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import UserError
+
+DTYPES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+PASS_NAMES = ("simplify", "fusion", "schedule", "derive", "layout", "reuse")
+# Which passes each optimize.level turns on by default (a `passes:` entry overrides it).
+LEVEL_PASSES = {
+    0: set(),
+    1: {"simplify", "fusion", "schedule"},
+    2: {"simplify", "fusion", "schedule", "derive", "layout", "reuse"},
+    3: {"simplify", "fusion", "schedule", "derive", "layout", "reuse"},
+}
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    dtype: str | None          # None: take the model's dtype
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One set of static input shapes; each profile is compiled to its own plan."""
+
+    name: str
+    shapes: dict[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A target as written in the spec; `targets.resolve` turns it into a concrete target."""
+
+    name: str
+    fields: dict[str, Any]
+    where: str                 # "targets[2]" for error messages
+
+
+@dataclass(frozen=True)
+class OptimizeSpec:
+    level: int = 2
+    passes: dict[str, bool] = field(default_factory=dict)
+    trials: int = 0
+    database: Path | None = None
+
+    def enabled(self, name: str) -> bool:
+        """Whether pass `name` runs: an explicit switch wins over the level's default."""
+        return self.passes.get(name, name in LEVEL_PASSES[self.level])
+
+
+@dataclass(frozen=True)
+class VerifySpec:
+    rtol: float = 1e-4
+    atol: float = 1e-5
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: Path
+    name: str
+    model: Path
+    output: Path
+    inputs: dict[str, InputSpec]
+    profiles: list[Profile]
+    targets: list[TargetSpec]
+    optimize: OptimizeSpec
+    verify: VerifySpec
+    raw: dict[str, Any]
+    reader: "_Reader" = field(repr=False, compare=False)
+
+
+class _Reader:
+    """Walks the parsed YAML, remembering line numbers so errors can point at them."""
+
+    def __init__(self, path: Path, text: str):
+        self.path = path
+        try:
+            node = yaml.compose(text)
+        except yaml.YAMLError as e:
+            line = getattr(getattr(e, "problem_mark", None), "line", None)
+            where = f":{line + 1}" if line is not None else ""
+            raise UserError(f"{path}{where}: not valid YAML: {getattr(e, 'problem', e)}") from None
+        self.lines: dict[str, int] = {}
+        self.data = self._build(node, "") if node is not None else None
+
+    def _build(self, node: yaml.Node, path: str) -> Any:
+        self.lines[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            out = {}
+            for k, v in node.value:
+                key = yaml.safe_load(yaml.serialize(k)) if not isinstance(k, yaml.ScalarNode) else k.value
+                sub = f"{path}.{key}" if path else str(key)
+                if key in out:
+                    self.fail(sub, "duplicate key")
+                out[key] = self._build(v, sub)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self._build(v, f"{path}[{i}]") for i, v in enumerate(node.value)]
+        return yaml.safe_load(yaml.serialize(node))
+
+    def fail(self, path: str, msg: str) -> None:
+        line = self.lines.get(path)
+        while line is None and path:
+            path_parent = re.sub(r"(\.[^.\[\]]+|\[\d+\])$", "", path)
+            if path_parent == path:
+                break
+            path = path_parent
+            line = self.lines.get(path)
+        loc = f"{self.path}:{line}" if line else str(self.path)
+        raise UserError(f"{loc}: {path or 'spec'}: {msg}")
+
+    def mapping(self, value: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
+        if not isinstance(value, dict):
+            self.fail(path, f"expected a mapping with keys {', '.join(allowed)}")
+        for key in value:
+            if key not in allowed:
+                hint = _closest(str(key), allowed)
+                self.fail(f"{path}.{key}" if path else str(key),
+                          f"unknown key '{key}'" + (f" (did you mean '{hint}'?)" if hint else "")
+                          + f"; allowed: {', '.join(allowed)}")
+        for key in required:
+            if key not in value:
+                self.fail(path, f"missing required key '{key}'")
+        return value
+
+    def shape(self, value: Any, path: str) -> tuple[int, ...]:
+        if not isinstance(value, list):
+            self.fail(path, "expected a list of dimension sizes, e.g. [1, 3, 224, 224]")
+        for i, d in enumerate(value):
+            if isinstance(d, str):
+                self.fail(f"{path}[{i}]", f"dynamic dimension '{d}' is not bound: give its size as an integer")
+            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
+                self.fail(f"{path}[{i}]", f"dimension must be a non-negative integer, got {d!r}")
+        return tuple(value)
+
+
+def _closest(word: str, options: tuple[str, ...]) -> str | None:
+    import difflib
+    hits = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return hits[0] if hits else None
+
+
+def _number(r: _Reader, value: Any, path: str, lo: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < lo:
+        r.fail(path, f"expected a number >= {lo}, got {value!r}")
+    return float(value)
+
+
+def load_spec(path: str | Path, output_override: str | Path | None = None) -> Spec:
+    """Read and validate a spec file; raises UserError naming the file, line and field."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: spec file not found")
+    r = _Reader(path, path.read_text())
+    top = r.mapping(r.data, "", ("name", "model", "output", "inputs", "profiles", "targets", "optimize", "verify"),
+                    required=("name", "model", "targets"))
+    base = path.resolve().parent
+
+    name = top["name"]
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        r.fail("name", f"package name must match {NAME_RE.pattern}, got {name!r}")
+    if not isinstance(top["model"], str):
+        r.fail("model", "expected the path of an ONNX file")
+    model = (base / Path(top["model"]).expanduser()).resolve()
+    if not model.is_file():
+        r.fail("model", f"model file not found: {model}")
+    out = output_override if output_override is not None else top.get("output", f"dist/{name}")
+    if not isinstance(out, (str, Path)):
+        r.fail("output", "expected a folder path")
+    output = (Path(out).expanduser() if output_override is not None else base / Path(out).expanduser()).resolve()
+
+    inputs: dict[str, InputSpec] = {}
+    raw_inputs = top.get("inputs") or {}
+    if not isinstance(raw_inputs, dict):
+        r.fail("inputs", "expected a mapping: input name -> {dtype, shape}")
+    for iname, ival in raw_inputs.items():
+        p = f"inputs.{iname}"
+        ival = r.mapping(ival, p, ("dtype", "shape"), required=("shape",))
+        dtype = ival.get("dtype")
+        if dtype is not None and dtype not in DTYPES:
+            r.fail(f"{p}.dtype", f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+        inputs[str(iname)] = InputSpec(str(iname), dtype, r.shape(ival["shape"], f"{p}.shape"))
+
+    profiles = [Profile("default", {n: i.shape for n, i in inputs.items()})]
+    raw_profiles = top.get("profiles") or []
+    if not isinstance(raw_profiles, list):
+        r.fail("profiles", "expected a list of {name, inputs}")
+    for k, prof in enumerate(raw_profiles):
+        p = f"profiles[{k}]"
+        prof = r.mapping(prof, p, ("name", "inputs"), required=("name", "inputs"))
+        pname = prof["name"]
+        if not isinstance(pname, str) or not NAME_RE.match(pname):
+            r.fail(f"{p}.name", f"profile name must match {NAME_RE.pattern}")
+        if pname in {q.name for q in profiles}:
+            r.fail(f"{p}.name", f"duplicate profile name '{pname}'")
+        pin = r.mapping(prof["inputs"], f"{p}.inputs", tuple(inputs) or ("<inputs>",))
+        shapes = {n: i.shape for n, i in inputs.items()}
+        for iname, ival in pin.items():
+            ival = r.mapping(ival, f"{p}.inputs.{iname}", ("shape",), required=("shape",))
+            shapes[iname] = r.shape(ival["shape"], f"{p}.inputs.{iname}.shape")
+        profiles.append(Profile(pname, shapes))
+
+    raw_targets = top["targets"]
+    if not isinstance(raw_targets, list) or not raw_targets:
+        r.fail("targets", "expected a non-empty list of targets, e.g. [x86-64, arm64]")
+    targets: list[TargetSpec] = []
+    for k, t in enumerate(raw_targets):
+        p = f"targets[{k}]"
+        if isinstance(t, str):
+            targets.append(TargetSpec(t, {}, p))
+        else:
+            t = r.mapping(t, p, ("name", "kind", "arch", "isa", "mcpu", "mattr", "sm"), required=("name",))
+            targets.append(TargetSpec(str(t["name"]), {k2: v for k2, v in t.items() if k2 != "name"}, p))
+        if targets[-1].name in {x.name for x in targets[:-1]}:
+            r.fail(p, f"target '{targets[-1].name}' is listed twice")
+
+    raw_opt = r.mapping(top.get("optimize") or {}, "optimize", ("level", "passes", "tuning"))
+    level = raw_opt.get("level", 2)
+    if level not in LEVEL_PASSES:
+        r.fail("optimize.level", f"expected 0, 1, 2 or 3, got {level!r}")
+    passes = r.mapping(raw_opt.get("passes") or {}, "optimize.passes", PASS_NAMES)
+    for pname, on in passes.items():
+        if not isinstance(on, bool):
+            r.fail(f"optimize.passes.{pname}", f"expected true or false, got {on!r}")
+    tuning = r.mapping(raw_opt.get("tuning") or {}, "optimize.tuning", ("trials", "database"))
+    trials = tuning.get("trials", 0)
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+        r.fail("optimize.tuning.trials", f"expected a non-negative integer, got {trials!r}")
+    db = tuning.get("database")
+    if db is not None and not isinstance(db, str):
+        r.fail("optimize.tuning.database", "expected a folder path")
+    optimize = OptimizeSpec(level, dict(passes), trials, Path(db).expanduser() if db else None)
+
+    raw_verify = r.mapping(top.get("verify") or {}, "verify", ("rtol", "atol"))
+    verify = VerifySpec(_number(r, raw_verify.get("rtol", 1e-4), "verify.rtol"),
+                        _number(r, raw_verify.get("atol", 1e-5), "verify.atol"))
+
+    return Spec(path.resolve(), name, model, output, inputs, profiles, targets, optimize, verify, top, r)
+
+
+def spec_error(spec: Spec, field_path: str, msg: str) -> UserError:
+    """A UserError located at `field_path` of the spec (with its line when known)."""
+    try:
+        spec.reader.fail(field_path, msg)
+    except UserError as e:
+        return e
+    raise AssertionError("unreachable")

@@ -1,0 +1,233 @@
+"""The hardware table: every target the packager knows, and how a spec entry becomes one.
+
+CPU rows carry what code generation and the rule-based scheduler need (LLVM triple/cpu/attrs,
+vector width, the CPU features the runtime must find before it runs the kernels). GPU rows are
+listed so specs validate, but CUDA code generation is not part of this version: building one
+fails with a message that says so.
+"""
+from __future__ import annotations
+
+import platform
+import shutil
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+from .spec import Spec, TargetSpec, spec_error
+
+ARCHES = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
+ARCH_ALIASES = {"x86-64": "x86_64", "x86_64": "x86_64", "amd64": "x86_64",
+                "arm64": "aarch64", "aarch64": "aarch64"}
+
+# /proc/cpuinfo flags the runtime checks before it runs a target's kernels.
+X86_ISA = {
+    "avx2": {"mcpu": "x86-64-v3", "vector_bits": 256, "features": ("avx2", "fma", "f16c", "bmi2")},
+    "avx512": {"mcpu": "x86-64-v4", "vector_bits": 512,
+               "features": ("avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")},
+}
+ARM_ISA = {"neon": {"mcpu": "generic", "vector_bits": 128, "features": ("asimd",)}}
+
+
+@dataclass(frozen=True)
+class CpuTarget:
+    """A CPU target: LLVM code generation plus the facts the schedule and runtime need."""
+
+    name: str
+    arch: str                      # "x86_64" | "aarch64"
+    isa: str                       # "avx2" | "avx512" | "neon"
+    mcpu: str
+    mattr: tuple[str, ...] = ()
+    vector_bits: int = 128
+    features: tuple[str, ...] = ()
+    kind: str = "cpu"
+
+    @property
+    def triple(self) -> str:
+        return ARCHES[self.arch]
+
+    @property
+    def vector_lanes_f32(self) -> int:
+        return self.vector_bits // 32
+
+    def llvm_target(self) -> dict[str, Any]:
+        """The TVM target dict (TVM 0.27 takes dicts; never 'native', which silently becomes generic)."""
+        t: dict[str, Any] = {"kind": "llvm", "mtriple": self.triple, "mcpu": self.mcpu}
+        if self.mattr:
+            t["mattr"] = list(self.mattr)
+        return t
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "cpu", "arch": self.arch, "isa": self.isa, "mcpu": self.mcpu,
+                "mattr": list(self.mattr), "vector_bits": self.vector_bits, "cpu_features": list(self.features)}
+
+
+@dataclass(frozen=True)
+class CudaTarget:
+    """A CUDA target from the hardware table (vendor datasheet figures)."""
+
+    name: str
+    sm: str                        # "sm_80"
+    host_arch: str = "x86_64"
+    facts: dict[str, Any] = field(default_factory=dict)
+    kind: str = "cuda"
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "cuda", "sm": self.sm, "host_arch": self.host_arch, **self.facts}
+
+
+# GPU rows: NVIDIA datasheets (A100 SXM4 40GB, V100 SXM2, Jetson AGX Orin 64GB, H100 SXM5).
+CUDA_TABLE = {
+    "a100": CudaTarget("a100", "sm_80", facts={"sms": 108, "dram_gbs": 1555, "smem_per_block_kb": 163}),
+    "v100": CudaTarget("v100", "sm_70", facts={"sms": 80, "dram_gbs": 900, "smem_per_block_kb": 96}),
+    "orin": CudaTarget("orin", "sm_87", host_arch="aarch64", facts={"sms": 16, "dram_gbs": 204.8,
+                                                                      "smem_per_block_kb": 163}),
+    "h100": CudaTarget("h100", "sm_90", facts={"sms": 132, "dram_gbs": 3350, "smem_per_block_kb": 227}),
+}
+CPU_NAMES = ("x86-64", "x86-avx2", "x86-avx512", "arm64")
+
+
+@lru_cache(maxsize=1)
+def host_cpu_flags() -> frozenset[str]:
+    """CPU feature flags of this machine (Linux /proc/cpuinfo; empty elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        key = line.split(":", 1)[0].strip()
+        if key in ("flags", "Features"):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def host_arch() -> str:
+    return ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower())
+
+
+def host_cpu_name() -> str:
+    """LLVM's name for this CPU (e.g. znver5), for `mcpu: native`."""
+    import tvm.target.codegen as codegen
+    return str(codegen.llvm_get_system_cpu())
+
+
+def can_run_here(t: CpuTarget) -> bool:
+    """Whether this machine can execute the target's code natively."""
+    return t.arch == host_arch() and set(t.features) <= host_cpu_flags()
+
+
+def _x86(name: str, isa: str, mcpu: str | None, mattr: tuple[str, ...]) -> CpuTarget:
+    row = X86_ISA[isa]
+    return CpuTarget(name, "x86_64", isa, mcpu or row["mcpu"], mattr, row["vector_bits"], row["features"])
+
+
+def _detected_x86_isa() -> str | None:
+    flags = host_cpu_flags()
+    if host_arch() != "x86_64":
+        return None
+    if set(X86_ISA["avx512"]["features"]) <= flags:
+        return "avx512"
+    if set(X86_ISA["avx2"]["features"]) <= flags:
+        return "avx2"
+    return None
+
+
+def resolve(ts: TargetSpec, spec: Spec | None = None) -> CpuTarget | CudaTarget:
+    """Turn one spec entry into a concrete target, or raise a UserError pointing at it."""
+
+    def fail(msg: str, sub: str = "") -> UserError:
+        where = ts.where + (f".{sub}" if sub else "")
+        return spec_error(spec, where, msg) if spec else UserError(f"{where}: {msg}")
+
+    f = dict(ts.fields)
+    kind = f.pop("kind", None)
+    name = ts.name
+    if kind is None:
+        kind = "cuda" if (name in CUDA_TABLE or "sm" in f) else "cpu"
+        if kind == "cpu" and name not in CPU_NAMES and "arch" not in f:
+            known = ", ".join(list(CPU_NAMES) + list(CUDA_TABLE))
+            raise fail(f"unknown target '{name}'; known targets: {known} "
+                       "(or give kind/arch/isa for a custom CPU target)")
+    if kind == "cuda":
+        base = CUDA_TABLE.get(name)
+        sm = f.pop("sm", base.sm if base else None)
+        if sm is None:
+            raise fail("a custom CUDA target needs `sm`, e.g. sm: sm_86", "sm")
+        if f:
+            raise fail(f"key(s) {', '.join(sorted(f))} do not apply to a CUDA target")
+        return CudaTarget(name, str(sm), base.host_arch if base else "x86_64", dict(base.facts) if base else {})
+    if kind != "cpu":
+        raise fail(f"unknown kind '{kind}'; expected cpu or cuda", "kind")
+
+    defaults = {"x86-64": ("x86_64", None), "x86-avx2": ("x86_64", "avx2"),
+                "x86-avx512": ("x86_64", "avx512"), "arm64": ("aarch64", "neon")}.get(name, (None, None))
+    arch_raw = f.pop("arch", defaults[0])
+    arch = ARCH_ALIASES.get(str(arch_raw).lower()) if arch_raw else None
+    if arch is None:
+        raise fail(f"unknown arch {arch_raw!r}; expected x86-64 or arm64", "arch")
+    isa = f.pop("isa", defaults[1])
+    mcpu = f.pop("mcpu", None)
+    mattr = f.pop("mattr", [])
+    if not isinstance(mattr, list) or not all(isinstance(a, str) for a in mattr):
+        raise fail("expected a list of LLVM attributes, e.g. ['+avx2']", "mattr")
+    if f:
+        raise fail(f"unknown key(s) {', '.join(sorted(f))} for a CPU target")
+    if mcpu == "native":
+        if arch != host_arch():
+            raise fail(f"mcpu: native names this {host_arch()} machine's CPU, but the target is {arch}", "mcpu")
+        mcpu = host_cpu_name()
+    if mcpu is not None:
+        _check_mcpu(str(mcpu), arch, fail)
+    if arch == "x86_64":
+        if isa is None:
+            isa = _detected_x86_isa()
+            if isa is None:
+                raise fail("cannot detect AVX2/AVX-512 on this build host; set isa: avx2 or isa: avx512", "isa")
+        if isa not in X86_ISA:
+            raise fail(f"unknown x86 ISA {isa!r}; expected one of {', '.join(X86_ISA)}", "isa")
+        return _x86(name, isa, mcpu, tuple(mattr))
+    isa = isa or "neon"
+    if isa not in ARM_ISA:
+        raise fail(f"unknown ARM ISA {isa!r}; expected neon", "isa")
+    row = ARM_ISA[isa]
+    return CpuTarget(name, "aarch64", isa, mcpu or row["mcpu"], tuple(mattr) or ("+neon",),
+                     row["vector_bits"], row["features"])
+
+
+def _check_mcpu(mcpu: str, arch: str, fail) -> None:
+    import tvm  # noqa: F401  (registers the codegen functions)
+    import tvm.target.codegen as codegen
+    if not codegen.llvm_is_valid_cpu(mcpu, ARCHES[arch]):
+        raise fail(f"LLVM does not know CPU '{mcpu}' for {arch}", "mcpu")
+
+
+def resolve_all(spec: Spec, only: list[str] | None = None) -> list[CpuTarget | CudaTarget]:
+    """All targets of the spec (or the ones named by --target), resolved."""
+    names = [t.name for t in spec.targets]
+    for n in only or []:
+        if n not in names:
+            raise UserError(f"--target {n}: not in {spec.path} (its targets: {', '.join(names)})")
+    return [resolve(t, spec) for t in spec.targets if not only or t.name in only]
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """The C/C++ compilers that link one architecture's kernels and build its runtime."""
+
+    arch: str
+    cc: str
+    cxx: str
+
+    @staticmethod
+    def for_arch(arch: str) -> "Toolchain":
+        if arch == host_arch():
+            cc, cxx = "gcc", "g++"
+        else:
+            cc, cxx = f"{ARCHES[arch]}-gcc", f"{ARCHES[arch]}-g++"
+        for tool in (cc, cxx):
+            if shutil.which(tool) is None:
+                pkg = "g++" if arch == host_arch() else f"g++-{ARCHES[arch]}"
+                raise UserError(f"compiler '{tool}' for {arch} not found on PATH; install it "
+                                f"(Debian/Ubuntu: apt-get install {pkg})")
+        return Toolchain(arch, cc, cxx)

@@ -1,0 +1,119 @@
+/* packrt: the C API of the packager runtime.
+ *
+ * Open a package folder, ask for its inputs/outputs, run it on caller buffers, close it.
+ * No Python, no TVM: the package's kernels are plain shared objects with a C entry point.
+ *
+ *   packrt_options opt; packrt_options_init(&opt); opt.num_threads = 4;
+ *   packrt_model* m = NULL;
+ *   if (packrt_open("dist/cnn", &opt, &m) != PACKRT_OK) { puts(packrt_last_error()); return 1; }
+ *   packrt_tensor in = {"image", data, PACKRT_FLOAT32, 4, {1, 3, 64, 64}, nbytes};
+ *   packrt_tensor out = {"logits", outbuf, PACKRT_FLOAT32, 0, {0}, outbuf_bytes};
+ *   packrt_run(m, &in, 1, &out, 1);      // out.ndim/out.shape are filled in
+ *   packrt_close(m);
+ *
+ * Thread safety: one model may be run from several threads at once; each concurrent run
+ * gets its own scratch memory. Error messages are per thread (packrt_last_error).
+ * Buffers: any alignment works; 64-byte aligned buffers are used without a copy.
+ */
+#ifndef PACKRT_PACKRT_H_
+#define PACKRT_PACKRT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define PACKRT_API __declspec(dllexport)
+#else
+#define PACKRT_API __attribute__((visibility("default")))
+#endif
+
+#define PACKRT_ABI_VERSION 1
+#define PACKRT_MAX_DIMS 8
+
+typedef enum packrt_status {
+  PACKRT_OK = 0,
+  PACKRT_ERROR_INVALID_ARGUMENT = 1, /* wrong shape/dtype/name/count, bad option */
+  PACKRT_ERROR_NOT_FOUND = 2,        /* package folder or file missing */
+  PACKRT_ERROR_CORRUPT_PACKAGE = 3,  /* bad manifest/plan, size or checksum mismatch */
+  PACKRT_ERROR_UNSUPPORTED = 4,      /* no target for this CPU, unknown format version */
+  PACKRT_ERROR_RUNTIME = 5           /* a kernel failed, out of memory */
+} packrt_status;
+
+typedef enum packrt_dtype {
+  PACKRT_DTYPE_UNKNOWN = 0,
+  PACKRT_FLOAT32 = 1,
+  PACKRT_FLOAT16 = 2,
+  PACKRT_FLOAT64 = 3,
+  PACKRT_INT8 = 4,
+  PACKRT_INT16 = 5,
+  PACKRT_INT32 = 6,
+  PACKRT_INT64 = 7,
+  PACKRT_UINT8 = 8,
+  PACKRT_BOOL = 9
+} packrt_dtype;
+
+typedef struct packrt_options {
+  uint32_t struct_size;      /* set by packrt_options_init; lets the struct grow compatibly */
+  const char* target;        /* NULL: the first target in the package that runs on this CPU */
+  int32_t num_threads;       /* 0: all cores */
+  int32_t verify_checksums;  /* 1 (default): check sha256 of every file used; 0: sizes only */
+} packrt_options;
+
+/* A tensor passed to or from packrt_run, also used to describe inputs/outputs.
+ * name: matched against the model's names; NULL means "by position".
+ * nbytes: the size of `data` (for outputs: capacity; must be at least the output's size). */
+typedef struct packrt_tensor {
+  const char* name;
+  void* data;
+  int32_t dtype; /* packrt_dtype */
+  int32_t ndim;
+  int64_t shape[PACKRT_MAX_DIMS];
+  uint64_t nbytes;
+} packrt_tensor;
+
+typedef struct packrt_model packrt_model;
+
+PACKRT_API const char* packrt_version(void);
+PACKRT_API void packrt_options_init(packrt_options* options);
+
+/* Opens a package folder. On failure *model is NULL and packrt_last_error() says why. */
+PACKRT_API packrt_status packrt_open(const char* package_dir, const packrt_options* options,
+                                     packrt_model** model);
+PACKRT_API void packrt_close(packrt_model* model);
+
+/* The calling thread's last error message ("" if none). Valid until the next call on this thread. */
+PACKRT_API const char* packrt_last_error(void);
+
+PACKRT_API const char* packrt_model_name(const packrt_model* model);
+PACKRT_API const char* packrt_model_target(const packrt_model* model);
+PACKRT_API int32_t packrt_num_threads(const packrt_model* model);
+PACKRT_API int32_t packrt_num_profiles(const packrt_model* model);
+PACKRT_API const char* packrt_profile_name(const packrt_model* model, int32_t profile);
+PACKRT_API int32_t packrt_num_inputs(const packrt_model* model);
+PACKRT_API int32_t packrt_num_outputs(const packrt_model* model);
+
+/* Describes input/output `index` under `profile` (name, dtype, ndim, shape, nbytes; data = NULL).
+ * The name pointer stays valid until packrt_close. */
+PACKRT_API packrt_status packrt_input_info(const packrt_model* model, int32_t profile, int32_t index,
+                                           packrt_tensor* info);
+PACKRT_API packrt_status packrt_output_info(const packrt_model* model, int32_t profile, int32_t index,
+                                            packrt_tensor* info);
+
+/* Runs the model. The profile is the one whose input shapes equal the given ones. Inputs and
+ * outputs are matched by name (or by position where name is NULL); every input and output
+ * must be given exactly once. On success each output's ndim/shape/dtype are filled in. */
+PACKRT_API packrt_status packrt_run(packrt_model* model, const packrt_tensor* inputs, int32_t num_inputs,
+                                    packrt_tensor* outputs, int32_t num_outputs);
+
+PACKRT_API const char* packrt_dtype_name(int32_t dtype);
+PACKRT_API size_t packrt_dtype_size(int32_t dtype);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* PACKRT_PACKRT_H_ */

@@ -1,0 +1,48 @@
+/* Linked into every target's kernels.so by the packager. It makes the TVM-generated kernels
+ * self-contained: the error sink and the barrier they call live here (no libtvm, no symbols
+ * from the host process), and the runtime reaches them through the few exported names below.
+ * Keep PACKRT_GLUE_ABI in step with kGlueAbiVersion in src/cpu_backend.cpp. */
+#include <stdint.h>
+#include <string.h>
+
+#define PACKRT_GLUE_ABI 1
+#define EXPORT __attribute__((visibility("default")))
+
+typedef struct {
+  void* sync_handle;
+  int32_t num_task;
+} TVMParallelGroupEnv;
+
+static __thread char g_error[2048];
+
+static void append(size_t* len, const char* s) {
+  size_t n = strlen(s);
+  if (*len + n >= sizeof g_error) n = sizeof g_error - 1 - *len;
+  memcpy(g_error + *len, s, n);
+  *len += n;
+  g_error[*len] = 0;
+}
+
+EXPORT int packrt_kernels_abi_version(void) { return PACKRT_GLUE_ABI; }
+EXPORT const char* packrt_kernels_last_error(void) { return g_error; }
+
+EXPORT void TVMFFIErrorSetRaisedFromCStrParts(const char* kind, const char** parts, int32_t n) {
+  size_t len = 0;
+  g_error[0] = 0;
+  append(&len, kind ? kind : "Error");
+  append(&len, ": ");
+  for (int32_t i = 0; i < n; ++i)
+    if (parts[i]) append(&len, parts[i]);
+}
+
+EXPORT void TVMFFIErrorSetRaisedFromCStr(const char* kind, const char* msg) {
+  const char* parts[1] = {msg};
+  TVMFFIErrorSetRaisedFromCStrParts(kind, parts, 1);
+}
+
+/* Set by the runtime after dlopen. */
+EXPORT int (*packrt_parallel_barrier)(int, TVMParallelGroupEnv*) = 0;
+
+EXPORT int TVMBackendParallelBarrier(int task_id, TVMParallelGroupEnv* env) {
+  return packrt_parallel_barrier ? packrt_parallel_barrier(task_id, env) : 0;
+}

@@ -1,0 +1,42 @@
+// CPU backend: a target's kernels.so (TVM LLVM kernels + the packager's glue), loaded with dlopen.
+// The kernels call back into the runtime through hook pointers we set after loading: workspace
+// allocation, parallel launch (into the thread pool of the model that is running) and barrier.
+#pragma once
+#include <tvm/ffi/c_api.h>
+
+#include <string>
+
+#include "thread_pool.h"
+
+namespace packrt {
+
+// int fn(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result): TVM-FFI packed ABI.
+using PackedKernel = int (*)(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+
+class KernelLibrary {
+ public:
+  explicit KernelLibrary(const std::string& path);
+  ~KernelLibrary();
+  KernelLibrary(const KernelLibrary&) = delete;
+  KernelLibrary& operator=(const KernelLibrary&) = delete;
+
+  PackedKernel kernel(const std::string& symbol) const;  // throws if missing
+  std::string last_error() const;                          // this thread's last kernel error
+
+ private:
+  void* handle_ = nullptr;
+  const char* (*last_error_)() = nullptr;
+  std::string path_;
+};
+
+// Makes `pool` the target of parallel launches from kernels run on this thread, for a scope.
+class PoolScope {
+ public:
+  explicit PoolScope(ThreadPool* pool);
+  ~PoolScope();
+
+ private:
+  ThreadPool* previous_;
+};
+
+}  // namespace packrt

@@ -1,0 +1,261 @@
+#include "model.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "cpu_features.h"
+#include "error.h"
+
+namespace packrt {
+namespace {
+
+std::string shape_str(const int64_t* shape, size_t ndim) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < ndim; ++i) o << (i ? "," : "") << shape[i];
+  o << "]";
+  return o.str();
+}
+
+std::string shape_str(const std::vector<int64_t>& s) { return shape_str(s.data(), s.size()); }
+
+DLDataType to_dl(int32_t dtype) {
+  switch (dtype) {
+    case PACKRT_FLOAT32: return {kDLFloat, 32, 1};
+    case PACKRT_FLOAT16: return {kDLFloat, 16, 1};
+    case PACKRT_FLOAT64: return {kDLFloat, 64, 1};
+    case PACKRT_INT8: return {kDLInt, 8, 1};
+    case PACKRT_INT16: return {kDLInt, 16, 1};
+    case PACKRT_INT32: return {kDLInt, 32, 1};
+    case PACKRT_INT64: return {kDLInt, 64, 1};
+    case PACKRT_UINT8: return {kDLUInt, 8, 1};
+    case PACKRT_BOOL: return {kDLBool, 8, 1};
+    default: return {kDLFloat, 32, 1};
+  }
+}
+
+alignas(64) uint8_t g_empty[64];  // data pointer for zero-byte tensors (kernels reject NULL)
+
+}  // namespace
+
+Model::Model(const std::string& package_dir, const packrt_options& options) {
+  Package pkg(package_dir);
+  const TargetEntry& t = pkg.select_target(options.target ? options.target : "");
+  bool verify = options.verify_checksums != 0;
+  name_ = pkg.name();
+  target_ = t.name;
+
+  uint64_t plan_size = 0;
+  AlignedBuffer plan_text = pkg.read(t.plan, verify, &plan_size);
+  plan_ = parse_plan(reinterpret_cast<const char*>(plan_text.get()), plan_size, pkg.root() + "/" + t.plan);
+
+  uint64_t weights_size = 0;
+  weights_ = pkg.read(t.weights, verify, &weights_size);
+  if (weights_size != plan_.weights_bytes)
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, t.weights + " has " + std::to_string(weights_size) + " bytes, the plan expects " +
+                                           std::to_string(plan_.weights_bytes));
+
+  pkg.check(t.kernels, verify);
+  kernels_ = std::make_unique<KernelLibrary>(pkg.path_of(t.kernels));
+  for (const auto& k : plan_.kernels) fns_.push_back(kernels_->kernel(k.symbol));
+
+  if (options.num_threads < 0) fail(PACKRT_ERROR_INVALID_ARGUMENT, "num_threads must be >= 0");
+  pool_ = std::make_unique<ThreadPool>(options.num_threads > 0 ? options.num_threads : host_cores());
+  free_contexts_.resize(plan_.profiles.size());
+}
+
+std::vector<int> Model::bind_order(const packrt_tensor* ts, int n, const std::vector<PlanIO>& ios,
+                                   const char* what) const {
+  std::string expected;
+  for (const auto& io : ios) expected += (expected.empty() ? "" : ", ") + io.name;
+  if (n != static_cast<int>(ios.size()))
+    fail(PACKRT_ERROR_INVALID_ARGUMENT, "model '" + name_ + "' takes " + std::to_string(ios.size()) + " " + what +
+                                            "s (" + expected + "), got " + std::to_string(n));
+  if (n > 0 && !ts) fail(PACKRT_ERROR_INVALID_ARGUMENT, std::string(what) + " array is NULL");
+  std::vector<int> order(ios.size(), -1);
+  for (int i = 0; i < n; ++i) {
+    int slot = i;
+    if (ts[i].name) {
+      slot = -1;
+      for (size_t k = 0; k < ios.size(); ++k)
+        if (ios[k].name == ts[i].name) slot = static_cast<int>(k);
+      if (slot < 0)
+        fail(PACKRT_ERROR_INVALID_ARGUMENT, std::string("model '") + name_ + "' has no " + what + " named '" +
+                                                ts[i].name + "' (its " + what + "s: " + expected + ")");
+    }
+    if (order[slot] >= 0)
+      fail(PACKRT_ERROR_INVALID_ARGUMENT, std::string(what) + " '" + ios[slot].name + "' is given twice");
+    order[slot] = i;
+  }
+  return order;
+}
+
+int Model::match_profile(const packrt_tensor* inputs, const std::vector<int>& order) const {
+  const auto& first = plan_.profiles[0];
+  for (size_t k = 0; k < first.inputs.size(); ++k) {
+    const packrt_tensor& in = inputs[order[k]];
+    int32_t want = first.tensors[first.inputs[k].tensor].dtype;
+    if (in.dtype != want)
+      fail(PACKRT_ERROR_INVALID_ARGUMENT, "input '" + first.inputs[k].name + "' has dtype " + dtype_name(in.dtype) +
+                                              ", the model expects " + dtype_name(want));
+    if (in.ndim < 0 || in.ndim > PACKRT_MAX_DIMS)
+      fail(PACKRT_ERROR_INVALID_ARGUMENT, "input '" + first.inputs[k].name + "' has invalid rank " + std::to_string(in.ndim));
+  }
+  for (size_t p = 0; p < plan_.profiles.size(); ++p) {
+    const auto& prof = plan_.profiles[p];
+    bool ok = true;
+    for (size_t k = 0; k < prof.inputs.size() && ok; ++k) {
+      const packrt_tensor& in = inputs[order[k]];
+      const auto& shape = prof.tensors[prof.inputs[k].tensor].shape;
+      ok = static_cast<size_t>(in.ndim) == shape.size() && std::equal(shape.begin(), shape.end(), in.shape);
+    }
+    if (ok) return static_cast<int>(p);
+  }
+  std::ostringstream msg;
+  msg << "input shapes";
+  for (size_t k = 0; k < first.inputs.size(); ++k) {
+    const packrt_tensor& in = inputs[order[k]];
+    msg << " " << first.inputs[k].name << shape_str(in.shape, in.ndim);
+  }
+  msg << " match no profile of model '" << name_ << "'; it was built for:";
+  for (const auto& prof : plan_.profiles) {
+    msg << " " << prof.name << " (";
+    for (size_t k = 0; k < prof.inputs.size(); ++k)
+      msg << (k ? " " : "") << prof.inputs[k].name << shape_str(prof.tensors[prof.inputs[k].tensor].shape);
+    msg << ")";
+  }
+  fail(PACKRT_ERROR_INVALID_ARGUMENT, msg.str());
+}
+
+std::unique_ptr<Model::Context> Model::acquire(int profile) {
+  {
+    std::lock_guard<std::mutex> l(contexts_mu_);
+    auto& pool = free_contexts_[profile];
+    if (!pool.empty()) {
+      auto ctx = std::move(pool.back());
+      pool.pop_back();
+      return ctx;
+    }
+  }
+  const PlanProfile& prof = plan_.profiles[profile];
+  auto ctx = std::make_unique<Context>();
+  ctx->profile = profile;
+  ctx->arena = aligned_buffer(prof.arena_bytes);
+  ctx->tensors.resize(prof.tensors.size());
+  for (size_t i = 0; i < prof.tensors.size(); ++i) {
+    const PlanTensor& t = prof.tensors[i];
+    DLTensor& d = ctx->tensors[i];
+    std::memset(&d, 0, sizeof d);
+    uint8_t* base = t.in_weights ? weights_.get() : ctx->arena.get();
+    d.data = t.nbytes ? base + t.offset : g_empty;
+    d.device = {kDLCPU, 0};
+    d.ndim = static_cast<int32_t>(t.shape.size());
+    d.dtype = to_dl(t.dtype);
+    d.shape = const_cast<int64_t*>(t.shape.data());
+  }
+  ctx->args.resize(prof.steps.size());
+  for (size_t s = 0; s < prof.steps.size(); ++s) {
+    if (prof.steps[s].kind != PlanStep::kKernel) continue;
+    for (int id : prof.steps[s].args) {
+      TVMFFIAny a;
+      std::memset(&a, 0, sizeof a);
+      a.type_index = kTVMFFIDLTensorPtr;
+      a.v_ptr = &ctx->tensors[id];
+      ctx->args[s].push_back(a);
+    }
+  }
+  return ctx;
+}
+
+void Model::release(std::unique_ptr<Context> ctx) {
+  std::lock_guard<std::mutex> l(contexts_mu_);
+  free_contexts_[ctx->profile].push_back(std::move(ctx));
+}
+
+void Model::execute(Context& ctx) {
+  const PlanProfile& prof = plan_.profiles[ctx.profile];
+  PoolScope scope(pool_.get());
+  for (size_t s = 0; s < prof.steps.size(); ++s) {
+    const PlanStep& step = prof.steps[s];
+    if (step.kind == PlanStep::kCopy) {
+      const PlanTensor& src = prof.tensors[step.args[0]];
+      std::memcpy(ctx.tensors[step.args[1]].data, ctx.tensors[step.args[0]].data, src.nbytes);
+      continue;
+    }
+    TVMFFIAny result;
+    std::memset(&result, 0, sizeof result);
+    auto& args = ctx.args[s];
+    if (fns_[step.kernel](nullptr, args.data(), static_cast<int32_t>(args.size()), &result) != 0)
+      fail(PACKRT_ERROR_RUNTIME, "kernel '" + plan_.kernels[step.kernel].name + "' (step " + std::to_string(s) +
+                                     ") failed: " + kernels_->last_error());
+  }
+}
+
+void Model::run(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outputs, int num_outputs) {
+  const auto& first = plan_.profiles[0];
+  std::vector<int> in_order = bind_order(inputs, num_inputs, first.inputs, "input");
+  std::vector<int> out_order = bind_order(outputs, num_outputs, first.outputs, "output");
+  int p = match_profile(inputs, in_order);
+  const PlanProfile& prof = plan_.profiles[p];
+
+  for (size_t k = 0; k < prof.inputs.size(); ++k) {
+    const packrt_tensor& in = inputs[in_order[k]];
+    const PlanTensor& t = prof.tensors[prof.inputs[k].tensor];
+    if (in.nbytes < t.nbytes || (t.nbytes && !in.data))
+      fail(PACKRT_ERROR_INVALID_ARGUMENT, "input '" + prof.inputs[k].name + "' buffer holds " + std::to_string(in.nbytes) +
+                                              " bytes, needs " + std::to_string(t.nbytes));
+  }
+  for (size_t k = 0; k < prof.outputs.size(); ++k) {
+    const packrt_tensor& out = outputs[out_order[k]];
+    const PlanTensor& t = prof.tensors[prof.outputs[k].tensor];
+    if (out.dtype != PACKRT_DTYPE_UNKNOWN && out.dtype != t.dtype)
+      fail(PACKRT_ERROR_INVALID_ARGUMENT, "output '" + prof.outputs[k].name + "' is " + dtype_name(t.dtype) +
+                                              ", the caller's buffer is declared " + dtype_name(out.dtype));
+    if (out.nbytes < t.nbytes || (t.nbytes && !out.data))
+      fail(PACKRT_ERROR_INVALID_ARGUMENT, "output '" + prof.outputs[k].name + "' needs " + std::to_string(t.nbytes) +
+                                              " bytes " + shape_str(t.shape) + ", the caller's buffer holds " +
+                                              std::to_string(out.nbytes));
+  }
+
+  std::unique_ptr<Context> ctx = acquire(p);
+  struct Release {  // give the context back even if a kernel fails
+    Model* m;
+    std::unique_ptr<Context>& c;
+    ~Release() { m->release(std::move(c)); }
+  } release_guard{this, ctx};
+
+  // Bind caller buffers: aligned ones are used in place, others are staged through the arena.
+  std::vector<bool> out_direct(prof.outputs.size());
+  for (size_t k = 0; k < prof.inputs.size(); ++k) {
+    const packrt_tensor& in = inputs[in_order[k]];
+    const PlanTensor& t = prof.tensors[prof.inputs[k].tensor];
+    DLTensor& d = ctx->tensors[prof.inputs[k].tensor];
+    if (!t.nbytes) continue;
+    if (is_aligned(in.data)) {
+      d.data = in.data;
+    } else {
+      d.data = ctx->arena.get() + t.offset;
+      std::memcpy(d.data, in.data, t.nbytes);
+    }
+  }
+  for (size_t k = 0; k < prof.outputs.size(); ++k) {
+    const packrt_tensor& out = outputs[out_order[k]];
+    const PlanTensor& t = prof.tensors[prof.outputs[k].tensor];
+    DLTensor& d = ctx->tensors[prof.outputs[k].tensor];
+    out_direct[k] = t.nbytes && is_aligned(out.data);
+    if (t.nbytes) d.data = out_direct[k] ? out.data : ctx->arena.get() + t.offset;
+  }
+
+  execute(*ctx);
+
+  for (size_t k = 0; k < prof.outputs.size(); ++k) {
+    packrt_tensor& out = outputs[out_order[k]];
+    const PlanTensor& t = prof.tensors[prof.outputs[k].tensor];
+    if (t.nbytes && !out_direct[k]) std::memcpy(out.data, ctx->arena.get() + t.offset, t.nbytes);
+    out.dtype = t.dtype;
+    out.ndim = static_cast<int32_t>(t.shape.size());
+    std::copy(t.shape.begin(), t.shape.end(), out.shape);
+  }
+}
+
+}  // namespace packrt

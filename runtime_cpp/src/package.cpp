@@ -1,0 +1,178 @@
+#include "package.h"
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <sys/stat.h>
+
+#include "cpu_features.h"
+#include "error.h"
+#include "sha256.h"
+
+namespace packrt {
+
+using json = nlohmann::json;
+
+static constexpr int kManifestVersion = 1;
+
+static std::string real_path(const std::string& p) {
+  char buf[PATH_MAX];
+  if (!::realpath(p.c_str(), buf)) return {};
+  return buf;
+}
+
+static std::string get_string(const json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_string())
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, where + ": missing string field '" + key + "'");
+  return it->get<std::string>();
+}
+
+Package::Package(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    fail(PACKRT_ERROR_NOT_FOUND, "package folder not found: '" + dir + "'");
+  root_ = real_path(dir);
+  std::string manifest_path = root_ + "/manifest.json";
+  std::ifstream in(manifest_path, std::ios::binary);
+  if (!in) fail(PACKRT_ERROR_NOT_FOUND, "'" + dir + "' is not a package: no manifest.json in it");
+  json m;
+  try {
+    m = json::parse(in);
+  } catch (const json::exception& e) {
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, manifest_path + ": not valid JSON (" + e.what() + ")");
+  }
+  const std::string where = manifest_path;
+  try {
+    if (m.value("format", "") != "packager-package")
+      fail(PACKRT_ERROR_CORRUPT_PACKAGE, where + ": not a packager manifest (format field)");
+    int version = m.value("version", 0);
+    if (version != kManifestVersion)
+      fail(PACKRT_ERROR_UNSUPPORTED, where + ": package format version " + std::to_string(version) +
+                                         " is not supported by this runtime (it reads version " +
+                                         std::to_string(kManifestVersion) + "); use the runtime shipped in the package");
+    name_ = get_string(m, "name", where);
+    for (auto& [rel, f] : m.at("files").items()) {
+      files_[rel] = FileEntry{get_string(f, "sha256", where + ": files." + rel), f.at("bytes").get<uint64_t>()};
+    }
+    for (const auto& t : m.at("targets")) {
+      TargetEntry e;
+      e.name = get_string(t, "name", where + ": targets[]");
+      e.kind = get_string(t, "kind", where + ": target " + e.name);
+      if (e.kind == "cpu") {
+        e.arch = get_string(t, "arch", where + ": target " + e.name);
+        e.isa = t.value("isa", "");
+        e.cpu_features = t.value("cpu_features", std::vector<std::string>{});
+        e.plan = get_string(t, "plan", where + ": target " + e.name);
+        e.kernels = get_string(t, "kernels", where + ": target " + e.name);
+        e.weights = get_string(t, "weights", where + ": target " + e.name);
+      }
+      targets_.push_back(std::move(e));
+    }
+  } catch (const json::exception& e) {
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, where + ": malformed manifest (" + e.what() + ")");
+  }
+}
+
+const TargetEntry& Package::select_target(const std::string& wanted) const {
+  std::ostringstream why;
+  for (const auto& t : targets_) {
+    if (!wanted.empty() && t.name != wanted) continue;
+    std::string reason;
+    if (t.kind != "cpu") {
+      reason = "is a " + t.kind + " target, which this runtime does not run";
+    } else if (t.arch != host_arch()) {
+      reason = "is built for " + t.arch + ", this machine is " + host_arch();
+    } else {
+      auto missing = missing_cpu_features(t.cpu_features);
+      if (!missing.empty()) {
+        reason = "needs CPU features this machine lacks:";
+        for (auto& f : missing) reason += " " + f;
+      }
+    }
+    if (reason.empty()) return t;
+    if (!wanted.empty()) fail(PACKRT_ERROR_UNSUPPORTED, "target '" + wanted + "' " + reason);
+    why << "\n  " << t.name << " " << reason;
+  }
+  if (!wanted.empty()) {
+    std::string names;
+    for (const auto& t : targets_) names += (names.empty() ? "" : ", ") + t.name;
+    fail(PACKRT_ERROR_INVALID_ARGUMENT, "package '" + name_ + "' has no target '" + wanted + "' (it has: " + names + ")");
+  }
+  fail(PACKRT_ERROR_UNSUPPORTED, "no target in package '" + name_ + "' runs on this machine (" + host_arch() +
+                                     "):" + why.str());
+}
+
+const FileEntry& Package::entry(const std::string& rel) const {
+  auto it = files_.find(rel);
+  if (it == files_.end()) fail(PACKRT_ERROR_CORRUPT_PACKAGE, "manifest.json does not list '" + rel + "'");
+  return it->second;
+}
+
+std::string Package::path_of(const std::string& rel) const {
+  if (rel.empty() || rel[0] == '/' || rel.find("..") != std::string::npos || rel.find('\\') != std::string::npos)
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, "manifest.json names a path outside the package: '" + rel + "'");
+  entry(rel);
+  std::string p = real_path(root_ + "/" + rel);
+  if (p.empty()) fail(PACKRT_ERROR_CORRUPT_PACKAGE, "package file missing: " + root_ + "/" + rel);
+  if (p.compare(0, root_.size() + 1, root_ + "/") != 0)
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, "package file '" + rel + "' resolves outside the package (symlink?)");
+  return p;
+}
+
+static void check_size(const std::string& path, const std::string& rel, uint64_t want, uint64_t* got_out) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail(PACKRT_ERROR_CORRUPT_PACKAGE, "cannot stat package file " + path);
+  uint64_t got = static_cast<uint64_t>(st.st_size);
+  if (got != want)
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, "package file '" + rel + "' has " + std::to_string(got) + " bytes, manifest says " +
+                                           std::to_string(want) + ": the package is truncated or was modified");
+  if (got_out) *got_out = got;
+}
+
+static void check_digest(Sha256& h, const FileEntry& e, const std::string& rel) {
+  std::string got = h.hex();
+  if (got != e.sha256)
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, "package file '" + rel + "' fails its sha256 check (expected " + e.sha256 +
+                                           ", got " + got + "): the package was modified or damaged");
+}
+
+AlignedBuffer Package::read(const std::string& rel, bool verify, uint64_t* size) const {
+  const FileEntry& e = entry(rel);
+  std::string path = path_of(rel);
+  uint64_t n = 0;
+  check_size(path, rel, e.bytes, &n);
+  AlignedBuffer buf = aligned_buffer(n);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail(PACKRT_ERROR_CORRUPT_PACKAGE, "cannot open package file " + path);
+  size_t got = n ? std::fread(buf.get(), 1, n, f) : 0;
+  std::fclose(f);
+  if (got != n) fail(PACKRT_ERROR_CORRUPT_PACKAGE, "short read from package file " + path);
+  if (verify) {
+    Sha256 h;
+    h.update(buf.get(), n);
+    check_digest(h, e, rel);
+  }
+  if (size) *size = n;
+  return buf;
+}
+
+void Package::check(const std::string& rel, bool verify) const {
+  const FileEntry& e = entry(rel);
+  std::string path = path_of(rel);
+  check_size(path, rel, e.bytes, nullptr);
+  if (!verify) return;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail(PACKRT_ERROR_CORRUPT_PACKAGE, "cannot open package file " + path);
+  Sha256 h;
+  char chunk[1 << 16];
+  size_t got;
+  while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) h.update(chunk, got);
+  std::fclose(f);
+  check_digest(h, e, rel);
+}
+
+}  // namespace packrt

@@ -1,0 +1,52 @@
+// A package folder on disk: manifest.json, the files it lists (size + sha256), and its targets.
+// Every path read from the manifest is confined to the package folder.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "buffer.h"
+
+namespace packrt {
+
+struct TargetEntry {
+  std::string name, kind, arch, isa;
+  std::vector<std::string> cpu_features;
+  std::string plan, kernels, weights;  // paths relative to the package root
+};
+
+struct FileEntry {
+  std::string sha256;
+  uint64_t bytes = 0;
+};
+
+class Package {
+ public:
+  explicit Package(const std::string& dir);
+
+  const std::string& root() const { return root_; }
+  const std::string& name() const { return name_; }
+  const std::vector<TargetEntry>& targets() const { return targets_; }
+
+  // The target to run: `wanted` by name, or the first one this CPU can run. Throws with the
+  // reason each target was rejected.
+  const TargetEntry& select_target(const std::string& wanted) const;
+
+  // Absolute path of a file listed in the manifest, after checking it stays inside the package.
+  std::string path_of(const std::string& rel) const;
+
+  // Reads a listed file into an aligned buffer, checking its size and (if verify) its sha256.
+  AlignedBuffer read(const std::string& rel, bool verify, uint64_t* size = nullptr) const;
+
+  // Checks size and (if verify) sha256 of a listed file without keeping its bytes.
+  void check(const std::string& rel, bool verify) const;
+
+ private:
+  const FileEntry& entry(const std::string& rel) const;
+  std::string root_, name_;
+  std::vector<TargetEntry> targets_;
+  std::map<std::string, FileEntry> files_;
+};
+
+}  // namespace packrt

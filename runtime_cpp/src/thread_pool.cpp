@@ -1,0 +1,98 @@
+#include "thread_pool.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define PACKRT_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define PACKRT_PAUSE() asm volatile("yield")
+#else
+#define PACKRT_PAUSE() \
+  do {                 \
+  } while (0)
+#endif
+
+namespace packrt {
+namespace {
+
+constexpr int kSpinsBeforeSleep = 1 << 16;  // tens of microseconds
+
+struct Barrier {
+  std::atomic<int> arrived{0};
+  std::atomic<int> phase{0};
+};
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) {
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_ = true;
+  {
+    std::lock_guard<std::mutex> l(sleep_mu_);
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::worker(int id) {
+  uint64_t seen = 0;
+  for (;;) {
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed)) {
+      if (++spins < kSpinsBeforeSleep) {
+        PACKRT_PAUSE();
+        continue;
+      }
+      std::unique_lock<std::mutex> l(sleep_mu_);
+      ++sleepers_;
+      wake_.wait(l, [&] { return stop_.load() || generation_.load() != seen; });
+      --sleepers_;
+      spins = 0;
+    }
+    if (stop_) return;
+    seen = generation_.load(std::memory_order_acquire);
+    if (id < env_.num_task && fn_(id, &env_, cdata_) != 0) failed_ = 1;
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+int ThreadPool::launch(ParallelLambda fn, void* cdata, int num_task) {
+  std::unique_lock<std::mutex> busy(launch_mu_, std::try_to_lock);
+  int n = (num_task <= 0 || num_task > num_threads()) ? num_threads() : num_task;
+  if (!busy.owns_lock() || n == 1 || workers_.empty()) {
+    Barrier bar;
+    ParallelEnv env{&bar, 1};
+    return fn(0, &env, cdata) == 0 ? 0 : -1;
+  }
+  Barrier bar;
+  fn_ = fn;
+  cdata_ = cdata;
+  env_ = ParallelEnv{&bar, n};
+  failed_ = 0;
+  pending_.store(static_cast<int>(workers_.size()), std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> l(sleep_mu_);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  if (sleepers_.load()) wake_.notify_all();
+  if (fn(0, &env_, cdata) != 0) failed_ = 1;
+  while (pending_.load(std::memory_order_acquire) != 0) PACKRT_PAUSE();
+  return failed_ ? -1 : 0;
+}
+
+int parallel_barrier(int /*task_id*/, ParallelEnv* env) {
+  if (env->num_task <= 1) return 0;
+  auto* b = static_cast<Barrier*>(env->sync_handle);
+  int phase = b->phase.load(std::memory_order_acquire);
+  if (b->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == env->num_task) {
+    b->arrived.store(0, std::memory_order_relaxed);
+    b->phase.fetch_add(1, std::memory_order_acq_rel);
+  } else {
+    while (b->phase.load(std::memory_order_acquire) == phase) std::this_thread::yield();
+  }
+  return 0;
+}
+
+}  // namespace packrt
