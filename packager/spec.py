@@ -149,9 +149,16 @@ class _Reader:
 
 
 def _closest(word: str, options: tuple[str, ...]) -> str | None:
+    """The option a typo most likely meant: similar spelling, ties broken by a shared prefix."""
     import difflib
-    hits = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
-    return hits[0] if hits else None
+    import os.path
+
+    def score(opt: str) -> tuple[float, float]:
+        prefix = len(os.path.commonprefix([word.lower(), opt.lower()]))
+        return prefix / max(len(word), 1), difflib.SequenceMatcher(None, word, opt).ratio()
+
+    best = max(options, key=score, default=None)
+    return best if best is not None and (score(best)[1] >= 0.6 or score(best)[0] >= 0.5) else None
 
 
 def _number(r: _Reader, value: Any, path: str, lo: float = 0.0) -> float:

@@ -97,9 +97,12 @@ def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray]) -> dict[s
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, inputs)))
+    try:
+        sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        return dict(zip(names, sess.run(names, inputs)))
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+        raise InternalError(f"onnxruntime, the reference, cannot run {model_path}: {str(e).strip()[:500]}") from None
 
 
 def find_model(pkg: PackageInfo, override: Path | None) -> Path:

@@ -90,6 +90,12 @@ def _best_factor(n: int, cap: int, multiple: int = 1) -> int:
     return max(aligned or divisors)
 
 
+def _split_last_axis(stride: int):
+    """Index map (..., w) -> (..., w % stride, w // stride); the stride is closed over because
+    transform_layout treats every lambda parameter as an index."""
+    return lambda *i: (*i[:-1], i[-1] % stride, i[-1] // stride)
+
+
 def _is_reduction(sch: s_tir.Schedule, block) -> bool:
     return any(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars)
 
@@ -207,6 +213,7 @@ class CpuRules:
             if candidates and len(blk.reads) > 1:
                 reg = max(candidates, key=lambda s: extents[s[0].var])
 
+        deinterleaved = self._deinterleave_strided(sch, blk, staged, vec[0].var) if vec else 0
         vfac = _best_factor(extents[vec[0].var], 2 * lanes, lanes) if vec else 1
         nvec = max(1, -(-vfac // lanes))
         rfac = _best_factor(extents[reg[0].var], max(1, (self.registers - 4 - nvec) // nvec)) if reg else 1
@@ -254,7 +261,28 @@ class CpuRules:
         for b in staged:
             self._flat_parallel_vector(sch, b)
         return KernelSchedule("tiled-reduction", par, vfac if vec_inner is not None else 1,
-                              rfac if reg_inner is not None else 1)
+                              rfac if reg_inner is not None else 1,
+                              note=f"{deinterleaved} strided input(s) de-interleaved" if deinterleaved else "")
+
+    def _deinterleave_strided(self, sch: s_tir.Schedule, blk, staged: list, vec_var) -> int:
+        """Store a staged input (padding) as [..., phase, w // s] when the vector loop reads it with
+        stride s, so the kernel's vector loads become contiguous (strided convs, s = 2 in ResNets)."""
+        done = 0
+        for b in staged:
+            buf = sch.get(b).writes[0].source
+            for r in blk.reads:
+                if not r.source.same_as(buf):
+                    continue
+                coef = tvm.sym.detect_linear_equation(r.region[-1].min, [vec_var])
+                if len(coef) != 2 or not isinstance(coef[0], tirx.IntImm):
+                    continue
+                stride, width = int(coef[0]), buf.shape[-1]
+                if stride < 2 or not isinstance(width, tirx.IntImm) or int(width) % stride:
+                    continue
+                sch.transform_layout(b, ("write", 0), _split_last_axis(stride))
+                done += 1
+                break
+        return done
 
     # -- rule: row reductions (softmax, layer norm) ----------------------------------------
     def row_reduction(self, sch: s_tir.Schedule) -> KernelSchedule:

@@ -125,6 +125,33 @@ packrt_status packrt_run(packrt_model* m, const packrt_tensor* inputs, int32_t n
   });
 }
 
+packrt_status packrt_set_profiling(packrt_model* m, int32_t enabled) {
+  return guarded([&] {
+    if (!m) packrt::fail(PACKRT_ERROR_INVALID_ARGUMENT, "model must not be NULL");
+    m->impl.set_profiling(enabled != 0);
+  });
+}
+
+int32_t packrt_num_steps(const packrt_model* m, int32_t profile) {
+  if (!m || profile < 0 || profile >= packrt_num_profiles(m)) return 0;
+  return static_cast<int32_t>(m->impl.plan().profiles[profile].steps.size());
+}
+
+packrt_status packrt_step_profile(const packrt_model* m, int32_t profile, int32_t step, const char** kernel,
+                                  double* total_ms, int64_t* runs) {
+  return guarded([&] {
+    if (!m) packrt::fail(PACKRT_ERROR_INVALID_ARGUMENT, "model must not be NULL");
+    if (step < 0 || step >= packrt_num_steps(m, profile))
+      packrt::fail(PACKRT_ERROR_INVALID_ARGUMENT, "step index out of range");
+    const auto& plan = m->impl.plan();
+    const auto& st = plan.profiles[profile].steps[step];
+    auto t = m->impl.step_time(profile, step);
+    if (kernel) *kernel = st.kind == packrt::PlanStep::kCopy ? "copy" : plan.kernels[st.kernel].name.c_str();
+    if (total_ms) *total_ms = t.total_ms;
+    if (runs) *runs = t.runs;
+  });
+}
+
 const char* packrt_dtype_name(int32_t dtype) { return packrt::dtype_name(dtype); }
 size_t packrt_dtype_size(int32_t dtype) { return packrt::dtype_size(dtype); }
 

@@ -1,5 +1,7 @@
 #include "model.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <sstream>
 
@@ -62,6 +64,18 @@ Model::Model(const std::string& package_dir, const packrt_options& options) {
   if (options.num_threads < 0) fail(PACKRT_ERROR_INVALID_ARGUMENT, "num_threads must be >= 0");
   pool_ = std::make_unique<ThreadPool>(options.num_threads > 0 ? options.num_threads : host_cores());
   free_contexts_.resize(plan_.profiles.size());
+  for (const auto& prof : plan_.profiles) step_times_.emplace_back(prof.steps.size());
+}
+
+void Model::set_profiling(bool on) {
+  std::lock_guard<std::mutex> l(profile_mu_);
+  for (auto& steps : step_times_) std::fill(steps.begin(), steps.end(), StepTime{});
+  profiling_ = on;
+}
+
+Model::StepTime Model::step_time(int profile, int step) const {
+  std::lock_guard<std::mutex> l(profile_mu_);
+  return step_times_.at(profile).at(step);
 }
 
 std::vector<int> Model::bind_order(const packrt_tensor* ts, int n, const std::vector<PlanIO>& ios,
@@ -175,19 +189,31 @@ void Model::release(std::unique_ptr<Context> ctx) {
 void Model::execute(Context& ctx) {
   const PlanProfile& prof = plan_.profiles[ctx.profile];
   PoolScope scope(pool_.get());
+  const bool timed = profiling_.load(std::memory_order_relaxed);
+  std::vector<double> ms(timed ? prof.steps.size() : 0);
   for (size_t s = 0; s < prof.steps.size(); ++s) {
     const PlanStep& step = prof.steps[s];
+    auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     if (step.kind == PlanStep::kCopy) {
       const PlanTensor& src = prof.tensors[step.args[0]];
       std::memcpy(ctx.tensors[step.args[1]].data, ctx.tensors[step.args[0]].data, src.nbytes);
-      continue;
+    } else {
+      TVMFFIAny result;
+      std::memset(&result, 0, sizeof result);
+      auto& args = ctx.args[s];
+      if (fns_[step.kernel](nullptr, args.data(), static_cast<int32_t>(args.size()), &result) != 0)
+        fail(PACKRT_ERROR_RUNTIME, "kernel '" + plan_.kernels[step.kernel].name + "' (step " + std::to_string(s) +
+                                       ") failed: " + kernels_->last_error());
     }
-    TVMFFIAny result;
-    std::memset(&result, 0, sizeof result);
-    auto& args = ctx.args[s];
-    if (fns_[step.kernel](nullptr, args.data(), static_cast<int32_t>(args.size()), &result) != 0)
-      fail(PACKRT_ERROR_RUNTIME, "kernel '" + plan_.kernels[step.kernel].name + "' (step " + std::to_string(s) +
-                                     ") failed: " + kernels_->last_error());
+    if (timed) ms[s] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  if (timed) {
+    std::lock_guard<std::mutex> l(profile_mu_);
+    auto& acc = step_times_[ctx.profile];
+    for (size_t s = 0; s < ms.size(); ++s) {
+      acc[s].total_ms += ms[s];
+      acc[s].runs += 1;
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include <packrt/packrt.h>
 #include <tvm/ffi/c_api.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +30,14 @@ class Model {
 
   void run(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outputs, int num_outputs);
 
+  // Per-step wall time, accumulated while profiling is on (see packrt_set_profiling).
+  void set_profiling(bool on);
+  struct StepTime {
+    double total_ms = 0;
+    int64_t runs = 0;
+  };
+  StepTime step_time(int profile, int step) const;
+
  private:
   struct Context {
     int profile = 0;
@@ -49,6 +58,9 @@ class Model {
   std::vector<PackedKernel> fns_;
   AlignedBuffer weights_;
   std::unique_ptr<ThreadPool> pool_;
+  std::atomic<bool> profiling_{false};
+  mutable std::mutex profile_mu_;
+  std::vector<std::vector<StepTime>> step_times_;  // per profile, per step
   std::mutex contexts_mu_;
   std::vector<std::vector<std::unique_ptr<Context>>> free_contexts_;  // per profile
 };

@@ -95,7 +95,7 @@ const TargetEntry& Package::select_target(const std::string& wanted) const {
     }
     if (reason.empty()) return t;
     if (!wanted.empty()) fail(PACKRT_ERROR_UNSUPPORTED, "target '" + wanted + "' " + reason);
-    why << "\n  " << t.name << " " << reason;
+    why << (why.tellp() > 0 ? "; " : " ") << t.name << " " << reason;
   }
   if (!wanted.empty()) {
     std::string names;
@@ -103,7 +103,7 @@ const TargetEntry& Package::select_target(const std::string& wanted) const {
     fail(PACKRT_ERROR_INVALID_ARGUMENT, "package '" + name_ + "' has no target '" + wanted + "' (it has: " + names + ")");
   }
   fail(PACKRT_ERROR_UNSUPPORTED, "no target in package '" + name_ + "' runs on this machine (" + host_arch() +
-                                     "):" + why.str());
+                                     "):" + why.str());  // one line: "...: a needs X; b is built for aarch64"
 }
 
 const FileEntry& Package::entry(const std::string& rel) const {

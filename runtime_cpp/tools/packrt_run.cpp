@@ -59,7 +59,7 @@ int run(int argc, char** argv) {
   std::string package, target, output_dir, json_path;
   std::vector<std::string> inputs;
   int warmup = 1, iters = 10, threads = 0;
-  bool info = false, no_verify = false;
+  bool info = false, no_verify = false, profile = false;
   app.add_option("package", package, "package folder")->required();
   app.add_option("--target", target, "target to run (default: the first that runs on this CPU)");
   app.add_option("-i,--input", inputs, "NAME=FILE.npy (or FILE.npy, in input order)");
@@ -69,6 +69,7 @@ int run(int argc, char** argv) {
   app.add_option("--threads", threads, "worker threads (0: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--json", json_path, "also write statistics as JSON to this file ('-' for stdout)");
   app.add_flag("--info", info, "print targets, profiles, inputs and outputs, then exit");
+  app.add_flag("--profile", profile, "time every plan step and print the slowest kernels");
   app.add_flag("--no-verify", no_verify, "skip sha256 checks of package files (sizes are still checked)");
   try {
     app.parse(argc, argv);
@@ -135,6 +136,7 @@ int run(int argc, char** argv) {
   }
 
   for (int i = 0; i < warmup; ++i) model.run(in, out);
+  if (profile) packrt::check(packrt_set_profiling(model.get(), 1));
   std::vector<double> ms;
   for (int i = 0; i < iters; ++i) {
     auto t0 = std::chrono::steady_clock::now();
@@ -163,8 +165,39 @@ int run(int argc, char** argv) {
   double lo = *std::min_element(ms.begin(), ms.end()), hi = *std::max_element(ms.begin(), ms.end());
   std::printf("latency over %d runs (%d warmup): min %.3f ms  median %.3f ms  mean %.3f ms  p90 %.3f ms  max %.3f ms\n",
               iters, warmup, lo, med, mean, p90, hi);
+  nlohmann::json steps_json = nlohmann::json::array();
+  if (profile) {
+    int p = 0;  // the profile that ran: the one with recorded runs
+    for (int q = 0; q < model.num_profiles(); ++q) {
+      int64_t runs = 0;
+      if (packrt_num_steps(model.get(), q) > 0)
+        packrt::check(packrt_step_profile(model.get(), q, 0, nullptr, nullptr, &runs));
+      if (runs > 0) p = q;
+    }
+    struct Row {
+      int step;
+      std::string kernel;
+      double ms;
+    };
+    std::vector<Row> rows;
+    double total = 0;
+    for (int s = 0; s < packrt_num_steps(model.get(), p); ++s) {
+      const char* k = nullptr;
+      double ms_total = 0;
+      int64_t runs = 0;
+      packrt::check(packrt_step_profile(model.get(), p, s, &k, &ms_total, &runs));
+      rows.push_back({s, k, runs ? ms_total / runs : 0.0});
+      total += rows.back().ms;
+    }
+    for (const auto& r : rows) steps_json.push_back({{"step", r.step}, {"kernel", r.kernel}, {"ms", r.ms}});
+    std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.ms > b.ms; });
+    std::printf("per-step time (profile %s, sum %.3f ms per run):\n", model.profile_name(p).c_str(), total);
+    for (size_t i = 0; i < rows.size() && i < 15; ++i)
+      std::printf("  %7.3f ms  %5.1f%%  step %3d  %s\n", rows[i].ms, total > 0 ? 100 * rows[i].ms / total : 0.0,
+                  rows[i].step, rows[i].kernel.c_str());
+  }
   if (!json_path.empty()) {
-    nlohmann::json j = {{"package", model.name()}, {"target", model.target()}, {"threads", model.num_threads()},
+    nlohmann::json j = {{"steps", steps_json}, {"package", model.name()}, {"target", model.target()}, {"threads", model.num_threads()},
                         {"iters", iters}, {"warmup", warmup}, {"latency_ms", ms},
                         {"median_ms", med}, {"mean_ms", mean}, {"p90_ms", p90}, {"min_ms", lo}, {"max_ms", hi},
                         {"outputs", outputs_json}};

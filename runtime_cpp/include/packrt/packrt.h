@@ -109,6 +109,15 @@ PACKRT_API packrt_status packrt_output_info(const packrt_model* model, int32_t p
 PACKRT_API packrt_status packrt_run(packrt_model* model, const packrt_tensor* inputs, int32_t num_inputs,
                                     packrt_tensor* outputs, int32_t num_outputs);
 
+/* Per-step timing, for finding the kernels that dominate latency. While enabled, every run adds
+ * each step's wall time to a per-step total (small overhead: one clock read per step). */
+PACKRT_API packrt_status packrt_set_profiling(packrt_model* model, int32_t enabled);
+PACKRT_API int32_t packrt_num_steps(const packrt_model* model, int32_t profile);
+/* Step `step` of `profile`: its kernel name ("copy" for copies), total milliseconds and run count
+ * since profiling was enabled. */
+PACKRT_API packrt_status packrt_step_profile(const packrt_model* model, int32_t profile, int32_t step,
+                                             const char** kernel, double* total_ms, int64_t* runs);
+
 PACKRT_API const char* packrt_dtype_name(int32_t dtype);
 PACKRT_API size_t packrt_dtype_size(int32_t dtype);
 

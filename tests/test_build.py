@@ -1,0 +1,173 @@
+"""End to end: spec -> package -> `pack verify` against onnxruntime, for samples, pass switches and
+graph shapes that stress the plan (outputs that alias inputs, constants or each other)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import HAS_QEMU, run_pack, save_model, write_spec
+from packager.emit.package import sha256_file
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name", ["cnn", "mlp", "transformer"])
+def test_sample_verifies_on_x86_and_arm64(packages, name):
+    if not HAS_QEMU:
+        pytest.skip("qemu-aarch64 not installed")
+    r = run_pack("verify", packages[name])
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("  ")]
+    assert {ln.split()[0] for ln in lines} == {"x86-64", "arm64"}
+    assert all(" ok " in ln for ln in lines), r.stdout
+    n_profiles = len(json.loads((packages[name] / "manifest.json").read_text())["profiles"])
+    assert len(lines) == 2 * n_profiles
+
+
+def test_package_layout_and_manifest(packages):
+    pkg = packages["mlp"]
+    m = json.loads((pkg / "manifest.json").read_text())
+    assert m["format"] == "packager-package" and m["version"] == 1
+    assert [t["name"] for t in m["targets"]] == ["x86-64", "arm64"]
+    assert set(m["runtime"]) == {"x86_64", "aarch64"}
+    assert [p["name"] for p in m["profiles"]] == ["default", "batch16"]
+    for rel, f in m["files"].items():
+        assert (pkg / rel).stat().st_size == f["bytes"]
+        assert sha256_file(pkg / rel) == f["sha256"]
+    plan = json.loads((pkg / "targets" / "x86-64" / "plan.json").read_text())
+    assert plan["format"] == "packager-plan" and len(plan["profiles"]) == 2
+    for prof in plan["profiles"]:
+        for t in prof["tensors"]:
+            assert t["offset"] % 64 == 0
+        assert prof["arena_bytes"] <= sum(t["bytes"] for t in prof["tensors"] if t["storage"] == "arena")
+    # both profiles share one weights.bin (identical constants are stored once)
+    weights = (pkg / "targets" / "x86-64" / "weights.bin").stat().st_size
+    assert weights < 1.2 * sum(a.nbytes for a in _initializers(m["source_model"]["path"]))
+    assert (pkg / "runtime" / "src" / "third_party" / "nlohmann" / "json.hpp").is_file()
+    report = json.loads((pkg / "build_report.json").read_text())
+    statuses = {p["pass"]: p["status"] for p in report["graph_passes"]}
+    assert statuses["fusion"] == "applied" and statuses["derive"] == "not implemented"
+
+
+def _initializers(path):
+    return [numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer]
+
+
+def test_verify_detects_wrong_results(packages, tmp_path):
+    """Corrupt the weights *and* re-sign the manifest: the runtime loads it, verify must fail."""
+    pkg = tmp_path / "cnn"
+    shutil.copytree(packages["cnn"], pkg)
+    w = pkg / "targets" / "x86-64" / "weights.bin"
+    data = bytearray(w.read_bytes())
+    data[64:128] = bytes(64)
+    w.write_bytes(bytes(data))
+    m = json.loads((pkg / "manifest.json").read_text())
+    m["files"]["targets/x86-64/weights.bin"]["sha256"] = sha256_file(w)
+    (pkg / "manifest.json").write_text(json.dumps(m))
+    r = run_pack("verify", pkg, "--target", "x86-64")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAIL" in r.stdout and "exceed the tolerance" in r.stderr
+
+
+CNN_SPEC = """\
+name: cnn
+model: {model}
+inputs:
+  image: {{dtype: float32, shape: [1, 3, 64, 64]}}
+targets: [x86-64]
+optimize: {opt}
+"""
+
+
+@pytest.mark.parametrize("opt", [
+    "{level: 0}",                                  # no pass at all: TVM's naive loops
+    "{passes: {simplify: false}}",
+    "{passes: {fusion: false}}",
+    "{passes: {schedule: false}}",
+])
+def test_each_pass_switch_keeps_results_equal(sample_root, tmp_path, opt):
+    spec = write_spec(tmp_path, CNN_SPEC.format(model=sample_root / "cnn" / "model.onnx", opt=opt))
+    r = run_pack("build", spec)
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "dist" / "cnn" / "build_report.json").read_text())
+    statuses = {p["pass"]: p["status"] for p in report["graph_passes"] + report["targets"][0]["kernel_passes"]}
+    for name in ("simplify", "fusion", "schedule"):
+        off = opt == "{level: 0}" or f"{name}: false" in opt
+        assert statuses[name] == ("disabled" if off else "applied"), statuses
+    r = run_pack("verify", tmp_path / "dist" / "cnn")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _build_and_verify(tmp_path, model, inputs_yaml, targets="[x86-64]"):
+    save_model(model, tmp_path / "model.onnx")
+    spec = write_spec(tmp_path, f"name: edge\nmodel: model.onnx\ninputs:\n{inputs_yaml}targets: {targets}\n")
+    r = run_pack("build", spec)
+    assert r.returncode == 0, r.stderr
+    r = run_pack("verify", tmp_path / "dist" / "edge")
+    assert r.returncode == 0, r.stdout + r.stderr
+    return tmp_path / "dist" / "edge"
+
+
+def test_outputs_that_alias_inputs_constants_and_each_other(tmp_path):
+    f = TensorProto.FLOAT
+    c = numpy_helper.from_array(np.arange(8, dtype=np.float32).reshape(2, 4), "c")
+    nodes = [helper.make_node("Identity", ["x"], ["same_as_input"]),
+             helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Identity", ["r"], ["r_again"]),
+             helper.make_node("Identity", ["c"], ["const_out"]),
+             helper.make_node("Add", ["r", "c"], ["sum"])]
+    outs = [helper.make_tensor_value_info(n, f, [2, 4]) for n in ("same_as_input", "r", "r_again", "const_out", "sum")]
+    pkg = _build_and_verify(tmp_path, _model(nodes, [helper.make_tensor_value_info("x", f, [2, 4])], outs, [c]),
+                            "  x: {shape: [2, 4]}\n")
+    plan = json.loads((pkg / "targets" / "x86-64" / "plan.json").read_text())
+    tensors = [o["tensor"] for o in plan["profiles"][0]["outputs"]]
+    assert len(set(tensors)) == 5                        # every output has its own buffer
+    assert sum(s["op"] == "copy" for s in plan["profiles"][0]["steps"]) >= 3
+
+
+def test_integer_inputs_and_outputs(tmp_path):
+    table = numpy_helper.from_array(np.random.default_rng(0).standard_normal((10, 6)).astype(np.float32), "table")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"], axis=0),
+             helper.make_node("ReduceSum", ["emb", "axes"], ["pooled"], keepdims=0),
+             helper.make_node("ArgMax", ["pooled"], ["best"], axis=1, keepdims=0)]
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    model = _model(nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])],
+                   [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [2, 6]),
+                    helper.make_tensor_value_info("best", TensorProto.INT64, [2])], [table, axes])
+    _build_and_verify(tmp_path, model, "  ids: {dtype: int64, shape: [2, 3]}\n")
+
+
+def test_external_data_model(tmp_path, sample_root):
+    m = onnx.load(str(sample_root / "transformer" / "model.onnx"))
+    onnx.save(m, str(tmp_path / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="model.onnx.data", size_threshold=1024)
+    assert (tmp_path / "model.onnx.data").stat().st_size > 100_000
+    spec = write_spec(tmp_path, "name: ext\nmodel: model.onnx\ntargets: [x86-64]\n")
+    assert run_pack("build", spec).returncode == 0
+    r = run_pack("verify", tmp_path / "dist" / "ext")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_arm64_only_package_is_cross_built(tmp_path, sample_root):
+    if not HAS_QEMU:
+        pytest.skip("qemu-aarch64 not installed")
+    spec = write_spec(tmp_path, f"name: mlp\nmodel: {sample_root / 'mlp' / 'model.onnx'}\n"
+                                "inputs: {features: {shape: [2, 256]}}\n"
+                                "targets: [{name: a78, kind: cpu, arch: arm64, mcpu: cortex-a78ae}]\n")
+    assert run_pack("build", spec).returncode == 0
+    m = json.loads((tmp_path / "dist" / "mlp" / "manifest.json").read_text())
+    assert list(m["runtime"]) == ["aarch64"] and m["targets"][0]["mcpu"] == "cortex-a78ae"
+    r = run_pack("verify", tmp_path / "dist" / "mlp")
+    assert r.returncode == 0 and "a78" in r.stdout, r.stdout + r.stderr

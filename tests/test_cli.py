@@ -1,0 +1,173 @@
+"""`pack` as a user meets it: bad input gives one clear line, exit code 2, no traceback, no output."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from conftest import assert_clean_error, run_pack, save_model, write_spec
+
+SPEC = """\
+name: m
+model: model.onnx
+inputs:
+  x: {dtype: float32, shape: [2, 4]}
+targets: [x86-64]
+"""
+
+
+def tiny_model(op_nodes=None, inputs=None, opset=17) -> onnx.ModelProto:
+    nodes = op_nodes or [helper.make_node("Relu", ["x"], ["y"], name="relu0")]
+    g = helper.make_graph(nodes, "g", inputs or [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def no_output_left(folder):
+    return not (folder / "dist").exists() or not any((folder / "dist").iterdir())
+
+
+def test_malformed_onnx(tmp_path):
+    (tmp_path / "model.onnx").write_bytes(b"\x08\x07this is not a protobuf at all" * 10)
+    r = run_pack("build", write_spec(tmp_path, SPEC))
+    assert_clean_error(r, 2, "model.onnx", "not a readable ONNX model")
+    assert no_output_left(tmp_path)
+
+
+def test_unsupported_ops_listed_in_one_error(tmp_path):
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="nz_a"),
+             helper.make_node("Relu", ["x"], ["r"], name="ok_relu"),
+             helper.make_node("NonZero", ["r"], ["nz2"], name="nz_b"),
+             helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk_1", axis=1),
+             helper.make_node("Frobnicate", ["x"], ["y"], name="custom_1", domain="com.example")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+                          [onnx.numpy_helper.from_array(np.array([2], np.int64), "k")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "model.onnx"))
+    r = run_pack("build", write_spec(tmp_path, SPEC))
+    assert_clean_error(r, 2, "unsupported operator(s)", "NonZero (nodes: nz_a, nz_b)", "TopK (nodes: topk_1)",
+                       "com.example.Frobnicate (nodes: custom_1)")
+    assert no_output_left(tmp_path)
+
+
+def test_unsupported_ops_without_custom_domain(tmp_path):
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="nz_a"),
+             helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk_1", axis=1),
+             helper.make_node("Relu", ["x"], ["y"], name="ok")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+                          [onnx.numpy_helper.from_array(np.array([2], np.int64), "k")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "model.onnx"))
+    r = run_pack("build", write_spec(tmp_path, SPEC))
+    assert_clean_error(r, 2, "unsupported operator(s)", "NonZero (nodes: nz_a)", "TopK (nodes: topk_1)")
+
+
+def test_opset_out_of_range(tmp_path):
+    save_model(tiny_model(opset=9), tmp_path / "model.onnx")
+    assert_clean_error(run_pack("build", write_spec(tmp_path, SPEC)), 2, "opset 9", "11-21")
+
+
+def test_spec_typo(tmp_path):
+    save_model(tiny_model(), tmp_path / "model.onnx")
+    r = run_pack("build", write_spec(tmp_path, SPEC.replace("targets:", "target:")))
+    assert_clean_error(r, 2, "spec.yaml:5", "unknown key 'target'", "did you mean 'targets'")
+
+
+def test_unbound_dynamic_dim(tmp_path):
+    save_model(tiny_model(inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])]),
+               tmp_path / "model.onnx")
+    r = run_pack("build", write_spec(tmp_path, "name: m\nmodel: model.onnx\ntargets: [x86-64]\n"))
+    assert_clean_error(r, 2, "input 'x' has dynamic dims ['batch']", "bind them")
+    assert no_output_left(tmp_path)
+
+
+def test_shape_disagrees_with_model(tmp_path):
+    save_model(tiny_model(), tmp_path / "model.onnx")
+    r = run_pack("build", write_spec(tmp_path, SPEC.replace("[2, 4]", "[3, 4]")))
+    assert_clean_error(r, 2, "inputs.x.shape", "dim 0 of 'x' is fixed to 2 in the model")
+
+
+def test_missing_model_file(tmp_path):
+    r = run_pack("build", write_spec(tmp_path, SPEC))
+    assert_clean_error(r, 2, "model file not found")
+
+
+def test_unknown_target(tmp_path):
+    save_model(tiny_model(), tmp_path / "model.onnx")
+    r = run_pack("build", write_spec(tmp_path, SPEC.replace("[x86-64]", "[x86-65]")))
+    assert_clean_error(r, 2, "targets[0]", "unknown target 'x86-65'")
+
+
+def test_gpu_target_is_reported_not_implemented(tmp_path):
+    save_model(tiny_model(), tmp_path / "model.onnx")
+    r = run_pack("build", write_spec(tmp_path, SPEC.replace("[x86-64]", "[x86-64, a100]")))
+    assert_clean_error(r, 2, "a100", "CUDA code generation is not implemented")
+    assert no_output_left(tmp_path)
+
+
+def test_target_flag_must_name_a_spec_target(tmp_path):
+    save_model(tiny_model(), tmp_path / "model.onnx")
+    r = run_pack("build", write_spec(tmp_path, SPEC), "--target", "arm64")
+    assert_clean_error(r, 2, "--target arm64", "its targets: x86-64")
+
+
+def test_output_folder_that_is_not_a_package_is_not_replaced(tmp_path):
+    save_model(tiny_model(), tmp_path / "model.onnx")
+    (tmp_path / "dist" / "m").mkdir(parents=True)
+    (tmp_path / "dist" / "m" / "precious.txt").write_text("user data")
+    r = run_pack("build", write_spec(tmp_path, SPEC))
+    assert_clean_error(r, 2, "exists and is not a package")
+    assert (tmp_path / "dist" / "m" / "precious.txt").read_text() == "user data"
+
+
+def test_failed_build_leaves_nothing_and_keeps_the_old_package(tmp_path, monkeypatch):
+    from packager import build as build_mod
+    from packager.errors import InternalError
+    from packager.spec import load_spec
+
+    save_model(tiny_model(), tmp_path / "model.onnx")
+    spec = load_spec(write_spec(tmp_path, SPEC))
+    first = build_mod.build(spec, log=lambda _m: None)
+    before = (first / "manifest.json").read_text()
+
+    def boom(*_a, **_k):
+        raise InternalError("simulated failure while writing the package")
+
+    monkeypatch.setattr(build_mod, "_readme", boom)
+    with pytest.raises(InternalError):
+        build_mod.build(spec, log=lambda _m: None)
+    assert (first / "manifest.json").read_text() == before
+    assert sorted(p.name for p in (tmp_path / "dist").iterdir()) == ["m"]   # no .partial folder left
+
+
+def test_debug_flag_shows_traceback(tmp_path):
+    r = run_pack("--debug", "build", tmp_path / "missing.yaml")
+    assert r.returncode == 2 and "Traceback" in r.stderr
+
+
+def test_inspect_and_verify_reject_non_packages(tmp_path):
+    assert_clean_error(run_pack("inspect", tmp_path), 2, "not a package")
+    assert_clean_error(run_pack("verify", tmp_path), 2, "not a package")
+
+
+def test_build_then_inspect(tmp_path):
+    save_model(tiny_model(), tmp_path / "model.onnx")
+    r = run_pack("build", write_spec(tmp_path, SPEC))
+    assert r.returncode == 0, r.stderr
+    assert "pass schedule [x86-64]: applied" in r.stdout
+    assert "pass derive: not implemented" in r.stdout
+    r = run_pack("inspect", tmp_path / "dist" / "m")
+    assert r.returncode == 0, r.stderr
+    assert "all sizes and checksums match" in r.stdout
+    shutil.copy(tmp_path / "model.onnx", tmp_path / "dist" / "m" / "targets" / "x86-64" / "weights.bin")
+    r = run_pack("inspect", tmp_path / "dist" / "m")
+    assert r.returncode == 1 and "weights.bin" in r.stdout

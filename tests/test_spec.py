@@ -1,0 +1,93 @@
+"""Spec parsing and validation: typed objects out, and errors that name file, line and field."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import write_spec
+from packager.errors import UserError
+from packager.spec import load_spec
+
+GOOD = """\
+name: cnn
+model: model.onnx
+inputs:
+  image: {dtype: float32, shape: [1, 3, 64, 64]}
+profiles:
+  - name: batch8
+    inputs: {image: {shape: [8, 3, 64, 64]}}
+targets:
+  - x86-64
+  - {name: x86-avx2, kind: cpu, arch: x86-64, isa: avx2}
+optimize:
+  level: 1
+  passes: {fusion: false}
+  tuning: {trials: 0, database: ~/db}
+verify: {rtol: 1.0e-3, atol: 0}
+"""
+
+
+@pytest.fixture
+def spec_dir(tmp_path):
+    (tmp_path / "model.onnx").write_bytes(b"placeholder")
+    return tmp_path
+
+
+def test_good_spec_becomes_typed_objects(spec_dir):
+    spec = load_spec(write_spec(spec_dir, GOOD))
+    assert spec.name == "cnn"
+    assert spec.model == (spec_dir / "model.onnx").resolve()
+    assert spec.output == (spec_dir / "dist" / "cnn").resolve()
+    assert spec.inputs["image"].shape == (1, 3, 64, 64)
+    assert [p.name for p in spec.profiles] == ["default", "batch8"]
+    assert spec.profiles[1].shapes["image"] == (8, 3, 64, 64)
+    assert [t.name for t in spec.targets] == ["x86-64", "x86-avx2"]
+    assert spec.targets[1].fields == {"kind": "cpu", "arch": "x86-64", "isa": "avx2"}
+    assert spec.optimize.enabled("schedule") and not spec.optimize.enabled("fusion")
+    assert not spec.optimize.enabled("layout")           # level 1 does not include it
+    assert spec.verify.rtol == 1e-3 and spec.verify.atol == 0.0
+
+
+def test_output_override_is_relative_to_cwd_not_spec(spec_dir, tmp_path):
+    spec = load_spec(write_spec(spec_dir, GOOD), output_override=tmp_path / "elsewhere")
+    assert spec.output == (tmp_path / "elsewhere").resolve()
+
+
+@pytest.mark.parametrize("old,new,needles", [
+    ("optimize:\n  level: 1", "optimize:\n  levle: 1", ["line 12", "optimize.levle", "did you mean 'level'"]),
+    ("targets:", "targetz:", ["unknown key 'targetz'", "did you mean 'targets'"]),
+    ("shape: [1, 3, 64, 64]", "shape: [N, 3, 64, 64]", ["inputs.image.shape[0]", "dynamic dimension 'N' is not bound"]),
+    ("dtype: float32", "dtype: float33", ["inputs.image.dtype", "unknown dtype 'float33'"]),
+    ("model: model.onnx", "model: missing.onnx", ["model", "model file not found"]),
+    ("level: 1", "level: 7", ["optimize.level", "expected 0, 1, 2 or 3"]),
+    ("{fusion: false}", "{fusion: maybe}", ["optimize.passes.fusion", "expected true or false"]),
+    ("{fusion: false}", "{fuse: false}", ["optimize.passes.fuse", "did you mean 'fusion'"]),
+    ("- name: batch8", "- name: default", ["profiles[0].name", "duplicate profile name"]),
+    ("{image: {shape: [8, 3, 64, 64]}}", "{img: {shape: [8, 3, 64, 64]}}", ["profiles[0].inputs.img", "unknown key"]),
+    ("rtol: 1.0e-3", "rtol: -1", ["verify.rtol", "expected a number"]),
+    ("name: cnn", "name: 'bad name!'", ["name", "package name must match"]),
+    ("  - x86-64\n", "  - x86-64\n  - x86-64\n", ["targets[1]", "listed twice"]),
+])
+def test_spec_errors_name_file_line_and_field(spec_dir, old, new, needles):
+    assert old in GOOD
+    path = write_spec(spec_dir, GOOD.replace(old, new, 1))
+    with pytest.raises(UserError) as e:
+        load_spec(path)
+    msg = str(e.value).replace(f"{path}:", "line ")
+    assert str(path) in str(e.value)
+    for n in needles:
+        assert n in msg, (n, str(e.value))
+
+
+def test_missing_required_keys(spec_dir):
+    with pytest.raises(UserError, match="missing required key 'targets'"):
+        load_spec(write_spec(spec_dir, "name: x\nmodel: model.onnx\n"))
+
+
+def test_not_yaml(spec_dir):
+    with pytest.raises(UserError, match="not valid YAML"):
+        load_spec(write_spec(spec_dir, "name: [unclosed\n"))
+
+
+def test_missing_spec_file(tmp_path):
+    with pytest.raises(UserError, match="spec file not found"):
+        load_spec(tmp_path / "nope.yaml")
