@@ -89,28 +89,31 @@ class _Reader:
     def __init__(self, path: Path, text: str):
         self.path = path
         try:
+            self.data = yaml.safe_load(text)
             node = yaml.compose(text)
         except yaml.YAMLError as e:
             line = getattr(getattr(e, "problem_mark", None), "line", None)
             where = f":{line + 1}" if line is not None else ""
-            raise UserError(f"{path}{where}: not valid YAML: {getattr(e, 'problem', e)}") from None
+            raise UserError(f"{path}{where}: not valid YAML: {getattr(e, 'problem', None) or e}") from None
         self.lines: dict[str, int] = {}
-        self.data = self._build(node, "") if node is not None else None
+        if node is not None:
+            self._index(node, "")
 
-    def _build(self, node: yaml.Node, path: str) -> Any:
+    def _index(self, node: yaml.Node, path: str) -> None:
+        """Remember the line of every field path; reject duplicate keys (YAML silently keeps the last)."""
         self.lines[path] = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
-            out = {}
+            seen = set()
             for k, v in node.value:
-                key = yaml.safe_load(yaml.serialize(k)) if not isinstance(k, yaml.ScalarNode) else k.value
-                sub = f"{path}.{key}" if path else str(key)
-                if key in out:
+                sub = f"{path}.{k.value}" if path else str(k.value)
+                if k.value in seen:
+                    self.lines[sub] = k.start_mark.line + 1
                     self.fail(sub, "duplicate key")
-                out[key] = self._build(v, sub)
-            return out
-        if isinstance(node, yaml.SequenceNode):
-            return [self._build(v, f"{path}[{i}]") for i, v in enumerate(node.value)]
-        return yaml.safe_load(yaml.serialize(node))
+                seen.add(k.value)
+                self._index(v, sub)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                self._index(v, f"{path}[{i}]")
 
     def fail(self, path: str, msg: str) -> None:
         line = self.lines.get(path)

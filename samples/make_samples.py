@@ -65,7 +65,7 @@ def conv_bn_relu(g: GraphBuilder, x: str, cin: int, cout: int, k: int, stride: i
     return g.op("Relu", [y])
 
 
-def make_cnn() -> onnx.ModelProto:
+def make_cnn(opset: int = 13) -> onnx.ModelProto:
     """A small ResNet-style CNN: conv/bn/relu, maxpool, a residual block, GAP, gemm."""
     g = GraphBuilder(seed=1)
     x = conv_bn_relu(g, "image", 3, 32, 3, 1)                        # 32x64x64
@@ -82,10 +82,10 @@ def make_cnn() -> onnx.ModelProto:
     g.nodes[-1].output[0] = "logits"
     return g.model("cnn",
                    [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 64, 64])],
-                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], opset=13)
+                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], opset=opset)
 
 
-def make_mlp() -> onnx.ModelProto:
+def make_mlp(opset: int = 13) -> onnx.ModelProto:
     """Gemm/relu/softmax with a dynamic batch dimension (bound by the spec's profiles)."""
     g = GraphBuilder(seed=2)
     x = "features"
@@ -96,10 +96,11 @@ def make_mlp() -> onnx.ModelProto:
     g.nodes[-1].output[0] = "probs"
     return g.model("mlp",
                    [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 256])],
-                   [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 10])], opset=13)
+                   [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 10])], opset=opset)
 
 
-def make_transformer(seq: int = 32, hidden: int = 64, heads: int = 4, ffn: int = 256) -> onnx.ModelProto:
+def make_transformer(seq: int = 32, hidden: int = 64, heads: int = 4, ffn: int = 256,
+                     opset: int = 20) -> onnx.ModelProto:
     """One post-LN transformer encoder block: attention, layernorm, gelu FFN."""
     g = GraphBuilder(seed=3)
     dh = hidden // heads
@@ -133,7 +134,7 @@ def make_transformer(seq: int = 32, hidden: int = 64, heads: int = 4, ffn: int =
     del out
     return g.model("transformer",
                    [helper.make_tensor_value_info("tokens", TensorProto.FLOAT, [1, seq, hidden])],
-                   [helper.make_tensor_value_info("encoded", TensorProto.FLOAT, [1, seq, hidden])], opset=20)
+                   [helper.make_tensor_value_info("encoded", TensorProto.FLOAT, [1, seq, hidden])], opset=opset)
 
 
 SAMPLES = {"cnn": make_cnn, "mlp": make_mlp, "transformer": make_transformer}

@@ -171,3 +171,11 @@ def test_arm64_only_package_is_cross_built(tmp_path, sample_root):
     assert list(m["runtime"]) == ["aarch64"] and m["targets"][0]["mcpu"] == "cortex-a78ae"
     r = run_pack("verify", tmp_path / "dist" / "mlp")
     assert r.returncode == 0 and "a78" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("sample,opset", [("cnn", 11), ("mlp", 11), ("mlp", 21), ("transformer", 21)])
+def test_opset_range(tmp_path, sample, opset):
+    from make_samples import make_cnn, make_mlp, make_transformer
+
+    model = {"cnn": make_cnn, "mlp": make_mlp, "transformer": make_transformer}[sample](opset=opset)
+    _build_and_verify(tmp_path, model, "  features: {shape: [3, 256]}\n" if sample == "mlp" else "")

@@ -66,6 +66,7 @@ def test_output_override_is_relative_to_cwd_not_spec(spec_dir, tmp_path):
     ("rtol: 1.0e-3", "rtol: -1", ["verify.rtol", "expected a number"]),
     ("name: cnn", "name: 'bad name!'", ["name", "package name must match"]),
     ("  - x86-64\n", "  - x86-64\n  - x86-64\n", ["targets[1]", "listed twice"]),
+    ("name: cnn\n", "name: cnn\nname: other\n", ["line 2", "name: duplicate key"]),
 ])
 def test_spec_errors_name_file_line_and_field(spec_dir, old, new, needles):
     assert old in GOOD
