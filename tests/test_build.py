@@ -179,3 +179,13 @@ def test_opset_range(tmp_path, sample, opset):
 
     model = {"cnn": make_cnn, "mlp": make_mlp, "transformer": make_transformer}[sample](opset=opset)
     _build_and_verify(tmp_path, model, "  features: {shape: [3, 256]}\n" if sample == "mlp" else "")
+
+
+@pytest.mark.parametrize("which", ["mobile_block", "attention_block"])
+def test_operator_coverage_models(tmp_path, which):
+    import probe_models
+
+    pkg = _build_and_verify(tmp_path, getattr(probe_models, which)(), "", targets="[x86-64, arm64]"
+                            if HAS_QEMU else "[x86-64]")
+    report = json.loads((pkg / "build_report.json").read_text())
+    assert report["targets"][0]["kernel_passes"][0]["details"]["rules"].get("naive", 0) == 0
