@@ -23,11 +23,12 @@ from .emit.package import PackageWriter, sha256_file
 from .emit.plan import build_plan
 from .emit.weights import WeightStore
 from .errors import UserError
-from .frontend import (bind_profiles, check_operators, import_relax, load_model, profile_shapes)
+from .frontend import (bind_profiles, check_configurations, check_operators, import_relax, load_model,
+                       profile_shapes)
 from .lowering import Graph, extract_graph
 from .optimize.pipeline import optimize_graph, optimize_kernels
 from .runtime_build import build_runtime, data_dir, staged_sources
-from .spec import Spec
+from .spec import PASS_NAMES, Spec
 from .targets import CpuTarget, CudaTarget, host_arch, resolve_all
 
 Log = Callable[[str], None]
@@ -127,62 +128,80 @@ def _readme(spec: Spec, model, targets: list[CpuTarget]) -> str:
                           host_arch=targets[0].arch, example_inputs=example)
 
 
-def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print) -> Path:
-    """Build the package described by `spec`; returns the package folder."""
-    t_start = time.perf_counter()
-    st = Stages(log)
-    log(f"pack build {spec.name}: {spec.model.name} -> {spec.output}")
-    model = st.run("check model", load_model, spec.model)
+def _check(spec: Spec, only_targets: list[str] | None):
+    """Everything about the input that can be wrong, before anything is compiled."""
+    model = load_model(spec.model)
     check_operators(model)
+    check_configurations(model)
     dtypes = bind_profiles(spec, model)
     targets = resolve_all(spec, only_targets)
     gpu = [t for t in targets if isinstance(t, CudaTarget)]
     if gpu:
         raise UserError(f"target '{gpu[0].name}' ({gpu[0].sm}): CUDA code generation is not implemented in "
                         f"packager {__version__}; build CPU targets (x86-64, x86-avx2, x86-avx512, arm64) for now")
-    cpu_targets: list[CpuTarget] = [t for t in targets if isinstance(t, CpuTarget)]
+    return model, dtypes, [t for t in targets if isinstance(t, CpuTarget)]
+
+
+def _add_runtimes(w: PackageWriter, runtimes: dict[str, Path]) -> dict:
+    """Copy each architecture's runtime build and the runtime sources; return the manifest entry."""
+    w.copytree(staged_sources(), "runtime/src")
+    entry = {}
+    for arch, install in runtimes.items():
+        w.copytree(install, f"runtime/{arch}")
+        entry[arch] = {"cli": f"runtime/{arch}/bin/packrt-run", "library": f"runtime/{arch}/lib/libpackrt.so",
+                       "static_library": f"runtime/{arch}/lib/libpackrt.a",
+                       "example": f"runtime/{arch}/bin/packrt-example", "include": f"runtime/{arch}/include"}
+    return entry
+
+
+def _manifest(spec: Spec, model, dtypes: dict, graphs: dict[str, Graph], targets: list[CpuTarget],
+              runtime: dict) -> dict:
+    profiles = []
+    for p in spec.profiles:
+        g = graphs[p.name]
+        profiles.append({"name": p.name,
+                         "inputs": {k: list(v) for k, v in profile_shapes(model, p).items()},
+                         "outputs": {o.name: list(g.tensors[t].shape) for o, t in zip(model.outputs, g.outputs)}})
+    return {
+        "name": spec.name, "packager_version": __version__,
+        "source_model": {"path": str(spec.model), "sha256": sha256_file(spec.model),
+                         "bytes": spec.model.stat().st_size, "opset": model.opset},
+        "spec": spec.raw,
+        "inputs": [{"name": i.name, "dtype": dtypes[i.name], "shape": list(i.shape)} for i in model.inputs],
+        "outputs": [{"name": o.name, "dtype": o.dtype, "shape": list(o.shape)} for o in model.outputs],
+        "profiles": profiles,
+        "targets": [{"name": t.name, **t.describe(), "path": f"targets/{t.name}",
+                     "plan": f"targets/{t.name}/plan.json", "kernels": f"targets/{t.name}/kernels.so",
+                     "weights": f"targets/{t.name}/weights.bin"} for t in targets],
+        "runtime": runtime,
+        "runtime_source": "runtime/src",
+        "verify": {"rtol": spec.verify.rtol, "atol": spec.verify.atol},
+        "build_report": "build_report.json",
+    }
+
+
+def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print) -> Path:
+    """Build the package described by `spec`; returns the package folder."""
+    t_start = time.perf_counter()
+    st = Stages(log)
+    log(f"pack build {spec.name}: {spec.model.name} -> {spec.output}")
+    model, dtypes, targets = st.run("check spec and model", _check, spec, only_targets)
     graphs, graph_passes = st.run(f"import + graph passes ({len(spec.profiles)} profile(s))",
                                   _lower_profiles, spec, model, dtypes)
     kernels = merge_kernels(graphs)
-    arches = sorted({t.arch for t in cpu_targets}, key=lambda a: a != host_arch())
+    arches = sorted({t.arch for t in targets}, key=lambda a: a != host_arch())
     runtimes = {a: st.run(f"C++ runtime for {a}", build_runtime, a, log) for a in arches}
 
     with PackageWriter(spec.output) as w:
-        target_reports = [_build_target(t, spec, graphs, kernels, w, model, log) for t in cpu_targets]
-        w.copytree(staged_sources(), "runtime/src")
-        (w.root / "runtime" / "src" / ".complete").unlink(missing_ok=True)
-        runtime_manifest = {}
-        for a, install in runtimes.items():
-            w.copytree(install, f"runtime/{a}")
-            runtime_manifest[a] = {"cli": f"runtime/{a}/bin/packrt-run", "library": f"runtime/{a}/lib/libpackrt.so",
-                                   "static_library": f"runtime/{a}/lib/libpackrt.a",
-                                   "example": f"runtime/{a}/bin/packrt-example", "include": f"runtime/{a}/include"}
-        w.write_text("README.md", _readme(spec, model, cpu_targets))
-        report = {"package": spec.name, "packager_version": __version__, "model": str(spec.model),
-                  "optimize": {"level": spec.optimize.level,
-                               "passes": {p: spec.optimize.enabled(p) for p in
-                                          ("simplify", "fusion", "schedule", "derive", "layout", "reuse")}},
-                  "graph_passes": [p.as_dict() for p in graph_passes], "targets": target_reports,
-                  "stages_seconds": st.times, "seconds": round(time.perf_counter() - t_start, 3)}
-        w.write_json("build_report.json", report)
-        in_shapes = {p.name: {k: list(v) for k, v in profile_shapes(model, p).items()} for p in spec.profiles}
-        manifest = {
-            "name": spec.name, "packager_version": __version__,
-            "source_model": {"path": str(spec.model), "sha256": sha256_file(spec.model),
-                             "bytes": spec.model.stat().st_size, "opset": model.opset},
-            "spec": spec.raw,
-            "inputs": [{"name": i.name, "dtype": dtypes[i.name], "shape": list(i.shape)} for i in model.inputs],
-            "outputs": [{"name": o.name, "dtype": o.dtype, "shape": list(o.shape)} for o in model.outputs],
-            "profiles": [{"name": p.name, "inputs": in_shapes[p.name]} for p in spec.profiles],
-            "targets": [{"name": t.name, **t.describe(), "path": f"targets/{t.name}",
-                         "plan": f"targets/{t.name}/plan.json", "kernels": f"targets/{t.name}/kernels.so",
-                         "weights": f"targets/{t.name}/weights.bin"} for t in cpu_targets],
-            "runtime": runtime_manifest,
-            "runtime_source": "runtime/src",
-            "verify": {"rtol": spec.verify.rtol, "atol": spec.verify.atol},
-            "build_report": "build_report.json",
-        }
-        out = w.finish(manifest)
+        target_reports = [_build_target(t, spec, graphs, kernels, w, model, log) for t in targets]
+        runtime = _add_runtimes(w, runtimes)
+        w.write_text("README.md", _readme(spec, model, targets))
+        w.write_json("build_report.json", {
+            "package": spec.name, "packager_version": __version__, "model": str(spec.model),
+            "optimize": {"level": spec.optimize.level, "passes": {p: spec.optimize.enabled(p) for p in PASS_NAMES}},
+            "graph_passes": [p.as_dict() for p in graph_passes], "targets": target_reports,
+            "stages_seconds": st.times, "seconds": round(time.perf_counter() - t_start, 3)})
+        out = w.finish(_manifest(spec, model, dtypes, graphs, targets, runtime))
     for p in graph_passes:
         log(f"  pass {p.name}: {p.status}: {p.summary}")
     for tr in target_reports:

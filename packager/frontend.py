@@ -19,13 +19,14 @@ OPSET_MIN, OPSET_MAX = 11, 21
 
 # Operators the packager compiles: they lower to static-shape TIR kernels with no runtime
 # library calls. Ops the frontend knows but that need data-dependent shapes or TVM runtime
-# functions (NonZero, Unique, TopK, NonMaxSuppression, Resize, sequences, ...) are not listed.
+# functions (NonZero, Unique, TopK, NonMaxSuppression, Resize, sequences, ...) are not listed,
+# nor IsInf (TVM's importer ignores detect_negative/detect_positive and gives wrong results).
 SUPPORTED_OPS = frozenset("""
 Abs Acos Acosh Add And ArgMax ArgMin Asin Asinh Atan Atanh AveragePool BatchNormalization
 Cast CastLike Ceil Clip Concat Constant ConstantOfShape Conv ConvTranspose Cos Cosh CumSum
 DepthToSpace Div Dropout Einsum Elu Equal Erf Exp Expand Flatten Floor Gather GatherElements
 Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual GroupNormalization HardSigmoid
-HardSwish Identity InstanceNormalization IsInf IsNaN LayerNormalization LeakyRelu Less
+HardSwish Identity InstanceNormalization IsNaN LayerNormalization LeakyRelu Less
 LessOrEqual Log LogSoftmax MatMul Max MaxPool Mean Min Mish Mod Mul Neg Not Or Pad Pow PRelu
 Range Reciprocal ReduceL1 ReduceL2 ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd
 ReduceSum ReduceSumSquare Relu Reshape Round Selu Shape Shrink Sigmoid Sign Sin Sinh Size Slice
@@ -111,6 +112,43 @@ def check_operators(model: LoadedModel) -> None:
             bad.setdefault(key, []).append(node.name or f"#{i}")
     if bad:
         raise UnsupportedOpsError(str(model.path), bad)
+
+
+# Operands that decide output *shapes*: with shapes static per profile they must be constants
+# (initializers, Constant nodes, or arithmetic on Shape/Size of tensors), never graph-input data.
+SHAPE_OPERANDS = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Split": (1,),
+    "Squeeze": (1,), "Unsqueeze": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "CumSum": (1,),
+    "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,),
+    "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,),
+}
+SHAPE_ONLY_OPS = {"Shape", "Size"}           # their outputs depend on shapes, not values
+
+
+def check_configurations(model: LoadedModel) -> None:
+    """Reject supported ops used in ways that cannot be compiled ahead of time, naming the node:
+    shape operands computed from input data, and optional training-only outputs."""
+    graph = model.proto.graph
+    data_dependent = {i.name for i in model.inputs}
+    problems = []
+    for k, node in enumerate(graph.node):
+        name = node.name or f"#{k}"
+        for idx in SHAPE_OPERANDS.get(node.op_type, ()):
+            if idx < len(node.input) and node.input[idx] in data_dependent:
+                problems.append(f"node {name} ({node.op_type}) takes input #{idx} '{node.input[idx]}' from the "
+                                "model's input data, so its output shape is only known at run time; "
+                                "make that operand a constant")
+        if node.op_type == "LayerNormalization" and len([o for o in node.output[1:] if o]) > 0:
+            problems.append(f"node {name} (LayerNormalization) uses the optional Mean/InvStdDev outputs, "
+                            "which are training-only and not supported")
+        if node.op_type == "BatchNormalization" and (len([o for o in node.output[1:] if o]) > 0 or any(
+                a.name == "training_mode" and a.i for a in node.attribute)):
+            problems.append(f"node {name} (BatchNormalization) is in training mode; export the model for inference")
+        if node.op_type not in SHAPE_ONLY_OPS and any(i in data_dependent for i in node.input):
+            data_dependent.update(o for o in node.output if o)
+    if problems:
+        raise UserError(f"{model.path}: " + "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)"
+                                                                        if len(problems) > 5 else ""))
 
 
 def bind_profiles(spec: Spec, model: LoadedModel) -> dict[str, str]:

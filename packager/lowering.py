@@ -138,7 +138,9 @@ def extract_graph(mod: tvm.IRModule, input_names: list[str], output_names: list[
     result = value_of(body.body)
     results = result if isinstance(result, list) else [result]
     if len(results) != len(output_names):
-        raise InternalError(f"lowered model returns {len(results)} values, the ONNX graph has {len(output_names)} outputs")
+        raise UserError(f"TVM's importer produced {len(results)} output(s) for the model's {len(output_names)} "
+                        f"({', '.join(output_names)}): some output comes from an optional operator output it does "
+                        "not implement; remove that output from the graph")
     g.outputs = list(results)
     for tid, name in zip(results, output_names):
         if not g.tensors[tid].name:

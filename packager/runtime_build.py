@@ -91,10 +91,11 @@ def _locked(path: Path):
 def staged_sources() -> Path:
     """The runtime source tree with third_party/ filled in (cached, built once per hash)."""
     root = cache_dir() / "runtime" / f"src-{_source_hash()}"
-    if (root / ".complete").exists():
+    done = root.with_suffix(".complete")           # beside the tree: the tree is copied into packages
+    if done.exists():
         return root
     with _locked(root.with_suffix(".lock")):
-        if (root / ".complete").exists():
+        if done.exists():
             return root
         tmp = root.with_name(root.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -105,9 +106,9 @@ def staged_sources() -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, target)
         (tp / "README.md").write_text(THIRD_PARTY_LICENSES)
-        (tmp / ".complete").write_text("ok\n")
         shutil.rmtree(root, ignore_errors=True)
         tmp.rename(root)
+        done.write_text("ok\n")
     return root
 
 
@@ -124,11 +125,11 @@ def build_runtime(arch: str, log=None) -> Path:
     src = staged_sources()
     key = hashlib.sha256(f"{src.name}|{arch}|{_compiler_id(tc)}".encode()).hexdigest()[:16]
     root = cache_dir() / "runtime" / f"{arch}-{key}"
-    install = root / "install"
-    if (root / ".complete").exists():
+    install, done = root / "install", root.with_suffix(".complete")
+    if done.exists():
         return install
     with _locked(root.with_suffix(".lock")):
-        if (root / ".complete").exists():
+        if done.exists():
             return install
         if log:
             log(f"building the C++ runtime for {arch} (once; cached in {root})")
@@ -146,5 +147,5 @@ def build_runtime(arch: str, log=None) -> Path:
                 tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-25:])
                 raise InternalError(f"building the C++ runtime for {arch} failed: {' '.join(cmd[:3])} ...\n{tail}")
         shutil.rmtree(build, ignore_errors=True)
-        (root / ".complete").write_text("ok\n")
+        done.write_text("ok\n")
     return install

@@ -171,3 +171,28 @@ def test_build_then_inspect(tmp_path):
     shutil.copy(tmp_path / "model.onnx", tmp_path / "dist" / "m" / "targets" / "x86-64" / "weights.bin")
     r = run_pack("inspect", tmp_path / "dist" / "m")
     assert r.returncode == 1 and "weights.bin" in r.stdout
+
+
+def test_shape_operands_from_input_data_are_rejected_naming_the_node(tmp_path):
+    nodes = [helper.make_node("Reshape", ["x", "shape_in"], ["y"], name="reshape_dyn")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+                                       helper.make_tensor_value_info("shape_in", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "model.onnx"))
+    spec = SPEC.replace("  x: {dtype: float32, shape: [2, 4]}\n", "  x: {shape: [2, 4]}\n  shape_in: {shape: [2]}\n")
+    r = run_pack("build", write_spec(tmp_path, spec))
+    assert_clean_error(r, 2, "node reshape_dyn (Reshape) takes input #1 'shape_in'", "make that operand a constant")
+
+
+def test_training_only_outputs_are_rejected(tmp_path):
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("LayerNormalization", ["x", "g"], ["y", "mean"], name="ln_train")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [2, 4])],
+                          [helper.make_tensor_value_info("y", f, [2, 4]), helper.make_tensor_value_info("mean", f, [2, 1])],
+                          [onnx.numpy_helper.from_array(np.ones(4, np.float32), "g")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "model.onnx"))
+    assert_clean_error(run_pack("build", write_spec(tmp_path, SPEC)), 2, "ln_train", "optional Mean/InvStdDev")

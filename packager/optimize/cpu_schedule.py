@@ -134,7 +134,7 @@ class CpuRules:
         writes = sch.get(block).writes
         return writes[0].source.dtype.bits if writes else 32
 
-    def _flat_parallel_vector(self, sch: s_tir.Schedule, block, work_per_elem: int = 1) -> tuple[int, int]:
+    def _flat_parallel_vector(self, sch: s_tir.Schedule, block) -> tuple[int, int]:
         """Fuse all loops of a root-level spatial block, then split into parallel x vector."""
         loops = sch.get_loops(block)
         if not loops:
@@ -152,7 +152,7 @@ class CpuRules:
         else:
             outer = fused
         n_outer = total // vec
-        if total * work_per_elem >= PARALLEL_MIN_WORK and n_outer > 1:
+        if total >= PARALLEL_MIN_WORK and n_outer > 1:
             chunks = min(n_outer, 256)
             chunk_f = _best_factor(n_outer, max(1, n_outer // chunks))
             if chunk_f > 1:
@@ -193,26 +193,10 @@ class CpuRules:
         # Loops must be spatial-then-reduce, as legalization emits them.
         if [iv.iter_type for iv, _ in iters] != sorted([iv.iter_type for iv, _ in iters]):
             raise RuleMismatch("reduction loops are not innermost")
-        write = blk.writes[0]
-        bits = write.source.dtype.bits
-        lanes = self.lanes(bits)
+        lanes = self.lanes(blk.writes[0].source.dtype.bits)
 
         extents = {iv.var: int(iv.dom.extent) for iv, _ in iters}
-        last_index_vars = _vars(write.region[-1].min)
-        vec = next((s for s in reversed(spatial) if s[0].var in last_index_vars and extents[s[0].var] > 1), None)
-        if vec is None:
-            vec = next((s for s in reversed(spatial) if extents[s[0].var] > 1), None)
-        reg = None
-        if vec is not None:
-            dependent = set()
-            for r in blk.reads:
-                used = set().union(*[_vars(rg.min) for rg in r.region]) if r.region else set()
-                if vec[0].var in used:
-                    dependent |= used
-            candidates = [s for s in spatial if s is not vec and s[0].var not in dependent and extents[s[0].var] > 1]
-            if candidates and len(blk.reads) > 1:
-                reg = max(candidates, key=lambda s: extents[s[0].var])
-
+        vec, reg = self._pick_axes(blk, spatial, extents)
         deinterleaved = self._deinterleave_strided(sch, blk, staged, vec[0].var) if vec else 0
         vfac = _best_factor(extents[vec[0].var], 2 * lanes, lanes) if vec else 1
         nvec = max(1, -(-vfac // lanes))
@@ -263,6 +247,25 @@ class CpuRules:
         return KernelSchedule("tiled-reduction", par, vfac if vec_inner is not None else 1,
                               rfac if reg_inner is not None else 1,
                               note=f"{deinterleaved} strided input(s) de-interleaved" if deinterleaved else "")
+
+    @staticmethod
+    def _pick_axes(blk, spatial: list, extents: dict) -> tuple:
+        """The vector axis (the output's innermost index, so stores are contiguous) and the
+        register-tile axis (an output axis that the vector operand's index does not use, so each
+        vector load is reused across the tile: output channels for conv, rows for matmul)."""
+        last_index_vars = _vars(blk.writes[0].region[-1].min)
+        vec = next((s for s in reversed(spatial) if s[0].var in last_index_vars and extents[s[0].var] > 1), None)
+        if vec is None:
+            vec = next((s for s in reversed(spatial) if extents[s[0].var] > 1), None)
+        if vec is None or len(blk.reads) < 2:
+            return vec, None
+        dependent = set()
+        for r in blk.reads:
+            used = set().union(*[_vars(rg.min) for rg in r.region]) if r.region else set()
+            if vec[0].var in used:
+                dependent |= used
+        candidates = [s for s in spatial if s is not vec and s[0].var not in dependent and extents[s[0].var] > 1]
+        return vec, max(candidates, key=lambda s: extents[s[0].var]) if candidates else None
 
     def _deinterleave_strided(self, sch: s_tir.Schedule, blk, staged: list, vec_var) -> int:
         """Store a staged input (padding) as [..., phase, w // s] when the vector loop reads it with
