@@ -32,6 +32,9 @@ from .base import PassReport
 
 # Below this many loop iterations a kernel runs on one thread: a parallel launch costs more.
 PARALLEL_MIN_WORK = 1 << 16
+# Padding stages inside conv kernels are pure copies but serialize the kernel (Amdahl): split
+# them across threads from a lower size.
+PARALLEL_MIN_COPY = 1 << 13
 
 
 @dataclass
@@ -134,14 +137,33 @@ class CpuRules:
         writes = sch.get(block).writes
         return writes[0].source.dtype.bits if writes else 32
 
-    def _flat_parallel_vector(self, sch: s_tir.Schedule, block) -> tuple[int, int]:
-        """Fuse all loops of a root-level spatial block, then split into parallel x vector."""
+    def _flat_parallel_vector(self, sch: s_tir.Schedule, block, min_work: int = PARALLEL_MIN_WORK) -> tuple[int, int]:
+        """Parallel outer loops x vectorized inner loop for a root-level spatial block.
+
+        With a long innermost axis, vector lanes run along it and the other loops are fused for
+        threads (index math stays affine). Otherwise all loops are fused and split into parallel
+        chunks x lanes, which vectorizes short rows too."""
         loops = sch.get_loops(block)
         if not loops:
             return 1, 1
-        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-        total = _extent(sch, fused)
         lanes = self.lanes(self._dtype_bits(sch, block))
+        total = 1
+        for lp in loops:
+            total *= _extent(sch, lp)
+        inner_ext = _extent(sch, loops[-1])
+        if len(loops) > 1 and inner_ext >= lanes:
+            vec = _best_factor(inner_ext, 2 * lanes, lanes)
+            if vec < lanes // 2:                     # awkward extent: pad the last vector instead
+                vec = lanes
+            _, inner = sch.split(loops[-1], [None, vec])
+            sch.vectorize(inner)
+            outer = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+            n_outer = _extent(sch, outer)
+            par = n_outer if total >= min_work and n_outer > 1 else 1
+            if par > 1:
+                sch.parallel(outer)
+            return par, vec
+        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
         vec = _best_factor(total, lanes) if total >= 4 else 1
         if vec < 4:
             vec = 1
@@ -152,16 +174,12 @@ class CpuRules:
         else:
             outer = fused
         n_outer = total // vec
-        if total >= PARALLEL_MIN_WORK and n_outer > 1:
-            chunks = min(n_outer, 256)
-            chunk_f = _best_factor(n_outer, max(1, n_outer // chunks))
-            if chunk_f > 1:
-                po, _ = sch.split(outer, [None, chunk_f])
-                sch.parallel(po)
-                par = n_outer // chunk_f
-            else:
-                sch.parallel(outer)
-                par = n_outer
+        if total >= min_work and n_outer > 1:
+            chunk = _best_factor(n_outer, max(1, n_outer // 256))
+            if chunk > 1:
+                outer, _ = sch.split(outer, [None, chunk])
+            sch.parallel(outer)
+            par = n_outer // chunk
         return par, vec
 
     # -- rule: tiled reduction (conv / matmul / pooling) ----------------------------------
@@ -243,7 +261,7 @@ class CpuRules:
         if reduce_:
             sch.decompose_reduction(anchor, sch.get_loops(anchor)[1])
         for b in staged:
-            self._flat_parallel_vector(sch, b)
+            self._flat_parallel_vector(sch, b, PARALLEL_MIN_COPY)
         return KernelSchedule("tiled-reduction", par, vfac if vec_inner is not None else 1,
                               rfac if reg_inner is not None else 1,
                               note=f"{deinterleaved} strided input(s) de-interleaved" if deinterleaved else "")
