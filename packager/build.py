@@ -1,37 +1,38 @@
 """`pack build`: spec -> package. The stages, in order, each reported with its time:
 
-1. spec and model checks (nothing is compiled before every input problem is reported)
-2. per shape profile: ONNX -> Relax -> graph passes -> legalized kernels + kernel graph
-3. per target: kernel passes (schedules) -> LLVM object -> kernels.so, weights.bin, plan.json
-4. the C++ runtime for each CPU architecture (cached), sources, README, manifest, report
+1. spec and model checks (nothing is compiled before every input problem is reported), and, for
+   partial offload, the split into compiled parts and nodes left to ONNX Runtime
+2. per part and shape profile: import, graph passes, kernel graph (packager/compile.py)
+3. the C++ runtime and ONNX Runtime custom-op library for each CPU architecture (cached)
+4. per part and target: kernels.so, weights.bin, plan.json; then the ORT wrapper model,
+   sources, README, build report and manifest, and the finished package moves into place
 """
 from __future__ import annotations
 
-import re
+import hashlib
+import json
+import shutil
 import string
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-import tvm
-import tvm_ffi
+import onnx
 
 from . import __version__
-from .codegen import build_object, link_kernels, symbol_of
+from .compile import Unit, compile_unit, lower, profiles_manifest, targets_manifest
+from .emit.ort_wrapper import PackagedNode, wrapper_model
 from .emit.package import PackageWriter, sha256_file
-from .emit.plan import build_plan
-from .emit.weights import WeightStore
 from .errors import UserError
-from .frontend import (bind_profiles, check_configurations, check_operators, import_relax, load_model,
-                       profile_shapes)
-from .lowering import Graph, extract_graph
-from .optimize.pipeline import optimize_graph, optimize_kernels
+from .frontend import bind_profiles, check_configurations, check_operators, load_model, profile_shapes
+from .ort_headers import ort_headers
+from .partition import Partition, boundary_value_info, part_loaded, partition, tensor_types
 from .runtime_build import build_runtime, data_dir, staged_sources
 from .spec import PASS_NAMES, Spec
 from .targets import CpuTarget, CudaTarget, host_arch, resolve_all
 
 Log = Callable[[str], None]
+ORT_LIBRARY = "libpackager_ort.so"
 
 
 class Stages:
@@ -49,90 +50,12 @@ class Stages:
         return out
 
 
-def _c_ident(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_]", "_", text)
-
-
-def merge_kernels(graphs: dict[str, Graph]) -> dict[str, tvm.tirx.PrimFunc]:
-    """One kernel table for all profiles: identical kernels are shared, name clashes renamed."""
-    table: dict[str, tvm.tirx.PrimFunc] = {}
-    by_hash: dict[int, list[str]] = {}
-    for pname, g in graphs.items():
-        used = {c.kernel for c in g.calls}
-        rename = {}
-        for kname in sorted(used):
-            f = g.kernels[kname]
-            h = tvm_ffi.structural_hash(f)
-            same = next((n for n in by_hash.get(h, []) if tvm_ffi.structural_equal(table[n], f)), None)
-            if same is None:
-                new = kname if kname not in table else f"{kname}_{_c_ident(pname)}"
-                while new in table:
-                    new += "_"
-                table[new] = f
-                by_hash.setdefault(h, []).append(new)
-                same = new
-            rename[kname] = same
-        for c in g.calls:
-            c.kernel = rename[c.kernel]
-        g.kernels = {rename[k]: g.kernels[k] for k in used}
-    return table
-
-
-def _lower_profiles(spec: Spec, model, dtypes) -> tuple[dict[str, Graph], list]:
-    graphs, reports = {}, []
-    in_names = [i.name for i in model.inputs]
-    out_names = [o.name for o in model.outputs]
-    for prof in spec.profiles:
-        mod = import_relax(model, profile_shapes(model, prof), dtypes)
-        mod, passes = optimize_graph(mod, spec.optimize)
-        graphs[prof.name] = extract_graph(mod, in_names, out_names)
-        if not reports:
-            reports = passes
-    return graphs, reports
-
-
-def _build_target(t: CpuTarget, spec: Spec, graphs, kernels, writer: PackageWriter, model, log: Log) -> dict:
-    t0 = time.perf_counter()
-    rel = f"targets/{t.name}"
-    scheduled, passes = optimize_kernels(kernels, t, spec.optimize)
-    obj = writer.path(f"{rel}/kernels.o")
-    build_object(scheduled, t, obj)
-    link_kernels(obj, t, writer.path(f"{rel}/kernels.so"))
-    obj.unlink()
-    weights = WeightStore()
-    table = [(name, symbol_of(name), len(f.params)) for name, f in scheduled.items()]
-    plan, stats = build_plan(t.name, graphs, table, weights, [i.name for i in model.inputs],
-                             [o.name for o in model.outputs])
-    weights.write(writer.path(f"{rel}/weights.bin"))
-    writer.write_json(f"{rel}/plan.json", plan)
-    log(f"  target {t.name}: {len(scheduled)} kernels, {weights.size / 1e6:.2f} MB weights, "
-        f"arena {', '.join(f'{s.name} {s.arena_bytes / 1e6:.2f} MB' for s in stats)} "
-        f"({time.perf_counter() - t0:.1f} s)")
-    return {"name": t.name, **t.describe(), "kernel_passes": [p.as_dict() for p in passes],
-            "kernels": len(scheduled), "weights_bytes": weights.size,
-            "profiles": [asdict(s) for s in stats], "seconds": round(time.perf_counter() - t0, 3)}
-
-
-def _readme(spec: Spec, model, targets: list[CpuTarget]) -> str:
-    rows = "\n".join(f"| {t.name} | cpu | {t.arch} | {t.isa} / {t.mcpu} | `targets/{t.name}` |" for t in targets)
-    io = ["| | name | dtype | shape (profile default) |", "|---|---|---|---|"]
-    shapes = profile_shapes(model, spec.profiles[0])
-    for i in model.inputs:
-        io.append(f"| input | `{i.name}` | {i.dtype} | {list(shapes[i.name])} |")
-    for o in model.outputs:
-        io.append(f"| output | `{o.name}` | {o.dtype} | {list(o.shape)} |")
-    example = " ".join(f"--input {i.name}={_c_ident(i.name)}.npy" for i in model.inputs)
-    tpl = string.Template((data_dir("templates") / "package_README.md").read_text())
-    return tpl.substitute(name=spec.name, version=__version__, model_file=spec.model.name,
-                          model_sha=sha256_file(spec.model)[:16], targets_table=rows, io_table="\n".join(io),
-                          host_arch=targets[0].arch, example_inputs=example)
-
-
 def _check(spec: Spec, only_targets: list[str] | None):
     """Everything about the input that can be wrong, before anything is compiled."""
     model = load_model(spec.model)
-    check_operators(model)
-    check_configurations(model)
+    if not spec.onnxruntime.partial:
+        check_operators(model)
+        check_configurations(model)
     dtypes = bind_profiles(spec, model)
     targets = resolve_all(spec, only_targets)
     gpu = [t for t in targets if isinstance(t, CudaTarget)]
@@ -142,41 +65,96 @@ def _check(spec: Spec, only_targets: list[str] | None):
     return model, dtypes, [t for t in targets if isinstance(t, CpuTarget)]
 
 
-def _add_runtimes(w: PackageWriter, runtimes: dict[str, Path]) -> dict:
-    """Copy each architecture's runtime build and the runtime sources; return the manifest entry."""
+def _units(spec: Spec, model, dtypes) -> tuple[list[Unit], Partition | None, list]:
+    """The whole model as one unit, or (partial offload) one unit per compiled part; with the
+    partition and, per profile, every tensor's inferred dtype and shape."""
+    profiles = [(p.name, profile_shapes(model, p)) for p in spec.profiles]
+    if not spec.onnxruntime.partial:
+        return [Unit("", "", model, profiles, dtypes)], None, []
+    types = [tensor_types(model, shapes) for _, shapes in profiles]
+    split = partition(model, types, spec.onnxruntime.keep_ops, spec.onnxruntime.keep_nodes)
+    if split.whole:
+        return [Unit("", "", model, profiles, dtypes)], None, types
+    if not split.parts:
+        raise UserError(f"{spec.model}: nothing left to compile: every node stays in ONNX Runtime "
+                        f"({len(split.kept)} node(s)); check onnxruntime.keep_ops / keep_nodes")
+    units = []
+    for part in split.parts:
+        sub = part_loaded(model, part, types)
+        shapes = [(pname, {i: tuple(t[i][1]) for i in part.inputs}) for (pname, _), t in zip(profiles, types)]
+        units.append(Unit(part.name, f"parts/{part.name}", sub, shapes, {i: types[0][i][0] for i in part.inputs}))
+    return units, split, types
+
+
+def _package_id(spec: Spec, model_sha: str, part: str = "") -> str:
+    """Identifies one build of one part (the ORT op checks it opened the package it was built with)."""
+    key = json.dumps([model_sha, spec.raw, __version__, part], sort_keys=True, default=str)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _add_runtimes(w: PackageWriter, runtimes: dict[str, Path]) -> tuple[dict, dict]:
+    """Runtime binaries per architecture, the sources, and the ORT library per architecture."""
     w.copytree(staged_sources(), "runtime/src")
-    entry = {}
+    runtime, ort_libs = {}, {}
     for arch, install in runtimes.items():
-        w.copytree(install, f"runtime/{arch}")
-        entry[arch] = {"cli": f"runtime/{arch}/bin/packrt-run", "library": f"runtime/{arch}/lib/libpackrt.so",
-                       "static_library": f"runtime/{arch}/lib/libpackrt.a",
-                       "example": f"runtime/{arch}/bin/packrt-example", "include": f"runtime/{arch}/include"}
-    return entry
+        dest = w.copytree(install, f"runtime/{arch}")
+        runtime[arch] = {"cli": f"runtime/{arch}/bin/packrt-run", "library": f"runtime/{arch}/lib/libpackrt.so",
+                         "static_library": f"runtime/{arch}/lib/libpackrt.a",
+                         "example": f"runtime/{arch}/bin/packrt-example", "include": f"runtime/{arch}/include"}
+        lib = dest / "lib" / ORT_LIBRARY
+        if lib.is_file():
+            w.path(f"ort/{arch}")
+            shutil.move(lib, w.path(f"ort/{arch}/{ORT_LIBRARY}"))
+            ort_libs[arch] = f"ort/{arch}/{ORT_LIBRARY}"
+    return runtime, ort_libs
 
 
-def _manifest(spec: Spec, model, dtypes: dict, graphs: dict[str, Graph], targets: list[CpuTarget],
-              runtime: dict) -> dict:
-    profiles = []
-    for p in spec.profiles:
-        g = graphs[p.name]
-        profiles.append({"name": p.name,
-                         "inputs": {k: list(v) for k, v in profile_shapes(model, p).items()},
-                         "outputs": {o.name: list(g.tensors[t].shape) for o, t in zip(model.outputs, g.outputs)}})
+def _wrapper(model, units: list[Unit], split: Partition | None, ids: dict[str, str], types) -> onnx.ModelProto:
+    nodes = list(model.proto.graph.node)
+    if split is None:
+        u = units[0]
+        part = PackagedNode(model.path.stem, "..", ids[u.name], [i.name for i in model.inputs],
+                            [o.name for o in model.outputs])
+        return wrapper_model(model.proto, [part], [], [])
+    parts = [PackagedNode(f"packaged_{p.name}", f"../parts/{p.name}", ids[u.name], p.inputs, p.outputs)
+             for p, u in zip(split.parts, units)]
+    produced = [o for p in split.parts for o in p.outputs]
+    graph_outputs = {o.name for o in model.proto.graph.output}
+    return wrapper_model(model.proto, parts, [nodes[k] for k in split.kept],
+                         boundary_value_info([o for o in produced if o not in graph_outputs], types))
+
+
+def _readme(spec: Spec, model, targets: list[CpuTarget], ort_libs: dict, partial: bool) -> str:
+    rows = "\n".join(f"| {t.name} | cpu | {t.arch} | {t.isa} / {t.mcpu} | `targets/{t.name}` |" for t in targets)
+    io = ["| | name | dtype | shape (profile default) |", "|---|---|---|---|"]
+    shapes = profile_shapes(model, spec.profiles[0])
+    for i in model.inputs:
+        io.append(f"| input | `{i.name}` | {i.dtype} | {list(shapes[i.name])} |")
+    for o in model.outputs:
+        io.append(f"| output | `{o.name}` | {o.dtype} | {list(o.shape)} |")
+    example = " ".join(f"--input {i.name}={i.name}.npy" for i in model.inputs)
+    feeds = ", ".join(f'"{i.name}": {i.name}_array' for i in model.inputs)
+    arch = host_arch() if host_arch() in ort_libs else (next(iter(ort_libs), "x86_64"))
+    note = ("This model is split: some nodes run in ONNX Runtime, the compiled parts (`parts/`) run through "
+            "the custom op, so use it through ONNX Runtime." if partial else
+            "The whole model is compiled: ONNX Runtime only hands the tensors to the package.")
+    tpl = string.Template((data_dir("templates") / "package_README.md").read_text())
+    return tpl.substitute(name=spec.name, version=__version__, model_file=spec.model.name,
+                          model_sha=sha256_file(spec.model)[:16], targets_table=rows or "| (parts only) | | | | |",
+                          io_table="\n".join(io), host_arch=targets[0].arch, example_inputs=example, feeds=feeds,
+                          ort_arch=arch, ort_note=note)
+
+
+def _unit_manifest(spec: Spec, unit: Unit, targets: list[CpuTarget], package_id: str) -> dict:
     return {
-        "name": spec.name, "packager_version": __version__,
-        "source_model": {"path": str(spec.model), "sha256": sha256_file(spec.model),
-                         "bytes": spec.model.stat().st_size, "opset": model.opset},
-        "spec": spec.raw,
-        "inputs": [{"name": i.name, "dtype": dtypes[i.name], "shape": list(i.shape)} for i in model.inputs],
-        "outputs": [{"name": o.name, "dtype": o.dtype, "shape": list(o.shape)} for o in model.outputs],
-        "profiles": profiles,
-        "targets": [{"name": t.name, **t.describe(), "path": f"targets/{t.name}",
-                     "plan": f"targets/{t.name}/plan.json", "kernels": f"targets/{t.name}/kernels.so",
-                     "weights": f"targets/{t.name}/weights.bin"} for t in targets],
-        "runtime": runtime,
-        "runtime_source": "runtime/src",
+        "name": f"{spec.name}.{unit.name}" if unit.name else spec.name,
+        "id": package_id,
+        "packager_version": __version__,
+        "inputs": [{"name": i.name, "dtype": unit.dtypes[i.name], "shape": list(i.shape)} for i in unit.model.inputs],
+        "outputs": [{"name": o.name, "dtype": o.dtype, "shape": list(o.shape)} for o in unit.model.outputs],
+        "profiles": profiles_manifest(unit),
+        "targets": targets_manifest(targets),
         "verify": {"rtol": spec.verify.rtol, "atol": spec.verify.atol},
-        "build_report": "build_report.json",
     }
 
 
@@ -186,26 +164,76 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print) -
     st = Stages(log)
     log(f"pack build {spec.name}: {spec.model.name} -> {spec.output}")
     model, dtypes, targets = st.run("check spec and model", _check, spec, only_targets)
-    graphs, graph_passes = st.run(f"import + graph passes ({len(spec.profiles)} profile(s))",
-                                  _lower_profiles, spec, model, dtypes)
-    kernels = merge_kernels(graphs)
+    units, split, types = st.run("partition for ONNX Runtime" if spec.onnxruntime.partial else "plan", _units,
+                                 spec, model, dtypes)
+    partial = split is not None
+    if partial:
+        kept = sorted({model.proto.graph.node[k].op_type for k in split.kept})
+        log(f"  partial offload: {len(split.parts)} compiled part(s), {len(split.kept)} node(s) stay in "
+            f"ONNX Runtime ({', '.join(kept)})")
+    st.run(f"import + graph passes ({len(units)} unit(s), {len(spec.profiles)} profile(s))",
+           lambda: [lower(u, spec.optimize) for u in units])
     arches = sorted({t.arch for t in targets}, key=lambda a: a != host_arch())
     runtimes = {a: st.run(f"C++ runtime for {a}", build_runtime, a, log) for a in arches}
+    model_sha = sha256_file(spec.model)
+    ids = {u.name: _package_id(spec, model_sha, u.name) for u in units}
 
     with PackageWriter(spec.output) as w:
-        target_reports = [_build_target(t, spec, graphs, kernels, w, model, log) for t in targets]
-        runtime = _add_runtimes(w, runtimes)
-        w.write_text("README.md", _readme(spec, model, targets))
-        w.write_json("build_report.json", {
+        for u in units:
+            compile_unit(u, targets, spec.optimize, w, log)
+            if u.rel:
+                w.write_manifest(_unit_manifest(spec, u, targets, ids[u.name]), under=u.rel)
+        runtime, ort_libs = _add_runtimes(w, runtimes)
+        onnx.save(_wrapper(model, units, split, ids, types), str(w.path("ort/model.onnx")))
+        w.write_text("README.md", _readme(spec, model, targets, ort_libs, partial))
+        ort_note = "" if ort_libs else f"custom-op library not built: {ort_headers()[1]}"
+        report = {
             "package": spec.name, "packager_version": __version__, "model": str(spec.model),
             "optimize": {"level": spec.optimize.level, "passes": {p: spec.optimize.enabled(p) for p in PASS_NAMES}},
-            "graph_passes": [p.as_dict() for p in graph_passes], "targets": target_reports,
-            "stages_seconds": st.times, "seconds": round(time.perf_counter() - t_start, 3)})
-        out = w.finish(_manifest(spec, model, dtypes, graphs, targets, runtime))
-    for p in graph_passes:
+            "graph_passes": [p.as_dict() for p in units[0].graph_passes],
+            "targets": [dict(r, part=u.name) if u.name else r for u in units for r in u.target_reports],
+            "onnxruntime": _offload_report(model, split, units) | ({"note": ort_note} if ort_note else {}),
+            "stages_seconds": st.times, "seconds": round(time.perf_counter() - t_start, 3)}
+        w.write_json("build_report.json", report)
+        manifest = {
+            "name": spec.name, "id": _package_id(spec, model_sha),
+            "packager_version": __version__,
+            "source_model": {"path": str(spec.model), "sha256": model_sha, "bytes": spec.model.stat().st_size,
+                             "opset": model.opset},
+            "spec": spec.raw,
+            "inputs": [{"name": i.name, "dtype": dtypes[i.name], "shape": list(i.shape)} for i in model.inputs],
+            "outputs": [{"name": o.name, "dtype": o.dtype, "shape": list(o.shape)} for o in model.outputs],
+            "profiles": [{"name": p.name, "inputs": {k: list(v) for k, v in profile_shapes(model, p).items()}}
+                         for p in spec.profiles] if partial else profiles_manifest(units[0]),
+            "ort": {"model": "ort/model.onnx", "library": ort_libs, "domain": "ai.packager", "op": "PackagedModel"},
+            "runtime": runtime,
+            "runtime_source": "runtime/src",
+            "verify": {"rtol": spec.verify.rtol, "atol": spec.verify.atol},
+            "build_report": "build_report.json",
+        }
+        if partial:
+            manifest["parts"] = [{"name": u.name, "path": u.rel, "inputs": p.inputs, "outputs": p.outputs}
+                                 for u, p in zip(units, split.parts)]
+        else:
+            manifest["targets"] = targets_manifest(targets)
+        out = w.finish(manifest)
+    for p in units[0].graph_passes:
         log(f"  pass {p.name}: {p.status}: {p.summary}")
-    for tr in target_reports:
+    for tr in units[0].target_reports:
         for p in tr["kernel_passes"]:
             log(f"  pass {p['pass']} [{tr['name']}]: {p['status']}: {p['summary']}")
+    if ort_note:
+        log(f"  warning: ONNX Runtime {ort_note}")
     log(f"wrote {out} ({time.perf_counter() - t_start:.1f} s)")
     return out
+
+
+def _offload_report(model, split: Partition | None, units: list[Unit]) -> dict:
+    """What runs where: compiled parts and every node left to ONNX Runtime with the reason."""
+    nodes = list(model.proto.graph.node)
+    if split is None:
+        return {"offloaded": "whole model", "kept_nodes": []}
+    return {"offloaded": [{"part": u.name, "nodes": len(p.nodes), "op_types": sorted({nodes[k].op_type for k in p.nodes}),
+                           "inputs": p.inputs, "outputs": p.outputs} for u, p in zip(units, split.parts)],
+            "kept_nodes": [{"name": nodes[k].name, "op_type": nodes[k].op_type, "reason": split.reasons[k]}
+                           for k in split.kept]}

@@ -55,6 +55,10 @@ class LoadedModel:
     opset: int
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
+    label: str = ""                  # how messages name it (a part of a model: "model.onnx [part p0]")
+
+    def __str__(self) -> str:
+        return self.label or str(self.path)
 
 
 def load_model(path: Path) -> LoadedModel:
@@ -111,7 +115,7 @@ def check_operators(model: LoadedModel) -> None:
         if domain or node.op_type not in SUPPORTED_OPS:
             bad.setdefault(key, []).append(node.name or f"#{i}")
     if bad:
-        raise UnsupportedOpsError(str(model.path), bad)
+        raise UnsupportedOpsError(str(model), bad)
 
 
 # Operands that decide output *shapes*: with shapes static per profile they must be constants
@@ -147,7 +151,7 @@ def check_configurations(model: LoadedModel) -> None:
         if node.op_type not in SHAPE_ONLY_OPS and any(i in data_dependent for i in node.input):
             data_dependent.update(o for o in node.output if o)
     if problems:
-        raise UserError(f"{model.path}: " + "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)"
+        raise UserError(f"{model}: " + "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)"
                                                                         if len(problems) > 5 else ""))
 
 
@@ -199,8 +203,9 @@ def profile_shapes(model: LoadedModel, prof: Profile) -> dict[str, tuple[int, ..
     return {i.name: tuple(prof.shapes.get(i.name, i.shape)) for i in model.inputs}  # type: ignore[arg-type]
 
 
-def infer_shapes(model: LoadedModel, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
-    """Bind the input dims and run ONNX shape inference (strict), naming the node on failure."""
+def infer_shapes(model: LoadedModel, shapes: dict[str, tuple[int, ...]], strict: bool = True) -> onnx.ModelProto:
+    """Bind the input dims and run ONNX shape inference, naming the node on failure. Not strict:
+    ops without inference (custom domains) leave their outputs unknown instead of failing."""
     bound = onnx.ModelProto()
     bound.CopyFrom(model.proto)
     for v in bound.graph.input:
@@ -210,9 +215,9 @@ def infer_shapes(model: LoadedModel, shapes: dict[str, tuple[int, ...]]) -> onnx
                 d.Clear()
                 d.dim_value = size
     try:
-        return onnx.shape_inference.infer_shapes(bound, strict_mode=True, data_prop=True)
+        return onnx.shape_inference.infer_shapes(bound, strict_mode=strict, data_prop=True)
     except Exception as e:
-        raise UserError(f"{model.path}: shape inference failed with inputs {shapes}: {_first_line(e)}") from None
+        raise UserError(f"{model}: shape inference failed with inputs {shapes}: {_first_line(e)}") from None
 
 
 def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str]):
@@ -226,10 +231,10 @@ def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes:
             mod = from_onnx(bound, shape_dict={k: list(v) for k, v in shapes.items()},
                             dtype_dict=dict(dtypes), opset=model.opset, keep_params_in_input=False)
     except Exception as e:
-        raise UserError(f"{model.path}: TVM's ONNX importer failed: {_first_line(e)}") from None
+        raise UserError(f"{model}: TVM's ONNX importer failed: {_first_line(e)}") from None
     params = list(mod["main"].params)
     if len(params) != len(model.inputs):
-        raise InternalError(f"{model.path}: importer produced {len(params)} inputs, the model has {len(model.inputs)}")
+        raise InternalError(f"{model}: importer produced {len(params)} inputs, the model has {len(model.inputs)}")
     return mod
 
 

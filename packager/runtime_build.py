@@ -6,27 +6,24 @@ CMake for each CPU architecture, and cached under ~/.cache/packager/runtime/.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
-from contextlib import contextmanager
 from pathlib import Path
 
+from .cache import cache_dir, locked
 from .errors import InternalError, UserError
+from .ort_headers import ort_headers
 from .targets import Toolchain, host_arch
 
 THIRD_PARTY_LICENSES = """Third-party headers bundled so this source tree builds with no network:
 - nlohmann/  : JSON for Modern C++ (MIT), from Debian nlohmann-json3-dev
 - CLI/       : CLI11 (BSD-3-Clause), from Debian libcli11-dev
 - tvm/ffi/c_api.h, dlpack/dlpack.h : Apache TVM FFI / DLPack (Apache-2.0), from the apache-tvm-ffi wheel
+- onnxruntime/ : ONNX Runtime C/C++ API headers (MIT), from Debian libonnxruntime-dev (for the custom-op library)
 Copyright files are in licenses/.
 """
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("PACKAGER_CACHE_DIR", Path.home() / ".cache" / "packager")).expanduser()
 
 
 def data_dir(name: str) -> Path:
@@ -53,6 +50,9 @@ def _third_party() -> list[tuple[Path, str]]:
     for src, _ in items[2:]:
         if not src.is_file():
             raise InternalError(f"{src} not found: the apache-tvm-ffi wheel is incomplete")
+    ort, _why = ort_headers()
+    if ort is not None:
+        items.append((ort, "onnxruntime"))
     for deb in ("nlohmann-json3-dev", "libcli11-dev"):
         copyright_file = Path("/usr/share/doc") / deb / "copyright"
         if copyright_file.is_file():
@@ -77,24 +77,13 @@ def _source_hash() -> str:
     return h.hexdigest()[:16]
 
 
-@contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def staged_sources() -> Path:
     """The runtime source tree with third_party/ filled in (cached, built once per hash)."""
     root = cache_dir() / "runtime" / f"src-{_source_hash()}"
     done = root.with_suffix(".complete")           # beside the tree: the tree is copied into packages
     if done.exists():
         return root
-    with _locked(root.with_suffix(".lock")):
+    with locked(root.with_suffix(".lock")):
         if done.exists():
             return root
         tmp = root.with_name(root.name + ".tmp")
@@ -128,7 +117,7 @@ def build_runtime(arch: str, log=None) -> Path:
     install, done = root / "install", root.with_suffix(".complete")
     if done.exists():
         return install
-    with _locked(root.with_suffix(".lock")):
+    with locked(root.with_suffix(".lock")):
         if done.exists():
             return install
         if log:

@@ -63,6 +63,19 @@ class OptimizeSpec:
 
 
 @dataclass(frozen=True)
+class OrtSpec:
+    """What runs in ONNX Runtime instead of being compiled (partial offload)."""
+
+    fallback: bool = False             # unsupported ops stay in ONNX Runtime instead of failing the build
+    keep_ops: tuple[str, ...] = ()     # op types always left to ONNX Runtime
+    keep_nodes: tuple[str, ...] = ()   # node names always left to ONNX Runtime
+
+    @property
+    def partial(self) -> bool:
+        return self.fallback or bool(self.keep_ops) or bool(self.keep_nodes)
+
+
+@dataclass(frozen=True)
 class VerifySpec:
     rtol: float = 1e-4
     atol: float = 1e-5
@@ -79,6 +92,7 @@ class Spec:
     targets: list[TargetSpec]
     optimize: OptimizeSpec
     verify: VerifySpec
+    onnxruntime: OrtSpec
     raw: dict[str, Any]
     reader: "_Reader" = field(repr=False, compare=False)
 
@@ -176,8 +190,8 @@ def load_spec(path: str | Path, output_override: str | Path | None = None) -> Sp
     if not path.is_file():
         raise UserError(f"{path}: spec file not found")
     r = _Reader(path, path.read_text())
-    top = r.mapping(r.data, "", ("name", "model", "output", "inputs", "profiles", "targets", "optimize", "verify"),
-                    required=("name", "model", "targets"))
+    top = r.mapping(r.data, "", ("name", "model", "output", "inputs", "profiles", "targets", "optimize", "verify",
+                                 "onnxruntime"), required=("name", "model", "targets"))
     base = path.resolve().parent
 
     name = top["name"]
@@ -259,7 +273,19 @@ def load_spec(path: str | Path, output_override: str | Path | None = None) -> Sp
     verify = VerifySpec(_number(r, raw_verify.get("rtol", 1e-4), "verify.rtol"),
                         _number(r, raw_verify.get("atol", 1e-5), "verify.atol"))
 
-    return Spec(path.resolve(), name, model, output, inputs, profiles, targets, optimize, verify, top, r)
+    raw_ort = r.mapping(top.get("onnxruntime") or {}, "onnxruntime", ("fallback", "keep_ops", "keep_nodes"))
+    fallback = raw_ort.get("fallback", False)
+    if not isinstance(fallback, bool):
+        r.fail("onnxruntime.fallback", f"expected true or false, got {fallback!r}")
+    keep = {}
+    for key in ("keep_ops", "keep_nodes"):
+        value = raw_ort.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            r.fail(f"onnxruntime.{key}", "expected a list of names")
+        keep[key] = tuple(value)
+    ort = OrtSpec(fallback, keep["keep_ops"], keep["keep_nodes"])
+
+    return Spec(path.resolve(), name, model, output, inputs, profiles, targets, optimize, verify, ort, top, r)
 
 
 def spec_error(spec: Spec, field_path: str, msg: str) -> UserError:

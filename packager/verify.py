@@ -1,8 +1,12 @@
-"""`pack verify PKG`: run every CPU target of a package and compare it with onnxruntime.
+"""`pack verify PKG`: run every compiled target of a package and compare it with onnxruntime.
 
 Each target runs through the package's own packrt-run binary (ARM64 under qemu-aarch64 on an
 x86 host), on seeded random inputs for every shape profile; onnxruntime's CPU EP on the source
-model gives the reference. A target the host cannot execute is reported as skipped.
+model gives the reference. For a model split between ONNX Runtime and compiled parts, the
+reference run also returns every tensor that crosses a part boundary, so each part is checked on
+its own, on every target. Then, where the package has a custom-op library for this machine, the
+wrapper model ort/model.onnx runs in onnxruntime end to end. A target the host cannot execute is
+reported as skipped.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from .emit.package import sha256_file
 from .errors import InternalError, UserError
@@ -21,6 +26,7 @@ from .package_info import PackageInfo, open_package, output_file
 from .targets import ARCHES, host_arch, host_cpu_flags
 
 QEMU_SYSROOT = {"aarch64": "/usr/aarch64-linux-gnu"}
+ORT_CHECK = "onnxruntime"          # the row name of the end-to-end check through ort/model.onnx
 
 
 @dataclass
@@ -38,6 +44,7 @@ class TargetResult:
     status: str                    # "pass" | "fail" | "skipped"
     reason: str = ""
     outputs: list[OutputCheck] = field(default_factory=list)
+    part: str = ""
 
 
 def runner_command(pkg: PackageInfo, target: dict) -> tuple[list[str] | None, str]:
@@ -73,9 +80,9 @@ def compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tupl
     return float(np.nanmax(diff, initial=0)), float(np.nanmax(rel, initial=0)), ok
 
 
-def run_package(cmd: list[str], pkg: PackageInfo, target: str, inputs: dict[str, np.ndarray], work: Path,
-                extra: list[str] | None = None) -> dict[str, np.ndarray]:
-    """Run packrt-run on `inputs`; returns the outputs by name."""
+def run_package(cmd: list[str], folder: Path, target: str, inputs: dict[str, np.ndarray], outputs: list[str],
+                work: Path, extra: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Run packrt-run on the package (or part) in `folder`; returns the outputs by name."""
     work.mkdir(parents=True, exist_ok=True)
     args = []
     for i, (name, arr) in enumerate(inputs.items()):
@@ -84,25 +91,47 @@ def run_package(cmd: list[str], pkg: PackageInfo, target: str, inputs: dict[str,
         args += ["--input", f"{name}={f}"]
     out_dir = work / "out"
     out_dir.mkdir(exist_ok=True)
-    r = subprocess.run([*cmd, str(pkg.root), "--target", target, *args, "--output-dir", str(out_dir),
+    r = subprocess.run([*cmd, str(folder), "--target", target, *args, "--output-dir", str(out_dir),
                         "--warmup", "0", "--iters", "1", *(extra or [])], capture_output=True, text=True)
     if r.returncode != 0:
         raise InternalError(f"packrt-run failed for target '{target}' (exit {r.returncode}): "
                             f"{(r.stderr or r.stdout).strip()[-1500:]}")
-    return {o["name"]: np.load(out_dir / output_file(o["name"])) for o in pkg.manifest["outputs"]}
+    return {name: np.load(out_dir / output_file(name)) for name in outputs}
 
 
-def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray], extra: list[str] = ()) -> dict[str, np.ndarray]:
+    """onnxruntime (CPU EP) on the source model; `extra` intermediate tensors are returned too."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
     try:
-        sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+        model: str | bytes = str(model_path)
+        if extra:
+            proto = onnx.load(str(model_path))
+            have = {o.name for o in proto.graph.output}
+            proto.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in extra if n not in have)
+            model = proto.SerializeToString()
+        sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
         return dict(zip(names, sess.run(names, inputs)))
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise InternalError(f"onnxruntime, the reference, cannot run {model_path}: {str(e).strip()[:500]}") from None
+
+
+def wrapper_outputs(pkg: PackageInfo, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray] | str:
+    """ort/model.onnx in onnxruntime with the package's custom-op library, or why it cannot run."""
+    import onnxruntime as ort
+
+    lib = pkg.manifest.get("ort", {}).get("library", {}).get(host_arch())
+    if not lib:
+        return f"no custom-op library for {host_arch()} in the package"
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.register_custom_ops_library(str(pkg.root / lib))
+    sess = ort.InferenceSession(str(pkg.root / pkg.manifest["ort"]["model"]), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, inputs)))
 
 
 def find_model(pkg: PackageInfo, override: Path | None) -> Path:
@@ -116,6 +145,13 @@ def find_model(pkg: PackageInfo, override: Path | None) -> Path:
     return path
 
 
+def units_of(pkg: PackageInfo) -> list[tuple[str, PackageInfo]]:
+    """(part name, its package info): the package itself, or each compiled part."""
+    if "parts" in pkg.manifest:
+        return [(p["name"], open_package(pkg.root / p["path"])) for p in pkg.manifest["parts"]]
+    return [("", pkg)]
+
+
 def verify_package(path: Path, targets: list[str] | None = None, model: Path | None = None,
                    rtol: float | None = None, atol: float | None = None, log=print) -> list[TargetResult]:
     pkg = open_package(path)
@@ -125,28 +161,48 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
     atol = tol.get("atol", 1e-5) if atol is None else atol
     loaded = load_model(model_path)
     dtypes = {i["name"]: i["dtype"] for i in pkg.manifest["inputs"]}
-    chosen = [pkg.target(n) for n in targets] if targets else pkg.targets
+    units = units_of(pkg)
+    boundary = [] if len(units) == 1 and not units[0][0] else sorted(
+        {t["name"] for _, u in units for t in u.manifest["inputs"] + u.manifest["outputs"]})
     results: list[TargetResult] = []
     with tempfile.TemporaryDirectory(prefix="pack-verify-") as tmp:
         for k, prof in enumerate(pkg.manifest["profiles"]):
             shapes = {n: tuple(s) for n, s in prof["inputs"].items()}
             inputs = random_inputs(loaded, shapes, dtypes, seed=k)
-            ref = reference_outputs(model_path, inputs)
-            for t in chosen:
-                cmd, why = runner_command(pkg, t)
-                if cmd is None:
-                    results.append(TargetResult(t["name"], prof["name"], "skipped", why))
-                    continue
-                ours = run_package(cmd, pkg, t["name"], inputs, Path(tmp) / f"{t['name']}-{k}")
-                checks = [OutputCheck(n, *compare(ours[n], ref[n], rtol, atol)) for n in ref]
-                results.append(TargetResult(t["name"], prof["name"], "pass" if all(c.ok for c in checks) else "fail",
-                                            outputs=checks))
+            ref = reference_outputs(model_path, inputs, boundary)
+            for part, unit in units:
+                names = [t["name"] for t in unit.manifest["targets"]]
+                for name in targets or names:
+                    if name not in names:
+                        raise UserError(f"{unit.root}: no target '{name}' (targets: {', '.join(names)})")
+                    t = unit.target(name)
+                    cmd, why = runner_command(pkg, t)
+                    if cmd is None:
+                        results.append(TargetResult(name, prof["name"], "skipped", why, part=part))
+                        continue
+                    feeds = {i["name"]: ref[i["name"]] if i["name"] in ref else inputs[i["name"]]
+                             for i in unit.manifest["inputs"]}
+                    outs = [o["name"] for o in unit.manifest["outputs"]]
+                    ours = run_package(cmd, unit.root, name, feeds, outs, Path(tmp) / f"{part}-{name}-{k}")
+                    checks = [OutputCheck(n, *compare(ours[n], ref[n], rtol, atol)) for n in outs]
+                    results.append(TargetResult(name, prof["name"], "pass" if all(c.ok for c in checks) else "fail",
+                                                outputs=checks, part=part))
+            if not targets:
+                got = wrapper_outputs(pkg, inputs)
+                if isinstance(got, str):
+                    results.append(TargetResult(ORT_CHECK, prof["name"], "skipped", got))
+                else:
+                    checks = [OutputCheck(o["name"], *compare(got[o["name"]], ref[o["name"]], rtol, atol))
+                              for o in pkg.manifest["outputs"]]
+                    results.append(TargetResult(ORT_CHECK, prof["name"], "pass" if all(c.ok for c in checks)
+                                                else "fail", outputs=checks))
     log(f"pack verify {pkg.name}: rtol {rtol:g}, atol {atol:g}, reference onnxruntime (CPU EP)")
     for r in results:
+        label = f"{r.target} [{r.part}]" if r.part else r.target
         if r.status == "skipped":
-            log(f"  {r.target:14s} {r.profile:10s} SKIPPED  {r.reason}")
+            log(f"  {label:14s} {r.profile:10s} SKIPPED  {r.reason}")
             continue
         for c in r.outputs:
-            log(f"  {r.target:14s} {r.profile:10s} {'ok  ' if c.ok else 'FAIL'}    {c.name}: "
+            log(f"  {label:14s} {r.profile:10s} {'ok  ' if c.ok else 'FAIL'}    {c.name}: "
                 f"max abs err {c.max_abs:.3g}, max rel err {c.max_rel:.3g}")
     return results

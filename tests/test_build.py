@@ -23,10 +23,10 @@ def test_sample_verifies_on_x86_and_arm64(packages, name):
     r = run_pack("verify", packages[name])
     assert r.returncode == 0, r.stdout + r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("  ")]
-    assert {ln.split()[0] for ln in lines} == {"x86-64", "arm64"}
+    assert {ln.split()[0] for ln in lines} == {"x86-64", "arm64", "onnxruntime"}   # + the ORT wrapper check
     assert all(" ok " in ln for ln in lines), r.stdout
     n_profiles = len(json.loads((packages[name] / "manifest.json").read_text())["profiles"])
-    assert len(lines) == 2 * n_profiles
+    assert len(lines) == 3 * n_profiles
 
 
 def test_package_layout_and_manifest(packages):

@@ -62,17 +62,25 @@ class PackageWriter:
         shutil.copytree(src, p, dirs_exist_ok=True)
         return p
 
-    def files(self) -> dict[str, dict[str, Any]]:
+    def files(self, under: str = "") -> dict[str, dict[str, Any]]:
+        """sha256 and size of every file below `under`, keyed by path relative to it (except
+        `under`'s own manifest.json)."""
+        base = self.root / under if under else self.root
         out = {}
-        for p in sorted(self.root.rglob("*")):
-            if p.is_file() and p.name != "manifest.json":
-                out[str(p.relative_to(self.root))] = {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+        for p in sorted(base.rglob("*")):
+            rel = str(p.relative_to(base))
+            if p.is_file() and rel != "manifest.json":
+                out[rel] = {"sha256": sha256_file(p), "bytes": p.stat().st_size}
         return out
 
+    def write_manifest(self, manifest: dict[str, Any], under: str = "") -> None:
+        """manifest.json for the package (or a sub-package folder), listing every file below it."""
+        doc = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, **manifest, "files": self.files(under)}
+        self.write_text(f"{under}/manifest.json" if under else "manifest.json", json.dumps(doc, indent=1) + "\n")
+
     def finish(self, manifest: dict[str, Any]) -> Path:
-        """Write manifest.json (with every file's sha256 and size) and move the package into place."""
-        doc = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, **manifest, "files": self.files()}
-        (self.root / "manifest.json").write_text(json.dumps(doc, indent=1) + "\n")
+        """Write the top-level manifest.json and move the package into place."""
+        self.write_manifest(manifest)
         old = self.dest.parent / f".{self.dest.name}.old-{os.getpid()}"
         if self.dest.exists():
             self.dest.rename(old)

@@ -94,6 +94,7 @@ void packrt_close(packrt_model* model) { delete model; }
 const char* packrt_last_error(void) { return g_last_error.c_str(); }
 
 const char* packrt_model_name(const packrt_model* m) { return m ? m->impl.name().c_str() : ""; }
+const char* packrt_model_id(const packrt_model* m) { return m ? m->impl.id().c_str() : ""; }
 const char* packrt_model_target(const packrt_model* m) { return m ? m->impl.target().c_str() : ""; }
 int32_t packrt_num_threads(const packrt_model* m) { return m ? m->impl.num_threads() : 0; }
 int32_t packrt_num_profiles(const packrt_model* m) {
@@ -115,6 +116,14 @@ packrt_status packrt_input_info(const packrt_model* m, int32_t profile, int32_t 
 }
 packrt_status packrt_output_info(const packrt_model* m, int32_t profile, int32_t index, packrt_tensor* info) {
   return describe(m, profile, index, info, false);
+}
+
+packrt_status packrt_select_profile(const packrt_model* m, const packrt_tensor* inputs, int32_t num_inputs,
+                                    int32_t* profile) {
+  return guarded([&] {
+    if (!m || !profile) packrt::fail(PACKRT_ERROR_INVALID_ARGUMENT, "model and profile must not be NULL");
+    *profile = m->impl.select_profile(inputs, num_inputs);
+  });
 }
 
 packrt_status packrt_run(packrt_model* m, const packrt_tensor* inputs, int32_t num_inputs, packrt_tensor* outputs,

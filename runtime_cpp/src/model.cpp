@@ -45,6 +45,7 @@ Model::Model(const std::string& package_dir, const packrt_options& options) {
   const TargetEntry& t = pkg.select_target(options.target ? options.target : "");
   bool verify = options.verify_checksums != 0;
   name_ = pkg.name();
+  id_ = pkg.id();
   target_ = t.name;
 
   uint64_t plan_size = 0;
@@ -215,6 +216,10 @@ void Model::execute(Context& ctx) {
       acc[s].runs += 1;
     }
   }
+}
+
+int Model::select_profile(const packrt_tensor* inputs, int num_inputs) const {
+  return match_profile(inputs, bind_order(inputs, num_inputs, plan_.profiles[0].inputs, "input"));
 }
 
 void Model::run(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outputs, int num_outputs) {

@@ -24,11 +24,13 @@ class Model {
   Model(const std::string& package_dir, const packrt_options& options);
 
   const std::string& name() const { return name_; }
+  const std::string& id() const { return id_; }
   const std::string& target() const { return target_; }
   int num_threads() const { return pool_->num_threads(); }
   const Plan& plan() const { return plan_; }
 
   void run(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outputs, int num_outputs);
+  int select_profile(const packrt_tensor* inputs, int num_inputs) const;
 
   // Per-step wall time, accumulated while profiling is on (see packrt_set_profiling).
   void set_profiling(bool on);
@@ -52,7 +54,7 @@ class Model {
   void release(std::unique_ptr<Context> ctx);
   void execute(Context& ctx);
 
-  std::string name_, target_;
+  std::string name_, id_, target_;
   Plan plan_;
   std::unique_ptr<KernelLibrary> kernels_;
   std::vector<PackedKernel> fns_;

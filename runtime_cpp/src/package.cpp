@@ -55,8 +55,17 @@ Package::Package(const std::string& dir) {
                                          " is not supported by this runtime (it reads version " +
                                          std::to_string(kManifestVersion) + "); use the runtime shipped in the package");
     name_ = get_string(m, "name", where);
+    id_ = m.value("id", "");
     for (auto& [rel, f] : m.at("files").items()) {
       files_[rel] = FileEntry{get_string(f, "sha256", where + ": files." + rel), f.at("bytes").get<uint64_t>()};
+    }
+    if (!m.contains("targets") || m.at("targets").empty()) {
+      std::string parts;
+      for (const auto& p : m.value("parts", nlohmann::json::array())) parts += " " + p.value("path", "");
+      fail(PACKRT_ERROR_UNSUPPORTED,
+           "package '" + name_ + "' has no compiled targets of its own: parts of the model run in ONNX Runtime. "
+           "Load ort/model.onnx in ONNX Runtime with the package's custom-op library" +
+               (parts.empty() ? std::string() : "; the compiled parts are" + parts));
     }
     for (const auto& t : m.at("targets")) {
       TargetEntry e;

@@ -27,6 +27,7 @@ class Package {
 
   const std::string& root() const { return root_; }
   const std::string& name() const { return name_; }
+  const std::string& id() const { return id_; }
   const std::vector<TargetEntry>& targets() const { return targets_; }
 
   // The target to run: `wanted` by name, or the first one this CPU can run. Throws with the
@@ -44,7 +45,7 @@ class Package {
 
  private:
   const FileEntry& entry(const std::string& rel) const;
-  std::string root_, name_;
+  std::string root_, name_, id_;
   std::vector<TargetEntry> targets_;
   std::map<std::string, FileEntry> files_;
 };

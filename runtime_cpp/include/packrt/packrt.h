@@ -89,6 +89,8 @@ PACKRT_API void packrt_close(packrt_model* model);
 PACKRT_API const char* packrt_last_error(void);
 
 PACKRT_API const char* packrt_model_name(const packrt_model* model);
+/* The package's identity (manifest "id"): lets a loader check it opened the package it meant. */
+PACKRT_API const char* packrt_model_id(const packrt_model* model);
 PACKRT_API const char* packrt_model_target(const packrt_model* model);
 PACKRT_API int32_t packrt_num_threads(const packrt_model* model);
 PACKRT_API int32_t packrt_num_profiles(const packrt_model* model);
@@ -102,6 +104,11 @@ PACKRT_API packrt_status packrt_input_info(const packrt_model* model, int32_t pr
                                            packrt_tensor* info);
 PACKRT_API packrt_status packrt_output_info(const packrt_model* model, int32_t profile, int32_t index,
                                             packrt_tensor* info);
+
+/* The profile whose input shapes equal the given inputs' (matched like packrt_run), e.g. to size
+ * output buffers with packrt_output_info before running. */
+PACKRT_API packrt_status packrt_select_profile(const packrt_model* model, const packrt_tensor* inputs,
+                                               int32_t num_inputs, int32_t* profile);
 
 /* Runs the model. The profile is the one whose input shapes equal the given ones. Inputs and
  * outputs are matched by name (or by position where name is NULL); every input and output

@@ -1,0 +1,129 @@
+"""Compile one model (the whole model, or one part of a partial offload) into target folders:
+
+per shape profile: ONNX -> Relax -> graph passes -> legalized kernels + kernel graph;
+per target: kernel passes (schedules) -> LLVM object -> kernels.so, weights.bin, plan.json.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import tvm
+import tvm_ffi
+
+from .codegen import build_object, link_kernels, symbol_of
+from .emit.package import PackageWriter
+from .emit.plan import build_plan
+from .emit.weights import WeightStore
+from .frontend import LoadedModel, import_relax
+from .lowering import Graph, extract_graph
+from .optimize.base import PassReport
+from .optimize.pipeline import optimize_graph, optimize_kernels
+from .spec import OptimizeSpec
+from .targets import CpuTarget
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Unit:
+    """A model to compile and where its files go inside the package."""
+
+    name: str                                     # "" for the whole model, "p0", ... for parts
+    rel: str                                      # folder inside the package ("" or "parts/p0")
+    model: LoadedModel
+    profiles: list[tuple[str, dict[str, tuple[int, ...]]]]   # (profile name, input shapes)
+    dtypes: dict[str, str]
+    graphs: dict[str, Graph] = field(default_factory=dict)
+    graph_passes: list[PassReport] = field(default_factory=list)
+    target_reports: list[dict] = field(default_factory=list)
+
+    def path(self, rel: str) -> str:
+        return f"{self.rel}/{rel}" if self.rel else rel
+
+
+def _c_ident(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)
+
+
+def merge_kernels(graphs: dict[str, Graph]) -> dict[str, tvm.tirx.PrimFunc]:
+    """One kernel table for all profiles: identical kernels are shared, name clashes renamed."""
+    table: dict[str, tvm.tirx.PrimFunc] = {}
+    by_hash: dict[int, list[str]] = {}
+    for pname, g in graphs.items():
+        used = {c.kernel for c in g.calls}
+        rename = {}
+        for kname in sorted(used):
+            f = g.kernels[kname]
+            h = tvm_ffi.structural_hash(f)
+            same = next((n for n in by_hash.get(h, []) if tvm_ffi.structural_equal(table[n], f)), None)
+            if same is None:
+                new = kname if kname not in table else f"{kname}_{_c_ident(pname)}"
+                while new in table:
+                    new += "_"
+                table[new] = f
+                by_hash.setdefault(h, []).append(new)
+                same = new
+            rename[kname] = same
+        for c in g.calls:
+            c.kernel = rename[c.kernel]
+        g.kernels = {rename[k]: g.kernels[k] for k in used}
+    return table
+
+
+def lower(unit: Unit, opt: OptimizeSpec) -> None:
+    """Import every profile of the unit and run the graph passes; fills unit.graphs."""
+    in_names = [i.name for i in unit.model.inputs]
+    out_names = [o.name for o in unit.model.outputs]
+    for pname, shapes in unit.profiles:
+        mod = import_relax(unit.model, shapes, unit.dtypes)
+        mod, passes = optimize_graph(mod, opt)
+        unit.graphs[pname] = extract_graph(mod, in_names, out_names)
+        unit.graph_passes = unit.graph_passes or passes
+
+
+def build_target(unit: Unit, t: CpuTarget, kernels: dict, opt: OptimizeSpec, w: PackageWriter, log: Log) -> dict:
+    t0 = time.perf_counter()
+    rel = unit.path(f"targets/{t.name}")
+    scheduled, passes = optimize_kernels(kernels, t, opt)
+    obj = w.path(f"{rel}/kernels.o")
+    build_object(scheduled, t, obj)
+    link_kernels(obj, t, w.path(f"{rel}/kernels.so"))
+    obj.unlink()
+    weights = WeightStore()
+    table = [(name, symbol_of(name), len(f.params)) for name, f in scheduled.items()]
+    plan, stats = build_plan(t.name, unit.graphs, table, weights, [i.name for i in unit.model.inputs],
+                             [o.name for o in unit.model.outputs])
+    weights.write(w.path(f"{rel}/weights.bin"))
+    w.write_json(f"{rel}/plan.json", plan)
+    where = f" [part {unit.name}]" if unit.name else ""
+    log(f"  target {t.name}{where}: {len(scheduled)} kernels, {weights.size / 1e6:.2f} MB weights, "
+        f"arena {', '.join(f'{s.name} {s.arena_bytes / 1e6:.2f} MB' for s in stats)} "
+        f"({time.perf_counter() - t0:.1f} s)")
+    return {"name": t.name, **t.describe(), "kernel_passes": [p.as_dict() for p in passes],
+            "kernels": len(scheduled), "weights_bytes": weights.size,
+            "profiles": [asdict(s) for s in stats], "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def compile_unit(unit: Unit, targets: list[CpuTarget], opt: OptimizeSpec, w: PackageWriter, log: Log) -> None:
+    """Every target's plan, kernels and weights for an already lowered unit."""
+    kernels = merge_kernels(unit.graphs)
+    unit.target_reports = [build_target(unit, t, kernels, opt, w, log) for t in targets]
+
+
+def targets_manifest(targets: list[CpuTarget]) -> list[dict]:
+    """The manifest's target entries (paths relative to the unit's own folder)."""
+    return [{"name": t.name, **t.describe(), "path": f"targets/{t.name}", "plan": f"targets/{t.name}/plan.json",
+             "kernels": f"targets/{t.name}/kernels.so", "weights": f"targets/{t.name}/weights.bin"}
+            for t in targets]
+
+
+def profiles_manifest(unit: Unit) -> list[dict]:
+    out = []
+    for pname, shapes in unit.profiles:
+        g = unit.graphs[pname]
+        out.append({"name": pname, "inputs": {k: list(v) for k, v in shapes.items()},
+                    "outputs": {o.name: list(g.tensors[t].shape) for o, t in zip(unit.model.outputs, g.outputs)}})
+    return out
