@@ -47,6 +47,9 @@ def handle_errors(fn):
         except KeyboardInterrupt:
             _err("interrupted")
             raise typer.Exit(130) from None
+        except BrokenPipeError:                    # output piped into `head` and the like
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
         except Exception as e:  # noqa: BLE001 - last line of defence: report, do not dump
             if _state["debug"]:
                 traceback.print_exc()
@@ -129,16 +132,21 @@ def inspect(package: Path = typer.Argument(..., help="package folder")):
         _log(f"  profile {p['name']}: " + ", ".join(f"{k}{v}" for k, v in p["inputs"].items()))
     report_path = pkg.root / m.get("build_report", "build_report.json")
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
-    by_target = {t["name"]: t for t in report.get("targets", [])}
-    for t in m["targets"]:
-        r = by_target.get(t["name"], {})
+    for r in report.get("targets", []):
         arenas = ", ".join(f"{p['name']} {p['arena_bytes'] / 1e6:.2f} MB" for p in r.get("profiles", []))
-        _log(f"  target {t['name']}: {t['arch']} {t.get('isa', '')} mcpu={t.get('mcpu', '')}, "
+        part = f" [part {r['part']}]" if r.get("part") else ""
+        _log(f"  target {r['name']}{part}: {r['arch']} {r.get('isa', '')} mcpu={r.get('mcpu', '')}, "
              f"{r.get('kernels', '?')} kernels, weights {r.get('weights_bytes', 0) / 1e6:.2f} MB, arena {arenas}")
-        for p in r.get("kernel_passes", []):
-            _log(f"    pass {p['pass']}: {p['status']}: {p['summary']}")
+        if not r.get("part") or r["part"] == "p0":
+            for p in r.get("kernel_passes", []):
+                _log(f"    pass {p['pass']}: {p['status']}: {p['summary']}")
     for p in report.get("graph_passes", []):
         _log(f"  pass {p['pass']}: {p['status']}: {p['summary']}")
+    offload = report.get("onnxruntime", {})
+    for n in offload.get("kept_nodes", []):
+        _log(f"  in ONNX Runtime: {n['name'] or '?'} ({n['op_type']}): {n['reason']}")
+    libs = ", ".join(sorted(m.get("ort", {}).get("library", {}))) or "none"
+    _log(f"  ONNX Runtime: {m.get('ort', {}).get('model', '-')} with custom-op library for {libs}")
     problems = pkg.check_files()
     total = sum(f["bytes"] for f in m["files"].values())
     _log(f"  files: {len(m['files'])}, {total / 1e6:.1f} MB, "

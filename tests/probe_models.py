@@ -80,3 +80,24 @@ def attention_block() -> onnx.ModelProto:
     g.nodes[-1].output[0] = "y"
     return g.model("attention_block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16, 32]), helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 16])],
                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 32])], opset=14)
+
+
+def partial_offload_model() -> onnx.ModelProto:
+    """MatMul/Relu -> com.microsoft.Gelu (ORT contrib op) -> MatMul/Add -> TopK -> Softmax, Cast:
+    two ops the packager does not compile split the graph into four compiled parts."""
+    g = GraphBuilder(seed=9)
+    h = g.op("Relu", [g.op("MatMul", ["x", g.weight("w1", (32, 64))])])
+    gl = g.op("Gelu", [h])
+    g.nodes[-1].domain = "com.microsoft"
+    h2 = g.op("Add", [g.op("MatMul", [gl, g.weight("w2", (64, 48))]), g.weight("b2", (48,), 0.1)])
+    vals, idx = g.op("TopK", [h2, g.const("k", np.array([5], np.int64))], n_out=2, axis=-1)
+    g.op("Softmax", [g.op("Mul", [vals, g.const("t", np.array(2.0, np.float32))])], axis=-1)
+    g.nodes[-1].output[0] = "probs"
+    g.op("Cast", [idx], to=TensorProto.FLOAT)
+    g.nodes[-1].output[0] = "index_f"
+    graph = helper.make_graph(g.nodes, "partial", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 5]),
+                               helper.make_tensor_value_info("index_f", TensorProto.FLOAT, ["batch", 5])], g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model
