@@ -158,8 +158,10 @@ def _unit_manifest(spec: Spec, unit: Unit, targets: list[CpuTarget], package_id:
     }
 
 
-def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print) -> Path:
-    """Build the package described by `spec`; returns the package folder."""
+def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, bundle_runtime: bool = True) -> Path:
+    """Build the package described by `spec`; returns the package folder. Without
+    `bundle_runtime` the package holds only its compiled targets (for tools that bring the
+    runtime themselves, like the conformance runner)."""
     t_start = time.perf_counter()
     st = Stages(log)
     log(f"pack build {spec.name}: {spec.model.name} -> {spec.output}")
@@ -174,7 +176,7 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print) -
     st.run(f"import + graph passes ({len(units)} unit(s), {len(spec.profiles)} profile(s))",
            lambda: [lower(u, spec.optimize) for u in units])
     arches = sorted({t.arch for t in targets}, key=lambda a: a != host_arch())
-    runtimes = {a: st.run(f"C++ runtime for {a}", build_runtime, a, log) for a in arches}
+    runtimes = {a: st.run(f"C++ runtime for {a}", build_runtime, a, log) for a in arches} if bundle_runtime else {}
     model_sha = sha256_file(spec.model)
     ids = {u.name: _package_id(spec, model_sha, u.name) for u in units}
 
@@ -183,10 +185,10 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print) -
             compile_unit(u, targets, spec.optimize, w, log)
             if u.rel:
                 w.write_manifest(_unit_manifest(spec, u, targets, ids[u.name]), under=u.rel)
-        runtime, ort_libs = _add_runtimes(w, runtimes)
+        runtime, ort_libs = _add_runtimes(w, runtimes) if bundle_runtime else ({}, {})
         onnx.save(_wrapper(model, units, split, ids, types), str(w.path("ort/model.onnx")))
         w.write_text("README.md", _readme(spec, model, targets, ort_libs, partial))
-        ort_note = "" if ort_libs else f"custom-op library not built: {ort_headers()[1]}"
+        ort_note = "" if ort_libs or not bundle_runtime else f"custom-op library not built: {ort_headers()[1]}"
         report = {
             "package": spec.name, "packager_version": __version__, "model": str(spec.model),
             "optimize": {"level": spec.optimize.level, "passes": {p: spec.optimize.enabled(p) for p in PASS_NAMES}},

@@ -157,6 +157,53 @@ def inspect(package: Path = typer.Argument(..., help="package folder")):
         raise typer.Exit(1)
 
 
+@app.command()
+@handle_errors
+def conformance(op: Optional[List[str]] = typer.Option(None, "--op", help="only cases testing these operators"),
+                per_op: int = typer.Option(0, help="at most this many cases per operator (0: all)"),
+                jobs: int = typer.Option(0, help="parallel builds (0: all cores)"),
+                json_out: Optional[Path] = typer.Option(None, "--json", help="write every case's result as JSON"),
+                expected: Optional[Path] = typer.Option(None, help="expectation file: fail if a case expected "
+                                                                   "to pass does not"),
+                update_expected: bool = typer.Option(False, help="rewrite the expectation file from this run"),
+                readme: Optional[Path] = typer.Option(None, help="rewrite the operator table in this README")):
+    """Run ONNX's backend node tests for the claimed operators through the packager and runtime."""
+    from . import conformance as conf
+
+    cases = conf.collect(set(op) if op else None)
+    if per_op:
+        seen: dict[str, int] = {}
+        keep = []
+        for c in cases:
+            key = conf.main_op(c.model)
+            if seen.get(key, 0) < per_op:
+                keep.append(c)
+                seen[key] = seen.get(key, 0) + 1
+        cases = keep
+    _log(f"pack conformance: {len(cases)} ONNX node test case(s)")
+
+    def progress(k, n, r):
+        if r.status == "fail" or k % 50 == 0 or k == n:
+            _log(f"  [{k}/{n}] {r.name}: {r.status}{' - ' + r.detail if r.status == 'fail' else ''}")
+
+    results = conf.run([c.name for c in cases], jobs or os.cpu_count() or 1, progress)
+    table = conf.markdown_table(results)
+    _log(table)
+    if json_out:
+        json_out.write_text(json.dumps([conf.asdict(r) for r in results], indent=1) + "\n")
+    if readme:
+        conf.update_readme(readme, table)
+    if expected and update_expected:
+        conf.write_expected(expected, results)
+    elif expected:
+        want = conf.load_expected(expected)
+        regressed = [r for r in results if want.get(r.name) == "pass" and r.status != "pass"]
+        for r in regressed:
+            _err(f"regression: {r.name} was expected to pass, got {r.status}: {r.detail}")
+        if regressed:
+            raise typer.Exit(1)
+
+
 def main() -> None:
     app()
 

@@ -24,6 +24,10 @@ class InternalError(PackagerError):
     exit_code = 1
 
 
+class UnsupportedConfigError(UserError):
+    """A supported operator used in a way that cannot be compiled ahead of time."""
+
+
 class UnsupportedOpsError(UserError):
     """The model uses operators the packager cannot compile; lists every one of them."""
 

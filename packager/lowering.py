@@ -112,6 +112,12 @@ def extract_graph(mod: tvm.IRModule, input_names: list[str], output_names: list[
         if isinstance(e, ir.TupleGetItem):
             tup = value_of(e.tuple_value)
             return tup[int(e.index)]
+        if isinstance(e, relax.ShapeExpr) and all(isinstance(v, tvm.tirx.IntImm) for v in e.values):
+            # an ONNX Shape result that static shapes made a compile-time constant
+            if e not in consts:
+                consts[e] = g.add("int64", (len(e.values),), "weight",
+                                  value=np.array([int(v) for v in e.values], np.int64))
+            return consts[e]
         raise UserError(f"operation {_describe(e)} could not be compiled to a kernel (it needs a runtime "
                         "library call or a data-dependent shape); run this part of the model in ONNX Runtime")
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import helper
 
-from .frontend import (ONNX_DTYPES, SHAPE_OPERANDS, SHAPE_ONLY_OPS, SUPPORTED_OPS, LoadedModel, TensorInfo,
-                       infer_shapes)
+from .frontend import (ONNX_DTYPES, SHAPE_ONLY_OPS, STATIC_OPERANDS, SUPPORTED_OPS, LoadedModel, TensorInfo,
+                       infer_shapes, unsupported_configuration)
 
 TRIVIAL_OPS = {"Constant", "Identity", "Shape", "Size"}     # never worth a part on their own
 
@@ -85,12 +85,7 @@ def _unsupported(node: onnx.NodeProto, keep_ops: set[str], keep_nodes: set[str])
         return "listed in onnxruntime.keep_ops"
     if node.op_type not in SUPPORTED_OPS:
         return "operator not supported by the packager"
-    if node.op_type == "LayerNormalization" and any(node.output[1:]):
-        return "training-only outputs"
-    if node.op_type == "BatchNormalization" and (any(node.output[1:]) or any(
-            a.name == "training_mode" and a.i for a in node.attribute)):
-        return "training mode"
-    return None
+    return unsupported_configuration(node)
 
 
 def partition(model: LoadedModel, profile_types: list[TensorTypes], keep_ops=(), keep_nodes=()) -> Partition:
@@ -119,7 +114,7 @@ def partition(model: LoadedModel, profile_types: list[TensorTypes], keep_ops=(),
             if k in reasons:
                 continue
             why = None
-            for idx in SHAPE_OPERANDS.get(n.op_type, ()):
+            for idx in STATIC_OPERANDS.get(n.op_type, ()):
                 if idx < len(n.input) and n.input[idx] in dynamic:
                     why = f"shape operand '{n.input[idx]}' is only known at run time"
             for name in n.input:

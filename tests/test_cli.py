@@ -186,13 +186,13 @@ def test_shape_operands_from_input_data_are_rejected_naming_the_node(tmp_path):
     assert_clean_error(r, 2, "node reshape_dyn (Reshape) takes input #1 'shape_in'", "make that operand a constant")
 
 
-def test_training_only_outputs_are_rejected(tmp_path):
+def test_training_mode_is_rejected(tmp_path):
     f = TensorProto.FLOAT
-    nodes = [helper.make_node("LayerNormalization", ["x", "g"], ["y", "mean"], name="ln_train")]
+    stats = [onnx.numpy_helper.from_array(np.ones(4, np.float32), n) for n in ("s", "b", "m", "v")]
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn_train", training_mode=1)]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [2, 4])],
-                          [helper.make_tensor_value_info("y", f, [2, 4]), helper.make_tensor_value_info("mean", f, [2, 1])],
-                          [onnx.numpy_helper.from_array(np.ones(4, np.float32), "g")])
+                          [helper.make_tensor_value_info("y", f, [2, 4])], stats)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, str(tmp_path / "model.onnx"))
-    assert_clean_error(run_pack("build", write_spec(tmp_path, SPEC)), 2, "ln_train", "optional Mean/InvStdDev")
+    assert_clean_error(run_pack("build", write_spec(tmp_path, SPEC)), 2, "bn_train", "training mode")

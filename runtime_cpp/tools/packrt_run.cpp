@@ -87,7 +87,7 @@ int run(int argc, char** argv) {
     print_info(model);
     return 0;
   }
-  if (inputs.empty()) {
+  if (inputs.empty() && !model.inputs().empty()) {
     std::string names;
     for (auto& t : model.inputs()) names += " --input " + t.name + "=FILE.npy";
     throw UsageError("no inputs given; this model needs:" + names);

@@ -1,0 +1,260 @@
+"""ONNX -> ONNX rewrites, applied just before TVM's importer, that keep a valid model's meaning
+while avoiding constructs the importer rejects or gets wrong:
+
+* `Pow` with operands of different types (or integer operands): computed in floating point.
+* `ReduceMax`/`ReduceMin` on bool: computed on uint8.
+* `ReduceMax`/`ReduceMin` over an empty axis: ONNX says -inf/+inf; the output becomes a constant.
+* `Split` with zero-sized pieces: the empty outputs become constants, the rest is split normally.
+* `Trilu` of an empty tensor: Identity.
+* `Mod` with fmod=0 on floats (Python-style sign): fmod plus the sign fix, so infinities behave.
+* `LayerNormalization` that also returns Mean/InvStdDev: written out in primitive operators (the
+  importer implements only the normalized output).
+* `Shape`/`Size` of a tensor with a static shape: a constant (shapes are static per profile; the
+  importer's symbolic shape values are refused by many consumers).
+* Constant folding of small computations on constants (shape arithmetic such as
+  Shape -> Gather -> Concat -> Reshape), with ONNX's reference evaluator, and `Constant` nodes
+  in any of their attribute forms become initializers.
+
+Each rewrite needs the static shapes and types of one profile (the model after shape inference).
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
+
+
+class _Types:
+    """Element type and static shape of every tensor of an inferred model."""
+
+    def __init__(self, model: onnx.ModelProto):
+        g = model.graph
+        self.elem: dict[str, int] = {}
+        self.shape: dict[str, tuple | None] = {}
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            if vi.type.HasField("tensor_type"):
+                tt = vi.type.tensor_type
+                self.elem[vi.name] = tt.elem_type
+                self.shape[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None
+                                            for d in tt.shape.dim) if tt.HasField("shape") else None
+        for init in g.initializer:
+            self.elem[init.name] = init.data_type
+            self.shape[init.name] = tuple(init.dims)
+
+
+class _Builder:
+    """Adds fresh tensor names and initializers to a graph being rewritten."""
+
+    def __init__(self, graph: onnx.GraphProto, opset: int):
+        self.graph = graph
+        self.opset = opset
+        self.names = {o for n in graph.node for o in n.output} | {i.name for i in graph.input} | \
+            {i.name for i in graph.initializer}
+        self.count = 0
+
+    def fresh(self, hint: str) -> str:
+        while True:
+            self.count += 1
+            name = f"{hint}__rw{self.count}"
+            if name not in self.names:
+                self.names.add(name)
+                return name
+
+    def const(self, hint: str, value: np.ndarray) -> str:
+        name = self.fresh(hint)
+        self.graph.initializer.append(numpy_helper.from_array(value, name))
+        return name
+
+
+def _attr(node, name, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _reduced_axes(node, t: _Types, graph: onnx.GraphProto) -> list[int] | None:
+    rank = len(t.shape.get(node.input[0]) or ())
+    axes = _attr(node, "axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        value = _initializer(graph, node.input[1])
+        if value is None:
+            return None                               # axes computed at run time: leave it to the importer
+        axes = value.tolist()
+    if axes is None:
+        return [] if _attr(node, "noop_with_empty_axes", 0) else list(range(rank))
+    return [a % rank for a in axes]
+
+
+def _rewrite_node(node: onnx.NodeProto, t: _Types, b: _Builder) -> list[onnx.NodeProto] | None:
+    """Replacement nodes for `node`, or None to keep it."""
+    op, ins, outs = node.op_type, list(node.input), list(node.output)
+    if op in ("Shape", "Size") and t.shape.get(ins[0]) is not None and None not in t.shape[ins[0]]:
+        dims = list(t.shape[ins[0]])
+        if op == "Size":
+            value = np.array(int(np.prod(dims, dtype=np.int64)), np.int64)
+        else:
+            start, end = _attr(node, "start", 0), _attr(node, "end", len(dims))
+            value = np.array(dims[slice(start, end)], np.int64)
+        return [helper.make_node("Identity", [b.const(outs[0], value)], outs)]
+    if op == "Pow" and (t.elem.get(ins[0]) != t.elem.get(ins[1]) or t.elem.get(ins[0]) not in FLOATS):
+        base = t.elem.get(ins[0])
+        if base is None or t.elem.get(ins[1]) is None:
+            return None
+        if base in FLOATS:
+            e = b.fresh(ins[1])
+            return [helper.make_node("Cast", [ins[1]], [e], to=base), helper.make_node("Pow", [ins[0], e], outs)]
+        a, e, r = b.fresh(ins[0]), b.fresh(ins[1]), b.fresh(outs[0])
+        return [helper.make_node("Cast", [ins[0]], [a], to=TensorProto.DOUBLE),
+                helper.make_node("Cast", [ins[1]], [e], to=TensorProto.DOUBLE),
+                helper.make_node("Pow", [a, e], [r]), helper.make_node("Cast", [r], outs, to=base)]
+    if op in ("ReduceMax", "ReduceMin"):
+        shape = t.shape.get(ins[0])
+        axes = _reduced_axes(node, t, b.graph)
+        out_shape = t.shape.get(outs[0])
+        if (shape and axes and out_shape is not None and None not in out_shape and any(shape[a] == 0 for a in axes)):
+            dtype = helper.tensor_dtype_to_np_dtype(t.elem[ins[0]])
+            if dtype == np.bool_:
+                value = op == "ReduceMin"                  # identity of any() / all()
+            elif np.issubdtype(dtype, np.floating):
+                value = -np.inf if op == "ReduceMax" else np.inf
+            else:
+                value = np.iinfo(dtype).min if op == "ReduceMax" else np.iinfo(dtype).max
+            return [helper.make_node("Identity", [b.const(outs[0], np.full(out_shape, value, dtype))], outs)]
+        if t.elem.get(ins[0]) == TensorProto.BOOL:
+            x, r = b.fresh(ins[0]), b.fresh(outs[0])
+            return [helper.make_node("Cast", [ins[0]], [x], to=TensorProto.UINT8),
+                    helper.make_node(op, [x, *ins[1:]], [r], **{a.name: helper.get_attribute_value(a)
+                                                                  for a in node.attribute}),
+                    helper.make_node("Cast", [r], outs, to=TensorProto.BOOL)]
+    if op == "Split" and len(ins) > 1 and ins[1]:
+        sizes = _initializer(b.graph, ins[1])
+        if sizes is not None and (sizes == 0).any():
+            dtype = helper.tensor_dtype_to_np_dtype(t.elem[ins[0]])
+            keep = [(s, o) for s, o in zip(sizes.tolist(), outs) if s]
+            new = []
+            for s, o in zip(sizes.tolist(), outs):
+                if not s:
+                    shape = list(t.shape[o]) if t.shape.get(o) else None
+                    if shape is None or None in shape:
+                        return None
+                    new.append(helper.make_node("Identity", [b.const(o, np.zeros(shape, dtype))], [o]))
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            if len(keep) == 1:
+                new.append(helper.make_node("Identity", [ins[0]], [keep[0][1]]))
+            elif keep:
+                sz = b.const(ins[1], np.array([s for s, _ in keep], np.int64))
+                new.append(helper.make_node("Split", [ins[0], sz], [o for _, o in keep], **attrs))
+            return new
+    if op == "LayerNormalization" and any(outs[1:]) and t.shape.get(ins[0]) is not None:
+        return _layernorm_with_stats(node, t, b)
+    if op == "Trilu" and t.shape.get(ins[0]) and 0 in t.shape[ins[0]]:
+        return [helper.make_node("Identity", [ins[0]], outs)]
+    if op == "Mod" and not _attr(node, "fmod", 0) and t.elem.get(ins[0]) in FLOATS:
+        z = b.const("zero", np.array(0, helper.tensor_dtype_to_np_dtype(t.elem[ins[0]])))
+        r, is_zero, r_neg, y_neg, differ, nonzero, fix, shifted = (b.fresh(outs[0]) for _ in range(8))
+        return [helper.make_node("Mod", ins, [r], fmod=1),           # C fmod: sign of x
+                helper.make_node("Equal", [r, z], [is_zero]),
+                helper.make_node("Less", [r, z], [r_neg]), helper.make_node("Less", [ins[1], z], [y_neg]),
+                helper.make_node("Xor", [r_neg, y_neg], [differ]), helper.make_node("Not", [is_zero], [nonzero]),
+                helper.make_node("And", [differ, nonzero], [fix]),
+                helper.make_node("Add", [r, ins[1]], [shifted]),
+                helper.make_node("Where", [fix, shifted, r], outs)]   # Python mod: sign of y
+    return None
+
+
+def _layernorm_with_stats(node, t: _Types, b: _Builder) -> list[onnx.NodeProto]:
+    ins, outs = list(node.input), list(node.output) + ["", ""]
+    rank = len(t.shape[ins[0]])
+    axes = list(range(_attr(node, "axis", -1) % rank, rank))
+    dtype = helper.tensor_dtype_to_np_dtype(t.elem[ins[0]])
+    eps = b.const("eps", np.array(_attr(node, "epsilon", 1e-5), dtype))
+    mean, d, d2, var, ve, std, inv, norm = (outs[1] or b.fresh("ln_mean"), *(b.fresh("ln") for _ in range(6)),
+                                            b.fresh("ln_norm"))
+    inv = outs[2] or inv
+
+    def reduce_mean(x: str, y: str) -> onnx.NodeProto:
+        if b.opset >= 18:
+            return helper.make_node("ReduceMean", [x, b.const("axes", np.array(axes, np.int64))], [y], keepdims=1)
+        return helper.make_node("ReduceMean", [x], [y], axes=axes, keepdims=1)
+
+    nodes = [reduce_mean(ins[0], mean), helper.make_node("Sub", [ins[0], mean], [d]),
+             helper.make_node("Mul", [d, d], [d2]), reduce_mean(d2, var), helper.make_node("Add", [var, eps], [ve]),
+             helper.make_node("Sqrt", [ve], [std]), helper.make_node("Reciprocal", [std], [inv]),
+             helper.make_node("Mul", [d, inv], [norm])]
+    if len(ins) > 2 and ins[2]:
+        scaled = b.fresh("ln_scaled")
+        return nodes + [helper.make_node("Mul", [norm, ins[1]], [scaled]),
+                        helper.make_node("Add", [scaled, ins[2]], [outs[0]])]
+    return nodes + [helper.make_node("Mul", [norm, ins[1]], [outs[0]])]
+
+
+def _initializer(graph: onnx.GraphProto, name: str) -> np.ndarray | None:
+    for init in graph.initializer:
+        if init.name == name:
+            return numpy_helper.to_array(init)
+    return None
+
+
+FOLD_MAX_ELEMENTS = 1 << 16          # larger results stay computed by kernels (no weight blow-up)
+NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+              "Bernoulli", "Dropout"}
+
+
+def _fold(model: onnx.ModelProto) -> int:
+    """Evaluate nodes whose inputs are all constants; their outputs become initializers."""
+    g = model.graph
+    known = {i.name: i for i in g.initializer}
+    graph_outputs = {o.name for o in g.output}
+    opsets = list(model.opset_import)
+    kept, folded = [], 0
+    for node in g.node:
+        ins = [i for i in node.input if i]
+        if (node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLD or not all(i in known for i in ins)
+                or any(o in graph_outputs for o in node.output)):
+            kept.append(node)
+            continue
+        try:
+            values = _evaluate(node, [known[i] for i in ins], opsets)
+        except Exception:  # noqa: BLE001 - the reference evaluator lacks some ops: keep the node
+            kept.append(node)
+            continue
+        if sum(v.size for v in values) > FOLD_MAX_ELEMENTS:
+            kept.append(node)
+            continue
+        for name, value in zip(node.output, values):
+            if name:
+                known[name] = numpy_helper.from_array(np.asarray(value), name)
+                g.initializer.append(known[name])
+        folded += 1
+    del g.node[:]
+    g.node.extend(kept)
+    return folded
+
+
+def _evaluate(node: onnx.NodeProto, inputs: list[onnx.TensorProto], opsets) -> list[np.ndarray]:
+    from onnx.reference import ReferenceEvaluator   # imported only when there is something to fold
+
+    graph = helper.make_graph([node], "fold", [], [helper.make_empty_tensor_value_info(o) for o in node.output if o],
+                              inputs)
+    return ReferenceEvaluator(helper.make_model(graph, opset_imports=opsets)).run(None, {})
+
+
+def rewrite(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """The model (after shape inference) with the rewrites applied; returns it and how many nodes
+    were replaced or folded."""
+    t = _Types(model)
+    b = _Builder(model.graph, next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17))
+    nodes, changed = [], 0
+    for node in model.graph.node:
+        new = _rewrite_node(node, t, b)
+        if new is None:
+            nodes.append(node)
+            continue
+        nodes.extend(new)
+        changed += 1
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model, changed + _fold(model)
