@@ -102,18 +102,21 @@ def verify(package: Path = typer.Argument(..., help="package folder"),
 
 @app.command()
 @handle_errors
-def bench(package: Path = typer.Argument(..., help="package folder"),
+def bench(package: Path = typer.Argument(..., help="package folder, or a spec to build first"),
           target: Optional[str] = typer.Option(None, "--target", "-t"),
           threads: int = typer.Option(0, help="threads for both runtimes (0: all cores)"),
           iters: int = typer.Option(50, help="timed runs per round"),
           rounds: int = typer.Option(5, help="interleaved rounds"),
-          json_out: Optional[Path] = typer.Option(None, "--json", help="write results as JSON")):
-    """Time the package against onnxruntime (CPU EP), side by side."""
-    from .bench import bench_package
+          warmup: int = typer.Option(5, help="untimed runs before each round"),
+          ablate: Optional[List[str]] = typer.Option(None, "--ablate", help="also rebuild with this pass off"),
+          top: int = typer.Option(5, help="slowest kernels to show"),
+          json_out: Optional[Path] = typer.Option(None, "--json", help="write the report as JSON")):
+    """Time the package against onnxruntime (CPU EP), side by side; per-kernel roofline."""
+    from .bench import bench as run_bench
 
-    results = bench_package(package, target, threads, iters, rounds, log=_log)
+    report = run_bench(package, target, threads, iters, rounds, warmup, ablate or [], top, log=_log)
     if json_out:
-        json_out.write_text(json.dumps([r.as_dict() for r in results], indent=1) + "\n")
+        json_out.write_text(json.dumps(report, indent=1) + "\n")
 
 
 @app.command()

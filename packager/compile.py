@@ -18,6 +18,7 @@ from .emit.package import PackageWriter
 from .emit.plan import build_plan
 from .emit.weights import WeightStore
 from .frontend import LoadedModel, import_relax
+from .kernel_cost import kernel_cost
 from .lowering import Graph, extract_graph
 from .optimize.base import PassReport
 from .optimize.pipeline import optimize_graph, optimize_kernels
@@ -96,6 +97,9 @@ def build_target(unit: Unit, t: CpuTarget, kernels: dict, opt: OptimizeSpec, w: 
     table = [(name, symbol_of(name), len(f.params)) for name, f in scheduled.items()]
     plan, stats = build_plan(t.name, unit.graphs, table, weights, [i.name for i in unit.model.inputs],
                              [o.name for o in unit.model.outputs])
+    for entry in plan["kernels"]:                   # work and traffic, for roofline reports
+        cost = kernel_cost(kernels[entry["name"]])
+        entry["flops"], entry["bytes"] = cost.flops, cost.bytes
     weights.write(w.path(f"{rel}/weights.bin"))
     w.write_json(f"{rel}/plan.json", plan)
     where = f" [part {unit.name}]" if unit.name else ""

@@ -16,8 +16,30 @@ from tvm.ir import expr as ir
 from .errors import InternalError, UserError
 
 
+@relax.expr_functor.mutator
+class _SafeTake(relax.PyExprMutator):
+    """ONNX Gather becomes relax.take in "fast" mode, which reads out of bounds (and crashes the
+    process) on a bad index; "wrap" computes the same for every valid index, negative ones
+    included, and stays in bounds for invalid ones."""
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if getattr(call.op, "name", None) == "relax.take" and call.attrs.mode == "fast":
+            return relax.op.take(call.args[0], call.args[1], call.attrs.axis, mode="wrap")
+        return call
+
+
+def safe_take(mod: tvm.IRModule) -> tvm.IRModule:
+    m = _SafeTake(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            m.builder_.update_func(gv, m.visit_expr(func))
+    return m.builder_.get()
+
+
 def legalize(mod: tvm.IRModule) -> tvm.IRModule:
     """Graph ops -> PrimFuncs (one per op) and constant folding; no fusion, no schedules."""
+    mod = safe_take(mod)
     seq = tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
         relax.transform.LegalizeOps(),

@@ -22,12 +22,18 @@ ARCH_ALIASES = {"x86-64": "x86_64", "x86_64": "x86_64", "amd64": "x86_64",
                 "arm64": "aarch64", "aarch64": "aarch64"}
 
 # /proc/cpuinfo flags the runtime checks before it runs a target's kernels.
+# flops_per_cycle: fp32 peak per core = FMA pipes x lanes x 2 (two 256/512-bit FMA pipes on
+# Haswell+ / Zen 4-5 / Skylake-SP, two 128-bit NEON FMA pipes on Cortex-A7x/Neoverse N1).
+# dram_gbs_per_core: nominal share of DRAM bandwidth one core can draw (about 8 DDR4/DDR5 channels
+# over 32-64 cores on servers); only used to place kernels on the roofline in `pack bench`.
 X86_ISA = {
-    "avx2": {"mcpu": "x86-64-v3", "vector_bits": 256, "features": ("avx2", "fma", "f16c", "bmi2")},
-    "avx512": {"mcpu": "x86-64-v4", "vector_bits": 512,
+    "avx2": {"mcpu": "x86-64-v3", "vector_bits": 256, "flops_per_cycle": 32, "dram_gbs_per_core": 10.0,
+             "features": ("avx2", "fma", "f16c", "bmi2")},
+    "avx512": {"mcpu": "x86-64-v4", "vector_bits": 512, "flops_per_cycle": 64, "dram_gbs_per_core": 10.0,
                "features": ("avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")},
 }
-ARM_ISA = {"neon": {"mcpu": "generic", "vector_bits": 128, "features": ("asimd",)}}
+ARM_ISA = {"neon": {"mcpu": "generic", "vector_bits": 128, "flops_per_cycle": 16, "dram_gbs_per_core": 6.0,
+                    "features": ("asimd",)}}
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,8 @@ class CpuTarget:
     mattr: tuple[str, ...] = ()
     vector_bits: int = 128
     features: tuple[str, ...] = ()
+    flops_per_cycle: int = 16          # fp32, per core (see the ISA tables)
+    dram_gbs_per_core: float = 6.0
     kind: str = "cpu"
 
     @property
@@ -60,7 +68,8 @@ class CpuTarget:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "cpu", "arch": self.arch, "isa": self.isa, "mcpu": self.mcpu,
-                "mattr": list(self.mattr), "vector_bits": self.vector_bits, "cpu_features": list(self.features)}
+                "mattr": list(self.mattr), "vector_bits": self.vector_bits, "cpu_features": list(self.features),
+                "flops_per_cycle": self.flops_per_cycle, "dram_gbs_per_core": self.dram_gbs_per_core}
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,16 @@ def host_cpu_name() -> str:
     return str(codegen.llvm_get_system_cpu())
 
 
+def host_ghz() -> float:
+    """This machine's CPU clock in GHz (highest 'cpu MHz' in /proc/cpuinfo; 3.0 if unknown)."""
+    try:
+        mhz = [float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
+               if line.startswith("cpu MHz")]
+    except (OSError, ValueError, IndexError):
+        mhz = []
+    return max(mhz) / 1000 if mhz else 3.0
+
+
 def can_run_here(t: CpuTarget) -> bool:
     """Whether this machine can execute the target's code natively."""
     return t.arch == host_arch() and set(t.features) <= host_cpu_flags()
@@ -119,7 +138,8 @@ def can_run_here(t: CpuTarget) -> bool:
 
 def _x86(name: str, isa: str, mcpu: str | None, mattr: tuple[str, ...]) -> CpuTarget:
     row = X86_ISA[isa]
-    return CpuTarget(name, "x86_64", isa, mcpu or row["mcpu"], mattr, row["vector_bits"], row["features"])
+    return CpuTarget(name, "x86_64", isa, mcpu or row["mcpu"], mattr, row["vector_bits"], row["features"],
+                     row["flops_per_cycle"], row["dram_gbs_per_core"])
 
 
 def _detected_x86_isa() -> str | None:
@@ -192,7 +212,7 @@ def resolve(ts: TargetSpec, spec: Spec | None = None) -> CpuTarget | CudaTarget:
         raise fail(f"unknown ARM ISA {isa!r}; expected neon", "isa")
     row = ARM_ISA[isa]
     return CpuTarget(name, "aarch64", isa, mcpu or row["mcpu"], tuple(mattr) or ("+neon",),
-                     row["vector_bits"], row["features"])
+                     row["vector_bits"], row["features"], row["flops_per_cycle"], row["dram_gbs_per_core"])
 
 
 def _check_mcpu(mcpu: str, arch: str, fail) -> None:

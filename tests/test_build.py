@@ -89,6 +89,7 @@ optimize: {opt}
     "{passes: {simplify: false}}",
     "{passes: {fusion: false}}",
     "{passes: {schedule: false}}",
+    "{passes: {fastmath: false}}",
 ])
 def test_each_pass_switch_keeps_results_equal(sample_root, tmp_path, opt):
     spec = write_spec(tmp_path, CNN_SPEC.format(model=sample_root / "cnn" / "model.onnx", opt=opt))
@@ -96,7 +97,7 @@ def test_each_pass_switch_keeps_results_equal(sample_root, tmp_path, opt):
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "dist" / "cnn" / "build_report.json").read_text())
     statuses = {p["pass"]: p["status"] for p in report["graph_passes"] + report["targets"][0]["kernel_passes"]}
-    for name in ("simplify", "fusion", "schedule"):
+    for name in ("simplify", "fastmath", "fusion", "schedule"):
         off = opt == "{level: 0}" or f"{name}: false" in opt
         assert statuses[name] == ("disabled" if off else "applied"), statuses
     r = run_pack("verify", tmp_path / "dist" / "cnn")
@@ -189,3 +190,21 @@ def test_operator_coverage_models(tmp_path, which):
                             if HAS_QEMU else "[x86-64]")
     report = json.loads((pkg / "build_report.json").read_text())
     assert report["targets"][0]["kernel_passes"][0]["details"]["rules"].get("naive", 0) == 0
+
+
+def test_gather_indices_stay_in_bounds(tmp_path):
+    """Negative indices work; an out-of-range index must not crash the process (ONNX Gather
+    in TVM's "fast" mode reads out of bounds; the packager uses wrap-around)."""
+    table = numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "table")
+    model = _model([helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0)],
+                   [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+                   [helper.make_tensor_value_info("rows", TensorProto.FLOAT, [3, 4])], [table])
+    pkg = _build_and_verify(tmp_path, model, "  ids: {dtype: int64, shape: [3]}\n")
+    np.save(tmp_path / "ids.npy", np.array([-1, 2, 1_000_000], np.int64))
+    exe = pkg / "runtime" / "x86_64" / "bin" / "packrt-run"
+    import subprocess
+    r = subprocess.run([str(exe), str(pkg), "--input", f"ids={tmp_path / 'ids.npy'}", "--output-dir", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rows = np.load(tmp_path / "rows.npy")
+    assert rows[0].tolist() == [36, 37, 38, 39] and rows[1].tolist() == [8, 9, 10, 11]

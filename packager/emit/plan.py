@@ -1,7 +1,7 @@
 """plan.json: the compiled execution plan of one target, read by the C++ runtime.
 
 Schema (format "packager-plan", version 1):
-  target, weights {file, bytes}, kernels [{name, symbol, num_args}],
+  target, weights {file, bytes}, kernels [{name, symbol, num_args, flops, bytes}],
   profiles [{name, arena_bytes, tensors [{dtype, shape, storage: arena|weights, offset, bytes}],
              inputs [{name, tensor}], outputs [{name, tensor}],
              steps [{op: kernel, kernel, args} | {op: copy, args: [src, dst]}]}]

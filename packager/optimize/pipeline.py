@@ -14,6 +14,7 @@ from ..spec import OptimizeSpec
 from ..targets import CpuTarget
 from .base import PassReport
 from .cpu_schedule import schedule_kernels
+from .fastmath import fastmath
 from .fusion import fuse
 from .simplify import simplify
 
@@ -40,6 +41,11 @@ def optimize_graph(mod: tvm.IRModule, opt: OptimizeSpec) -> tuple[tvm.IRModule, 
         reports.append(r)
     else:
         reports.append(PassReport("simplify", "disabled", "off in the spec"))
+    if opt.enabled("fastmath"):
+        mod, r = _timed(fastmath, mod)
+        reports.append(r)
+    else:
+        reports.append(PassReport("fastmath", "disabled", "off in the spec: exact libm exp/erf/tanh"))
     mod = legalize(mod)
     if opt.enabled("fusion"):
         mod, r = _timed(fuse, mod)

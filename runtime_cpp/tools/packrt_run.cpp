@@ -35,6 +35,16 @@ std::string file_safe(std::string name) {
   return name.empty() ? "output" : name;
 }
 
+// This process's peak resident memory (VmHWM). Not getrusage's ru_maxrss: that survives exec and
+// would include the memory of the process that forked us (e.g. a Python benchmark driver).
+double peak_rss_mb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return 0.0;
+}
+
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   double pos = q * (v.size() - 1);
@@ -197,7 +207,7 @@ int run(int argc, char** argv) {
                   rows[i].step, rows[i].kernel.c_str());
   }
   if (!json_path.empty()) {
-    nlohmann::json j = {{"steps", steps_json}, {"package", model.name()}, {"target", model.target()}, {"threads", model.num_threads()},
+    nlohmann::json j = {{"steps", steps_json}, {"peak_rss_mb", peak_rss_mb()}, {"package", model.name()}, {"target", model.target()}, {"threads", model.num_threads()},
                         {"iters", iters}, {"warmup", warmup}, {"latency_ms", ms},
                         {"median_ms", med}, {"mean_ms", mean}, {"p90_ms", p90}, {"min_ms", lo}, {"max_ms", hi},
                         {"outputs", outputs_json}};
