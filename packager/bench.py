@@ -164,7 +164,8 @@ def kernel_roofline(pkg: PackageInfo, target: dict, steps: list[dict], threads: 
         gflops = flops / seconds / 1e9 if seconds else 0.0
         intensity = flops / nbytes if nbytes else 0.0
         attainable = min(peak_gflops, intensity * peak_gbs) if intensity else 0.0
-        rows.append({**k, "share": k["ms"] / total, "gflops": gflops, "intensity": intensity,
+        rows.append({**k, "share": k["ms"] / total, "flops": flops, "bytes": nbytes, "gflops": gflops,
+                     "intensity": intensity,
                      "roofline_fraction": gflops / attainable if attainable else 0.0,
                      "bound": "compute" if intensity * peak_gbs >= peak_gflops else "memory"})
     return rows
@@ -245,7 +246,8 @@ def _print(report: dict, log) -> None:
         log(f"  {p['profile']:10s} {'onnxruntime':12s} {o['median_ms']:8.3f}ms {o['p90_ms']:7.3f}ms {'1.00x':>7s} "
             f"{o['peak_mb']:8.0f}")
         if p["kernels"]:
-            log(f"  top kernels ({p['profile']}): share, time/run, GFLOP/s, FLOP/byte, roofline fraction")
+            log(f"  top kernels ({p['profile']}): share, time/run, GFLOP, MB, GFLOP/s, FLOP/byte, roofline fraction")
             for k in p["kernels"]:
-                log(f"    {k['share'] * 100:5.1f}%  {k['ms']:8.3f}ms  {k['gflops']:7.1f}  {k['intensity']:7.1f}  "
-                    f"{k['roofline_fraction'] * 100:5.1f}% ({k['bound']}-bound)  {k['kernel']} x{k['calls']}")
+                log(f"    {k['share'] * 100:5.1f}%  {k['ms']:8.3f}ms  {k['flops'] / 1e9:7.3f}  {k['bytes'] / 1e6:7.2f}  "
+                    f"{k['gflops']:7.1f}  {k['intensity']:7.1f}  {k['roofline_fraction'] * 100:5.1f}% "
+                    f"({k['bound']}-bound)  {k['kernel']} x{k['calls']}")
