@@ -88,81 +88,106 @@ def _reduced_axes(node, t: _Types, graph: onnx.GraphProto) -> list[int] | None:
     return [a % rank for a in axes]
 
 
-def _rewrite_node(node: onnx.NodeProto, t: _Types, b: _Builder) -> list[onnx.NodeProto] | None:
-    """Replacement nodes for `node`, or None to keep it."""
+def _shape_or_size(node, t: _Types, b: _Builder):
+    ins, outs = list(node.input), list(node.output)
+    if t.shape.get(ins[0]) is None or None in t.shape[ins[0]]:
+        return None
+    dims = list(t.shape[ins[0]])
+    if node.op_type == "Size":
+        value = np.array(int(np.prod(dims, dtype=np.int64)), np.int64)
+    else:
+        value = np.array(dims[slice(_attr(node, "start", 0), _attr(node, "end", len(dims)))], np.int64)
+    return [helper.make_node("Identity", [b.const(outs[0], value)], outs)]
+
+
+def _pow(node, t: _Types, b: _Builder):
+    ins, outs = list(node.input), list(node.output)
+    base, exp = t.elem.get(ins[0]), t.elem.get(ins[1])
+    if base is None or exp is None or (base == exp and base in FLOATS):
+        return None
+    if base in FLOATS:
+        e = b.fresh(ins[1])
+        return [helper.make_node("Cast", [ins[1]], [e], to=base), helper.make_node("Pow", [ins[0], e], outs)]
+    a, e, r = b.fresh(ins[0]), b.fresh(ins[1]), b.fresh(outs[0])
+    return [helper.make_node("Cast", [ins[0]], [a], to=TensorProto.DOUBLE),
+            helper.make_node("Cast", [ins[1]], [e], to=TensorProto.DOUBLE),
+            helper.make_node("Pow", [a, e], [r]), helper.make_node("Cast", [r], outs, to=base)]
+
+
+def _reduce_min_max(node, t: _Types, b: _Builder):
     op, ins, outs = node.op_type, list(node.input), list(node.output)
-    if op in ("Shape", "Size") and t.shape.get(ins[0]) is not None and None not in t.shape[ins[0]]:
-        dims = list(t.shape[ins[0]])
-        if op == "Size":
-            value = np.array(int(np.prod(dims, dtype=np.int64)), np.int64)
+    shape, out_shape = t.shape.get(ins[0]), t.shape.get(outs[0])
+    axes = _reduced_axes(node, t, b.graph)
+    if shape and axes and out_shape is not None and None not in out_shape and any(shape[a] == 0 for a in axes):
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem[ins[0]])
+        if dtype == np.bool_:
+            value = op == "ReduceMin"                      # identity of any() / all()
+        elif np.issubdtype(dtype, np.floating):
+            value = -np.inf if op == "ReduceMax" else np.inf
         else:
-            start, end = _attr(node, "start", 0), _attr(node, "end", len(dims))
-            value = np.array(dims[slice(start, end)], np.int64)
-        return [helper.make_node("Identity", [b.const(outs[0], value)], outs)]
-    if op == "Pow" and (t.elem.get(ins[0]) != t.elem.get(ins[1]) or t.elem.get(ins[0]) not in FLOATS):
-        base = t.elem.get(ins[0])
-        if base is None or t.elem.get(ins[1]) is None:
-            return None
-        if base in FLOATS:
-            e = b.fresh(ins[1])
-            return [helper.make_node("Cast", [ins[1]], [e], to=base), helper.make_node("Pow", [ins[0], e], outs)]
-        a, e, r = b.fresh(ins[0]), b.fresh(ins[1]), b.fresh(outs[0])
-        return [helper.make_node("Cast", [ins[0]], [a], to=TensorProto.DOUBLE),
-                helper.make_node("Cast", [ins[1]], [e], to=TensorProto.DOUBLE),
-                helper.make_node("Pow", [a, e], [r]), helper.make_node("Cast", [r], outs, to=base)]
-    if op in ("ReduceMax", "ReduceMin"):
-        shape = t.shape.get(ins[0])
-        axes = _reduced_axes(node, t, b.graph)
-        out_shape = t.shape.get(outs[0])
-        if (shape and axes and out_shape is not None and None not in out_shape and any(shape[a] == 0 for a in axes)):
-            dtype = helper.tensor_dtype_to_np_dtype(t.elem[ins[0]])
-            if dtype == np.bool_:
-                value = op == "ReduceMin"                  # identity of any() / all()
-            elif np.issubdtype(dtype, np.floating):
-                value = -np.inf if op == "ReduceMax" else np.inf
-            else:
-                value = np.iinfo(dtype).min if op == "ReduceMax" else np.iinfo(dtype).max
-            return [helper.make_node("Identity", [b.const(outs[0], np.full(out_shape, value, dtype))], outs)]
-        if t.elem.get(ins[0]) == TensorProto.BOOL:
-            x, r = b.fresh(ins[0]), b.fresh(outs[0])
-            return [helper.make_node("Cast", [ins[0]], [x], to=TensorProto.UINT8),
-                    helper.make_node(op, [x, *ins[1:]], [r], **{a.name: helper.get_attribute_value(a)
-                                                                  for a in node.attribute}),
-                    helper.make_node("Cast", [r], outs, to=TensorProto.BOOL)]
-    if op == "Split" and len(ins) > 1 and ins[1]:
-        sizes = _initializer(b.graph, ins[1])
-        if sizes is not None and (sizes == 0).any():
-            dtype = helper.tensor_dtype_to_np_dtype(t.elem[ins[0]])
-            keep = [(s, o) for s, o in zip(sizes.tolist(), outs) if s]
-            new = []
-            for s, o in zip(sizes.tolist(), outs):
-                if not s:
-                    shape = list(t.shape[o]) if t.shape.get(o) else None
-                    if shape is None or None in shape:
-                        return None
-                    new.append(helper.make_node("Identity", [b.const(o, np.zeros(shape, dtype))], [o]))
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            if len(keep) == 1:
-                new.append(helper.make_node("Identity", [ins[0]], [keep[0][1]]))
-            elif keep:
-                sz = b.const(ins[1], np.array([s for s, _ in keep], np.int64))
-                new.append(helper.make_node("Split", [ins[0], sz], [o for _, o in keep], **attrs))
-            return new
-    if op == "LayerNormalization" and any(outs[1:]) and t.shape.get(ins[0]) is not None:
-        return _layernorm_with_stats(node, t, b)
-    if op == "Trilu" and t.shape.get(ins[0]) and 0 in t.shape[ins[0]]:
-        return [helper.make_node("Identity", [ins[0]], outs)]
-    if op == "Mod" and not _attr(node, "fmod", 0) and t.elem.get(ins[0]) in FLOATS:
-        z = b.const("zero", np.array(0, helper.tensor_dtype_to_np_dtype(t.elem[ins[0]])))
-        r, is_zero, r_neg, y_neg, differ, nonzero, fix, shifted = (b.fresh(outs[0]) for _ in range(8))
-        return [helper.make_node("Mod", ins, [r], fmod=1),           # C fmod: sign of x
-                helper.make_node("Equal", [r, z], [is_zero]),
-                helper.make_node("Less", [r, z], [r_neg]), helper.make_node("Less", [ins[1], z], [y_neg]),
-                helper.make_node("Xor", [r_neg, y_neg], [differ]), helper.make_node("Not", [is_zero], [nonzero]),
-                helper.make_node("And", [differ, nonzero], [fix]),
-                helper.make_node("Add", [r, ins[1]], [shifted]),
-                helper.make_node("Where", [fix, shifted, r], outs)]   # Python mod: sign of y
+            value = np.iinfo(dtype).min if op == "ReduceMax" else np.iinfo(dtype).max
+        return [helper.make_node("Identity", [b.const(outs[0], np.full(out_shape, value, dtype))], outs)]
+    if t.elem.get(ins[0]) == TensorProto.BOOL:
+        x, r = b.fresh(ins[0]), b.fresh(outs[0])
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        return [helper.make_node("Cast", [ins[0]], [x], to=TensorProto.UINT8),
+                helper.make_node(op, [x, *ins[1:]], [r], **attrs),
+                helper.make_node("Cast", [r], outs, to=TensorProto.BOOL)]
     return None
+
+
+def _split(node, t: _Types, b: _Builder):
+    ins, outs = list(node.input), list(node.output)
+    sizes = _initializer(b.graph, ins[1]) if len(ins) > 1 and ins[1] else None
+    if sizes is None or not (sizes == 0).any():
+        return None
+    dtype = helper.tensor_dtype_to_np_dtype(t.elem[ins[0]])
+    keep = [(s, o) for s, o in zip(sizes.tolist(), outs) if s]
+    new = []
+    for s, o in zip(sizes.tolist(), outs):
+        if not s:
+            shape = t.shape.get(o)
+            if shape is None or None in shape:
+                return None
+            new.append(helper.make_node("Identity", [b.const(o, np.zeros(shape, dtype))], [o]))
+    if len(keep) == 1:
+        new.append(helper.make_node("Identity", [ins[0]], [keep[0][1]]))
+    elif keep:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        sz = b.const(ins[1], np.array([s for s, _ in keep], np.int64))
+        new.append(helper.make_node("Split", [ins[0], sz], [o for _, o in keep], **attrs))
+    return new
+
+
+def _trilu(node, t: _Types, b: _Builder):
+    shape = t.shape.get(node.input[0])
+    return [helper.make_node("Identity", [node.input[0]], list(node.output))] if shape and 0 in shape else None
+
+
+def _mod(node, t: _Types, b: _Builder):
+    ins, outs = list(node.input), list(node.output)
+    if _attr(node, "fmod", 0) or t.elem.get(ins[0]) not in FLOATS:
+        return None
+    z = b.const("zero", np.array(0, helper.tensor_dtype_to_np_dtype(t.elem[ins[0]])))
+    r, is_zero, r_neg, y_neg, differ, nonzero, fix, shifted = (b.fresh(outs[0]) for _ in range(8))
+    return [helper.make_node("Mod", ins, [r], fmod=1),               # C fmod: sign of x
+            helper.make_node("Equal", [r, z], [is_zero]),
+            helper.make_node("Less", [r, z], [r_neg]), helper.make_node("Less", [ins[1], z], [y_neg]),
+            helper.make_node("Xor", [r_neg, y_neg], [differ]), helper.make_node("Not", [is_zero], [nonzero]),
+            helper.make_node("And", [differ, nonzero], [fix]),
+            helper.make_node("Add", [r, ins[1]], [shifted]),
+            helper.make_node("Where", [fix, shifted, r], outs)]       # Python mod: sign of y
+
+
+def _layernorm(node, t: _Types, b: _Builder):
+    if not any(node.output[1:]) or t.shape.get(node.input[0]) is None:
+        return None
+    return _layernorm_with_stats(node, t, b)
+
+
+REWRITES = {"Shape": _shape_or_size, "Size": _shape_or_size, "Pow": _pow, "ReduceMax": _reduce_min_max,
+            "ReduceMin": _reduce_min_max, "Split": _split, "Trilu": _trilu, "Mod": _mod,
+            "LayerNormalization": _layernorm}
 
 
 def _layernorm_with_stats(node, t: _Types, b: _Builder) -> list[onnx.NodeProto]:
@@ -249,7 +274,8 @@ def rewrite(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     b = _Builder(model.graph, next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17))
     nodes, changed = [], 0
     for node in model.graph.node:
-        new = _rewrite_node(node, t, b)
+        fn = REWRITES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        new = fn(node, t, b) if fn else None
         if new is None:
             nodes.append(node)
             continue
