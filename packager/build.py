@@ -125,7 +125,8 @@ def _wrapper(model, units: list[Unit], split: Partition | None, ids: dict[str, s
 
 
 def _readme(spec: Spec, model, targets: list[CpuTarget], ort_libs: dict, partial: bool) -> str:
-    rows = "\n".join(f"| {t.name} | cpu | {t.arch} | {t.isa} / {t.mcpu} | `targets/{t.name}` |" for t in targets)
+    folder = "parts/*/targets" if partial else "targets"
+    rows = "\n".join(f"| {t.name} | cpu | {t.arch} | {t.isa} / {t.mcpu} | `{folder}/{t.name}` |" for t in targets)
     io = ["| | name | dtype | shape (profile default) |", "|---|---|---|---|"]
     shapes = profile_shapes(model, spec.profiles[0])
     for i in model.inputs:
@@ -136,11 +137,12 @@ def _readme(spec: Spec, model, targets: list[CpuTarget], ort_libs: dict, partial
     feeds = ", ".join(f'"{i.name}": {i.name}_array' for i in model.inputs)
     arch = host_arch() if host_arch() in ort_libs else (next(iter(ort_libs), "x86_64"))
     note = ("This model is split: some nodes run in ONNX Runtime, the compiled parts (`parts/`) run through "
-            "the custom op, so use it through ONNX Runtime." if partial else
+            "the custom op, so use it through ONNX Runtime (packrt-run and the C API run single parts, "
+            "e.g. `parts/p0`)." if partial else
             "The whole model is compiled: ONNX Runtime only hands the tensors to the package.")
     tpl = string.Template((data_dir("templates") / "package_README.md").read_text())
     return tpl.substitute(name=spec.name, version=__version__, model_file=spec.model.name,
-                          model_sha=sha256_file(spec.model)[:16], targets_table=rows or "| (parts only) | | | | |",
+                          model_sha=sha256_file(spec.model)[:16], targets_table=rows,
                           io_table="\n".join(io), host_arch=targets[0].arch, example_inputs=example, feeds=feeds,
                           ort_arch=arch, ort_note=note)
 

@@ -66,7 +66,8 @@ def runner_command(pkg: PackageInfo, target: dict) -> tuple[list[str] | None, st
 
 
 def compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[float, float, bool]:
-    """Max abs error, max relative error and the allclose verdict (NaNs must match)."""
+    """Max abs error, max relative error (relative to max(|ref|, atol), so values near zero do not
+    dominate it) and the allclose verdict (NaNs must match)."""
     if ours.shape != ref.shape or ours.dtype != ref.dtype:
         return float("inf"), float("inf"), False
     if ours.dtype == bool or np.issubdtype(ours.dtype, np.integer):
@@ -75,7 +76,7 @@ def compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tupl
     a, b = ours.astype(np.float64), ref.astype(np.float64)
     diff = np.abs(a - b)
     diff[np.isnan(a) & np.isnan(b)] = 0
-    rel = diff / np.maximum(np.abs(b), 1e-30)
+    rel = diff / np.maximum(np.abs(b), max(atol, 1e-30))
     ok = bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
     return float(np.nanmax(diff, initial=0)), float(np.nanmax(rel, initial=0)), ok
 
