@@ -207,12 +207,14 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
                 for v in variants:
                     if v.target is None:
                         sess = wrappers[id(v)]
-                        v.times.setdefault(prof["name"], []).extend(_time(lambda: sess.run(None, inputs), iters))
+                        v.times.setdefault(prof["name"], []).extend(
+                            _time(lambda s=sess, x=inputs: s.run(None, x), iters))
                     else:
                         stats = _run_cli(v, args, threads, warmup, iters, tmp)
                         v.times.setdefault(prof["name"], []).extend(stats["latency_ms"])
                         v.peak_mb = max(v.peak_mb or 0.0, stats["peak_rss_mb"])
-                ort_times.setdefault(prof["name"], []).extend(_time(lambda: reference.run(None, inputs), iters))
+                ort_times.setdefault(prof["name"], []).extend(
+                    _time(lambda x=inputs: reference.run(None, x), iters))
             ort_peak[prof["name"]] = _ort_peak_mb(model_path, inputs, threads, tmp)
             if base.target is not None:
                 steps = _run_cli(base, args, threads, warmup, max(iters // 2, 3), tmp, profile=True)["steps"]

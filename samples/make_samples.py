@@ -78,7 +78,7 @@ def make_cnn(opset: int = 13) -> onnx.ModelProto:
     x = conv_bn_relu(g, x, 64, 64, 1, 1)
     x = g.op("GlobalAveragePool", [x])
     x = g.op("Flatten", [x], axis=1)
-    y = g.op("Gemm", [x, g.weight("fc", (10, 64)), g.weight("fcb", (10,), 0.1)], transB=1)
+    g.op("Gemm", [x, g.weight("fc", (10, 64)), g.weight("fcb", (10,), 0.1)], transB=1)
     g.nodes[-1].output[0] = "logits"
     return g.model("cnn",
                    [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 64, 64])],
@@ -129,9 +129,8 @@ def make_transformer(seq: int = 32, hidden: int = 64, heads: int = 4, ffn: int =
 
     h = layernorm(h)
     f = g.op("Gelu", [proj(h, hidden, ffn)])
-    out = layernorm(g.op("Add", [h, proj(f, ffn, hidden)]))
+    layernorm(g.op("Add", [h, proj(f, ffn, hidden)]))
     g.nodes[-1].output[0] = "encoded"
-    del out
     return g.model("transformer",
                    [helper.make_tensor_value_info("tokens", TensorProto.FLOAT, [1, seq, hidden])],
                    [helper.make_tensor_value_info("encoded", TensorProto.FLOAT, [1, seq, hidden])], opset=opset)

@@ -3,7 +3,6 @@ original (run through the packager end to end)."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
