@@ -28,7 +28,7 @@ from .frontend import load_model, random_inputs
 from .package_info import PackageInfo, open_package
 from .spec import PASS_NAMES, load_spec
 from .targets import host_arch, host_ghz
-from .verify import find_model, runner_command
+from .verify import find_model, ort_session, runner_command
 
 
 @dataclass
@@ -54,19 +54,6 @@ def _time(fn, iters: int) -> list[float]:
         fn()
         out.append((time.perf_counter() - t0) * 1e3)
     return out
-
-
-def _ort_session(model: str, threads: int, library: Path | None = None):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    if library is not None:
-        so.add_session_config_entry("ai.packager.num_threads", str(threads))
-        so.register_custom_ops_library(str(library))
-    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 
 
 def _pick_target(pkg: PackageInfo, name: str | None) -> dict | None:
@@ -189,8 +176,8 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
             log(f"  rebuilding without pass '{p}' ...")
             apkg, seconds = _ablated(pkg, p, tmp / f"ablate-{p}")
             variants.append(Variant(f"no {p}", apkg, _pick_target(apkg, base.target and base.target["name"]), seconds))
-        reference = _ort_session(str(model_path), threads)
-        wrappers = {id(v): _ort_session(str(v.pkg.root / v.pkg.manifest["ort"]["model"]), threads,
+        reference = ort_session(str(model_path), threads)
+        wrappers = {id(v): ort_session(str(v.pkg.root / v.pkg.manifest["ort"]["model"]), threads,
                                         v.pkg.root / v.pkg.manifest["ort"]["library"][host_arch()])
                     for v in variants if v.target is None}
         loaded = load_model(model_path)

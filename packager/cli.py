@@ -5,6 +5,7 @@ failures; `--debug` shows the Python traceback instead.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -193,7 +194,7 @@ def conformance(op: Optional[List[str]] = typer.Option(None, "--op", help="only 
     table = conf.markdown_table(results)
     _log(table)
     if json_out:
-        json_out.write_text(json.dumps([conf.asdict(r) for r in results], indent=1) + "\n")
+        json_out.write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=1) + "\n")
     if readme:
         conf.update_readme(readme, table)
     if expected and update_expected:

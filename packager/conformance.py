@@ -32,8 +32,6 @@ from onnx import numpy_helper
 from .errors import PackagerError, UnsupportedConfigError
 from .frontend import ONNX_DTYPES, OPSET_MAX, OPSET_MIN, STATIC_OPERANDS, SUPPORTED_OPS
 
-Result = dict
-
 
 COMPOSITE = "(composite)"
 
@@ -184,7 +182,7 @@ def _cases_by_name() -> dict:
     return {c.name: c for c in collect()}
 
 
-def _worker(args) -> Result:
+def _worker(args) -> dict:
     name, cli, work = args
     return asdict(run_case(_cases_by_name()[name], cli, Path(work)))
 

@@ -152,11 +152,21 @@ def unsupported_configuration(node: onnx.NodeProto) -> str | None:
     return None
 
 
+def runtime_values(nodes, seeds: set[str], opaque: set[int] = frozenset()) -> set[str]:
+    """Tensors whose values are known only at run time: the `seeds`, everything computed from
+    them (Shape/Size see only shapes, which are static), and all outputs of the `opaque` nodes."""
+    dynamic = set(seeds)
+    for k, node in enumerate(nodes):
+        if k in opaque or (node.op_type not in SHAPE_ONLY_OPS and any(i in dynamic for i in node.input)):
+            dynamic.update(o for o in node.output if o)
+    return dynamic
+
+
 def check_configurations(model: LoadedModel) -> None:
     """Reject supported ops used in ways that cannot be compiled ahead of time, naming the node:
     static operands computed from input data, and the configurations above."""
     graph = model.proto.graph
-    data_dependent = {i.name for i in model.inputs}
+    data_dependent = runtime_values(graph.node, {i.name for i in model.inputs})
     problems = []
     for k, node in enumerate(graph.node):
         name = node.name or f"#{k}"
@@ -168,8 +178,6 @@ def check_configurations(model: LoadedModel) -> None:
         why = unsupported_configuration(node)
         if why:
             problems.append(f"node {name} ({node.op_type}) {why}")
-        if node.op_type not in SHAPE_ONLY_OPS and any(i in data_dependent for i in node.input):
-            data_dependent.update(o for o in node.output if o)
     if problems:
         raise UnsupportedConfigError(f"{model}: " + "; ".join(problems[:5]) +
                                      (f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""))

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import helper
 
-from .frontend import (ONNX_DTYPES, SHAPE_ONLY_OPS, STATIC_OPERANDS, SUPPORTED_OPS, LoadedModel, TensorInfo,
-                       infer_shapes, unsupported_configuration)
+from .frontend import (ONNX_DTYPES, STATIC_OPERANDS, SUPPORTED_OPS, LoadedModel, TensorInfo, infer_shapes,
+                       runtime_values, unsupported_configuration)
 
 TRIVIAL_OPS = {"Constant", "Identity", "Shape", "Size"}     # never worth a part on their own
 
@@ -102,14 +102,7 @@ def partition(model: LoadedModel, profile_types: list[TensorTypes], keep_ops=(),
     changed = True
     while changed:
         changed = False
-        dynamic = {i.name for i in model.inputs}          # values known only at run time
-        for k, n in enumerate(nodes):
-            if k in reasons or n.op_type in SHAPE_ONLY_OPS:
-                if k in reasons:
-                    dynamic.update(o for o in n.output if o)
-                continue
-            if any(i in dynamic for i in n.input):
-                dynamic.update(o for o in n.output if o)
+        dynamic = runtime_values(nodes, {i.name for i in model.inputs}, set(reasons))
         for k, n in enumerate(nodes):
             if k in reasons:
                 continue

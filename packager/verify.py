@@ -100,12 +100,30 @@ def run_package(cmd: list[str], folder: Path, target: str, inputs: dict[str, np.
     return {name: np.load(out_dir / output_file(name)) for name in outputs}
 
 
-def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray], extra: list[str] = ()) -> dict[str, np.ndarray]:
-    """onnxruntime (CPU EP) on the source model; `extra` intermediate tensors are returned too."""
+def ort_session(model: str | bytes, threads: int = 0, library: Path | None = None):
+    """An onnxruntime CPU-EP session (quiet logs); `library`: our custom-op library, registered
+    with the same thread count for the packaged parts."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+    if library is not None:
+        if threads:
+            so.add_session_config_entry("ai.packager.num_threads", str(threads))
+        so.register_custom_ops_library(str(library))
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
+def _run_all(sess, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, inputs)))
+
+
+def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray], extra: list[str] = ()) -> dict[str, np.ndarray]:
+    """onnxruntime (CPU EP) on the source model; `extra` intermediate tensors are returned too."""
     try:
         model: str | bytes = str(model_path)
         if extra:
@@ -113,26 +131,17 @@ def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray], extra: li
             have = {o.name for o in proto.graph.output}
             proto.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in extra if n not in have)
             model = proto.SerializeToString()
-        sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-        names = [o.name for o in sess.get_outputs()]
-        return dict(zip(names, sess.run(names, inputs)))
+        return _run_all(ort_session(model), inputs)
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise InternalError(f"onnxruntime, the reference, cannot run {model_path}: {str(e).strip()[:500]}") from None
 
 
 def wrapper_outputs(pkg: PackageInfo, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray] | str:
     """ort/model.onnx in onnxruntime with the package's custom-op library, or why it cannot run."""
-    import onnxruntime as ort
-
     lib = pkg.manifest.get("ort", {}).get("library", {}).get(host_arch())
     if not lib:
         return f"no custom-op library for {host_arch()} in the package"
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.register_custom_ops_library(str(pkg.root / lib))
-    sess = ort.InferenceSession(str(pkg.root / pkg.manifest["ort"]["model"]), so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, inputs)))
+    return _run_all(ort_session(str(pkg.root / pkg.manifest["ort"]["model"]), library=pkg.root / lib), inputs)
 
 
 def find_model(pkg: PackageInfo, override: Path | None) -> Path:
