@@ -29,6 +29,7 @@ from .ort_headers import ort_headers
 from .partition import Partition, boundary_value_info, part_loaded, partition, tensor_types
 from .runtime_build import build_runtime, data_dir, staged_sources
 from .spec import PASS_NAMES, Spec
+from .cuda_codegen import check_cuda_toolchain
 from .targets import CpuTarget, CudaTarget, host_arch, resolve_all
 
 Log = Callable[[str], None]
@@ -58,11 +59,9 @@ def _check(spec: Spec, only_targets: list[str] | None):
         check_configurations(model)
     dtypes = bind_profiles(spec, model)
     targets = resolve_all(spec, only_targets)
-    gpu = [t for t in targets if isinstance(t, CudaTarget)]
-    if gpu:
-        raise UserError(f"target '{gpu[0].name}' ({gpu[0].sm}): CUDA code generation is not implemented in "
-                        f"packager {__version__}; build CPU targets (x86-64, x86-avx2, x86-avx512, arm64) for now")
-    return model, dtypes, [t for t in targets if isinstance(t, CpuTarget)]
+    if any(isinstance(t, CudaTarget) for t in targets):
+        check_cuda_toolchain(min(t.sm_number for t in targets if isinstance(t, CudaTarget)))
+    return model, dtypes, targets
 
 
 def _units(spec: Spec, model, dtypes) -> tuple[list[Unit], Partition | None, list]:
@@ -124,9 +123,14 @@ def _wrapper(model, units: list[Unit], split: Partition | None, ids: dict[str, s
                          boundary_value_info([o for o in produced if o not in graph_outputs], types))
 
 
-def _readme(spec: Spec, model, targets: list[CpuTarget], ort_libs: dict, partial: bool) -> str:
+def _target_row(t: CpuTarget | CudaTarget, folder: str) -> str:
+    what = f"{t.sm} (kernels.fatbin + kernels.cu)" if isinstance(t, CudaTarget) else f"{t.isa} / {t.mcpu}"
+    return f"| {t.name} | {t.kind} | {t.arch} | {what} | `{folder}/{t.name}` |"
+
+
+def _readme(spec: Spec, model, targets: list[CpuTarget | CudaTarget], ort_libs: dict, partial: bool) -> str:
     folder = "parts/*/targets" if partial else "targets"
-    rows = "\n".join(f"| {t.name} | cpu | {t.arch} | {t.isa} / {t.mcpu} | `{folder}/{t.name}` |" for t in targets)
+    rows = "\n".join(_target_row(t, folder) for t in targets)
     io = ["| | name | dtype | shape (profile default) |", "|---|---|---|---|"]
     shapes = profile_shapes(model, spec.profiles[0])
     for i in model.inputs:
@@ -147,7 +151,7 @@ def _readme(spec: Spec, model, targets: list[CpuTarget], ort_libs: dict, partial
                           ort_arch=arch, ort_note=note)
 
 
-def _unit_manifest(spec: Spec, unit: Unit, targets: list[CpuTarget], package_id: str) -> dict:
+def _unit_manifest(spec: Spec, unit: Unit, targets: list[CpuTarget | CudaTarget], package_id: str) -> dict:
     return {
         "name": f"{spec.name}.{unit.name}" if unit.name else spec.name,
         "id": package_id,

@@ -1,7 +1,8 @@
 """Compile one model (the whole model, or one part of a partial offload) into target folders:
 
 per shape profile: ONNX -> Relax -> graph passes -> legalized kernels + kernel graph;
-per target: kernel passes (schedules) -> LLVM object -> kernels.so, weights.bin, plan.json.
+per target: kernel passes (schedules) -> LLVM object -> kernels.so (CPU) or CUDA C -> kernels.fatbin
+(GPU), weights.bin, plan.json.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import tvm
 import tvm_ffi
 
 from .codegen import build_object, link_kernels, symbol_of
+from .cuda_codegen import compile_fatbin, lower_cuda
 from .emit.package import PackageWriter
 from .emit.plan import build_plan
 from .emit.weights import WeightStore
@@ -23,7 +25,7 @@ from .lowering import Graph, extract_graph
 from .optimize.base import PassReport
 from .optimize.pipeline import optimize_graph, optimize_kernels
 from .spec import OptimizeSpec
-from .targets import CpuTarget
+from .targets import CpuTarget, CudaTarget
 
 Log = Callable[[str], None]
 
@@ -85,43 +87,69 @@ def lower(unit: Unit, opt: OptimizeSpec) -> None:
         unit.graph_passes = unit.graph_passes or passes
 
 
-def build_target(unit: Unit, t: CpuTarget, kernels: dict, opt: OptimizeSpec, w: PackageWriter, log: Log) -> dict:
-    t0 = time.perf_counter()
-    rel = unit.path(f"targets/{t.name}")
-    scheduled, passes = optimize_kernels(kernels, t, opt)
+def _cpu_kernels(scheduled: dict, t: CpuTarget, rel: str, w: PackageWriter) -> tuple[list, dict, dict]:
     obj = w.path(f"{rel}/kernels.o")
     build_object(scheduled, t, obj)
     link_kernels(obj, t, w.path(f"{rel}/kernels.so"))
     obj.unlink()
+    return [(name, symbol_of(name), len(f.params)) for name, f in scheduled.items()], {}, {}
+
+
+def _cuda_kernels(scheduled: dict, t: CudaTarget, rel: str, w: PackageWriter) -> tuple[list, dict, dict]:
+    cm = lower_cuda(scheduled, t)
+    w.write_text(f"{rel}/kernels.cu", cm.source)
+    compiler = compile_fatbin(cm.source, t.sm, w.path(f"{rel}/kernels.fatbin"))
+    extra = {name: {"launches": [ln.as_dict() for ln in k.launches], "workspace": k.workspace}
+             for name, k in cm.kernels.items()}
+    table = [(name, cm.kernels[name].launches[0].function, len(f.params)) for name, f in scheduled.items()]
+    info = {"compiler": compiler, "device_functions": sum(len(k.launches) for k in cm.kernels.values()),
+            "source_bytes": len(cm.source)}
+    return table, extra, info
+
+
+def build_target(unit: Unit, t: CpuTarget | CudaTarget, kernels: dict, opt: OptimizeSpec, w: PackageWriter,
+                 log: Log) -> dict:
+    t0 = time.perf_counter()
+    rel = unit.path(f"targets/{t.name}")
+    scheduled, passes = optimize_kernels(kernels, t, opt)
+    make = _cuda_kernels if isinstance(t, CudaTarget) else _cpu_kernels
+    table, extra, info = make(scheduled, t, rel, w)
     weights = WeightStore()
-    table = [(name, symbol_of(name), len(f.params)) for name, f in scheduled.items()]
     plan, stats = build_plan(t.name, unit.graphs, table, weights, [i.name for i in unit.model.inputs],
-                             [o.name for o in unit.model.outputs])
+                             [o.name for o in unit.model.outputs], device=t.kind, kernel_extra=extra)
     for entry in plan["kernels"]:                   # work and traffic, for roofline reports
         cost = kernel_cost(kernels[entry["name"]])
         entry["flops"], entry["bytes"] = cost.flops, cost.bytes
     weights.write(w.path(f"{rel}/weights.bin"))
     w.write_json(f"{rel}/plan.json", plan)
     where = f" [part {unit.name}]" if unit.name else ""
-    log(f"  target {t.name}{where}: {len(scheduled)} kernels, {weights.size / 1e6:.2f} MB weights, "
+    how = f", {info['compiler']} for {t.sm}" if info else ""
+    log(f"  target {t.name}{where}: {len(scheduled)} kernels{how}, {weights.size / 1e6:.2f} MB weights, "
         f"arena {', '.join(f'{s.name} {s.arena_bytes / 1e6:.2f} MB' for s in stats)} "
         f"({time.perf_counter() - t0:.1f} s)")
     return {"name": t.name, **t.describe(), "kernel_passes": [p.as_dict() for p in passes],
-            "kernels": len(scheduled), "weights_bytes": weights.size,
+            "kernels": len(scheduled), "weights_bytes": weights.size, **({"cuda": info} if info else {}),
             "profiles": [asdict(s) for s in stats], "seconds": round(time.perf_counter() - t0, 3)}
 
 
-def compile_unit(unit: Unit, targets: list[CpuTarget], opt: OptimizeSpec, w: PackageWriter, log: Log) -> None:
+def compile_unit(unit: Unit, targets: list[CpuTarget | CudaTarget], opt: OptimizeSpec, w: PackageWriter, log: Log) -> None:
     """Every target's plan, kernels and weights for an already lowered unit."""
     kernels = merge_kernels(unit.graphs)
     unit.target_reports = [build_target(unit, t, kernels, opt, w, log) for t in targets]
 
 
-def targets_manifest(targets: list[CpuTarget]) -> list[dict]:
+def targets_manifest(targets: list[CpuTarget | CudaTarget]) -> list[dict]:
     """The manifest's target entries (paths relative to the unit's own folder)."""
-    return [{"name": t.name, **t.describe(), "path": f"targets/{t.name}", "plan": f"targets/{t.name}/plan.json",
-             "kernels": f"targets/{t.name}/kernels.so", "weights": f"targets/{t.name}/weights.bin"}
-            for t in targets]
+    out = []
+    for t in targets:
+        d = f"targets/{t.name}"
+        entry = {"name": t.name, **t.describe(), "path": d, "plan": f"{d}/plan.json", "weights": f"{d}/weights.bin"}
+        if isinstance(t, CudaTarget):
+            entry |= {"kernels": f"{d}/kernels.fatbin", "source": f"{d}/kernels.cu"}
+        else:
+            entry["kernels"] = f"{d}/kernels.so"
+        out.append(entry)
+    return out
 
 
 def profiles_manifest(unit: Unit) -> list[dict]:

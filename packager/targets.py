@@ -2,12 +2,13 @@
 
 CPU rows carry what code generation and the rule-based scheduler need (LLVM triple/cpu/attrs,
 vector width, the CPU features the runtime must find before it runs the kernels). GPU rows are
-listed so specs validate, but CUDA code generation is not part of this version: building one
-fails with a message that says so.
+carry the datasheet facts the GPU schedules and cost reports need; their kernels are CUDA C
+compiled offline (packager/cuda_codegen.py).
 """
 from __future__ import annotations
 
 import platform
+import re
 import shutil
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -74,26 +75,57 @@ class CpuTarget:
 
 @dataclass(frozen=True)
 class CudaTarget:
-    """A CUDA target from the hardware table (vendor datasheet figures)."""
+    """A CUDA target: device code for one SM architecture plus the host CPU architecture that
+    runs the runtime (x86-64 servers; Jetson Orin is an aarch64 host)."""
 
     name: str
     sm: str                        # "sm_80"
-    host_arch: str = "x86_64"
+    arch: str = "x86_64"           # host CPU architecture of the runtime
     facts: dict[str, Any] = field(default_factory=dict)
     kind: str = "cuda"
 
+    @property
+    def sm_number(self) -> int:
+        return int(self.sm.split("_")[1])
+
+    def tvm_target(self) -> dict[str, Any]:
+        """TVM's CUDA target (shared memory stays at the portable 48 KB static limit)."""
+        t: dict[str, Any] = {"kind": "cuda", "arch": self.sm}
+        if "max_threads_per_block" in self.facts:
+            t["max_num_threads"] = self.facts["max_threads_per_block"]
+        return t
+
     def describe(self) -> dict[str, Any]:
-        return {"kind": "cuda", "sm": self.sm, "host_arch": self.host_arch, **self.facts}
+        return {"kind": "cuda", "sm": self.sm, "arch": self.arch, **self.facts}
 
 
-# GPU rows: NVIDIA datasheets (A100 SXM4 40GB, V100 SXM2, Jetson AGX Orin 64GB, H100 SXM5).
+def _gpu(sms: int, smem_block_kb: int, smem_sm_kb: int, regs_sm: int, l2_mb: float, dram_gbs: float,
+         fp32_tflops: float, fp16_tflops: float, clock_mhz: int) -> dict[str, Any]:
+    return {"sms": sms, "smem_per_block_kb": smem_block_kb, "smem_per_sm_kb": smem_sm_kb,
+            "registers_per_sm": regs_sm, "max_threads_per_block": 1024, "warp_size": 32, "l2_mb": l2_mb,
+            "dram_gbs": dram_gbs, "fp32_tflops": fp32_tflops, "fp16_tensor_tflops": fp16_tflops,
+            "boost_clock_mhz": clock_mhz}
+
+
+# GPU rows (vendor figures; fp16 = dense tensor-core peak):
+# A100 SXM4 40GB: NVIDIA A100 datasheet + Ampere GA100 whitepaper (108 SMs, 164 KB smem/SM, 163 KB
+#   opt-in per block, 40 MB L2, 1555 GB/s HBM2, 19.5 TF fp32, 312 TF fp16, 1410 MHz).
+# V100 SXM2 16GB: Volta GV100 whitepaper (80 SMs, 96 KB smem per SM and per block, 6 MB L2,
+#   900 GB/s, 15.7 TF fp32, 125 TF fp16, 1530 MHz).
+# Jetson AGX Orin 64GB: Jetson AGX Orin datasheet / Ampere GA10B (2 GPCs, 16 SMs, 164 KB smem/SM,
+#   4 MB L2, 204.8 GB/s LPDDR5 shared with the CPU, 5.3 TF fp32, 85 TF fp16 dense at 1300 MHz).
+# H100 SXM5 80GB: NVIDIA H100 datasheet + Hopper whitepaper (132 SMs, 228 KB smem/SM, 227 KB per
+#   block, 50 MB L2, 3350 GB/s HBM3, 67 TF fp32, 989 TF fp16 dense, 1980 MHz).
+# All four: 64K 32-bit registers per SM, 1024 threads per block.
 CUDA_TABLE = {
-    "a100": CudaTarget("a100", "sm_80", facts={"sms": 108, "dram_gbs": 1555, "smem_per_block_kb": 163}),
-    "v100": CudaTarget("v100", "sm_70", facts={"sms": 80, "dram_gbs": 900, "smem_per_block_kb": 96}),
-    "orin": CudaTarget("orin", "sm_87", host_arch="aarch64", facts={"sms": 16, "dram_gbs": 204.8,
-                                                                      "smem_per_block_kb": 163}),
-    "h100": CudaTarget("h100", "sm_90", facts={"sms": 132, "dram_gbs": 3350, "smem_per_block_kb": 227}),
+    "a100": CudaTarget("a100", "sm_80", facts=_gpu(108, 163, 164, 65536, 40, 1555, 19.5, 312, 1410)),
+    "v100": CudaTarget("v100", "sm_70", facts=_gpu(80, 96, 96, 65536, 6, 900, 15.7, 125, 1530)),
+    "orin": CudaTarget("orin", "sm_87", arch="aarch64", facts=_gpu(16, 163, 164, 65536, 4, 204.8, 5.3, 85, 1300)),
+    "h100": CudaTarget("h100", "sm_90", facts=_gpu(132, 227, 228, 65536, 50, 3350, 67, 989, 1980)),
 }
+# Architectures the offline compilers can target: nvcc (CUDA 13) from sm_75; NVRTC (CUDA 12
+# wheels) for Volta sm_70/sm_72.
+CUDA_SM_RANGE = (70, 120)
 CPU_NAMES = ("x86-64", "x86-avx2", "x86-avx512", "arm64")
 
 
@@ -164,19 +196,26 @@ def resolve(ts: TargetSpec, spec: Spec | None = None) -> CpuTarget | CudaTarget:
     kind = f.pop("kind", None)
     name = ts.name
     if kind is None:
-        kind = "cuda" if (name in CUDA_TABLE or "sm" in f) else "cpu"
+        kind = "cuda" if (name in CUDA_TABLE or "sm" in f or str(f.get("arch", "")).startswith("sm_")) else "cpu"
         if kind == "cpu" and name not in CPU_NAMES and "arch" not in f:
             known = ", ".join(list(CPU_NAMES) + list(CUDA_TABLE))
             raise fail(f"unknown target '{name}'; known targets: {known} "
                        "(or give kind/arch/isa for a custom CPU target)")
     if kind == "cuda":
         base = CUDA_TABLE.get(name)
-        sm = f.pop("sm", base.sm if base else None)
-        if sm is None:
-            raise fail("a custom CUDA target needs `sm`, e.g. sm: sm_86", "sm")
+        sm = str(f.pop("sm", f.pop("arch", base.sm) if base else f.pop("arch", "")) or "")
+        if not sm:
+            raise fail("a custom CUDA target needs `arch: sm_XX`, e.g. arch: sm_86", "arch")
+        m = re.fullmatch(r"sm_(\d+)", sm)
+        if not m or not CUDA_SM_RANGE[0] <= int(m.group(1)) <= CUDA_SM_RANGE[1]:
+            raise fail(f"unknown CUDA architecture {sm!r}; expected sm_70 ... sm_{CUDA_SM_RANGE[1]} (e.g. sm_86)", "arch")
+        host = ARCH_ALIASES.get(str(f.pop("host_arch", base.arch if base else "x86_64")).lower())
+        if host is None:
+            raise fail("unknown host_arch; expected x86-64 or arm64", "host_arch")
         if f:
-            raise fail(f"key(s) {', '.join(sorted(f))} do not apply to a CUDA target")
-        return CudaTarget(name, str(sm), base.host_arch if base else "x86_64", dict(base.facts) if base else {})
+            raise fail(f"key(s) {', '.join(sorted(f))} do not apply to a CUDA target (kind, arch, host_arch)")
+        facts = dict(base.facts) if base and base.sm == sm else {}
+        return CudaTarget(name, sm, host, facts)
     if kind != "cpu":
         raise fail(f"unknown kind '{kind}'; expected cpu or cuda", "kind")
 

@@ -49,7 +49,7 @@ def test_custom_targets_and_native_cpu():
     ("t", {"kind": "cpu", "arch": "x86-64", "isa": "sse9"}, "unknown x86 ISA 'sse9'"),
     ("t", {"kind": "cpu", "arch": "arm64", "mcpu": "pentium9000"}, "LLVM does not know CPU 'pentium9000'"),
     ("t", {"kind": "tpu"}, "unknown kind 'tpu'"),
-    ("t", {"kind": "cuda"}, "needs `sm`"),
+    ("t", {"kind": "cuda"}, "needs `arch: sm_XX`"),
     ("a100", {"isa": "avx2"}, "do not apply to a CUDA target"),
     ("t", {"kind": "cpu", "arch": "x86-64", "mattr": "+avx2"}, "expected a list of LLVM attributes"),
 ])
@@ -62,7 +62,7 @@ def test_target_errors(name, fields, msg):
 def test_cuda_rows():
     assert r("a100").sm == "sm_80" and r("v100").sm == "sm_70" and r("h100").sm == "sm_90"
     orin = r("orin")
-    assert orin.sm == "sm_87" and orin.host_arch == "aarch64"
+    assert orin.sm == "sm_87" and orin.arch == "aarch64"
     assert r("mygpu", kind="cuda", sm="sm_86").sm == "sm_86"
 
 

@@ -1,12 +1,14 @@
 """plan.json: the compiled execution plan of one target, read by the C++ runtime.
 
 Schema (format "packager-plan", version 1):
-  target, weights {file, bytes}, kernels [{name, symbol, num_args, flops, bytes}],
+  target, device ("cpu" | "cuda"), weights {file, bytes}, kernels [{name, symbol, num_args, flops, bytes}],
   profiles [{name, arena_bytes, tensors [{dtype, shape, storage: arena|weights, offset, bytes}],
              inputs [{name, tensor}], outputs [{name, tensor}],
              steps [{op: kernel, kernel, args} | {op: copy, args: [src, dst]}]}]
 Tensor ids index the profile's tensor list; kernel args are inputs then outputs, in the
-PrimFunc's parameter order. Every input and output has its own arena slot, so the runtime can
+PrimFunc's parameter order. CUDA plans also name the module (kernels.fatbin) and give each kernel
+its device launches [{function, args, grid, block, shared_bytes}] (args: PrimFunc parameter
+index, or -(k+1) for scratch buffer k) and its scratch buffers `workspace` [bytes]. Every input and output has its own arena slot, so the runtime can
 stage unaligned caller buffers; aligned ones are bound in place.
 """
 from __future__ import annotations
@@ -76,16 +78,21 @@ def _profile(name: str, graph: Graph, kernel_index: dict[str, int], weights: Wei
 
 
 def build_plan(target: str, graphs: dict[str, Graph], kernels: list[tuple[str, str, int]], weights: WeightStore,
-               input_names: list[str], output_names: list[str]) -> tuple[dict, list[ProfileStats]]:
-    """The plan document for one target. `kernels` is [(name, symbol, num_args)] in table order."""
+               input_names: list[str], output_names: list[str], device: str = "cpu",
+               kernel_extra: dict[str, dict] | None = None) -> tuple[dict, list[ProfileStats]]:
+    """The plan document for one target. `kernels` is [(name, symbol, num_args)] in table order;
+    `kernel_extra` adds device-specific fields per kernel name (CUDA launches)."""
     kernel_index = {name: i for i, (name, _, _) in enumerate(kernels)}
     profiles, stats = [], []
     for pname, graph in graphs.items():
         doc, st = _profile(pname, graph, kernel_index, weights, input_names, output_names)
         profiles.append(doc)
         stats.append(st)
-    plan = {"format": PLAN_FORMAT, "version": PLAN_VERSION, "target": target,
+    extra = kernel_extra or {}
+    plan = {"format": PLAN_FORMAT, "version": PLAN_VERSION, "target": target, "device": device,
             "weights": {"file": "weights.bin", "bytes": weights.size},
-            "kernels": [{"name": n, "symbol": s, "num_args": a} for n, s, a in kernels],
+            "kernels": [{"name": n, "symbol": s, "num_args": a, **extra.get(n, {})} for n, s, a in kernels],
             "profiles": profiles}
+    if device == "cuda":
+        plan["module"] = "kernels.fatbin"
     return plan, stats

@@ -11,11 +11,12 @@ import tvm
 
 from ..lowering import legalize
 from ..spec import OptimizeSpec
-from ..targets import CpuTarget
+from ..targets import CpuTarget, CudaTarget
 from .base import PassReport
 from .cpu_schedule import schedule_kernels
 from .fastmath import fastmath
 from .fusion import fuse
+from .gpu_schedule import schedule_kernels_gpu
 from .simplify import simplify
 
 # Passes named in the spec that this version does not implement, and what they will be.
@@ -61,8 +62,13 @@ def optimize_graph(mod: tvm.IRModule, opt: OptimizeSpec) -> tuple[tvm.IRModule, 
     return mod, reports
 
 
-def optimize_kernels(kernels: dict, target: CpuTarget, opt: OptimizeSpec) -> tuple[dict, list[PassReport]]:
+def optimize_kernels(kernels: dict, target: CpuTarget | CudaTarget, opt: OptimizeSpec) -> tuple[dict, list[PassReport]]:
     """Per-target kernel passes (PrimFunc in -> PrimFunc out)."""
+    if isinstance(target, CudaTarget):
+        t0 = time.perf_counter()
+        out, report = schedule_kernels_gpu(kernels, target, full=opt.enabled("schedule"))
+        report.seconds = time.perf_counter() - t0
+        return out, [report]
     if not opt.enabled("schedule"):
         return kernels, [PassReport("schedule", "disabled", "off in the spec: kernels are TVM's naive loops")]
     t0 = time.perf_counter()

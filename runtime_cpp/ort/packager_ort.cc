@@ -5,6 +5,12 @@
 // opened once per kernel instance (once per session); concurrent Compute calls are safe because
 // packrt gives every concurrent run its own scratch memory.
 //
+// The op is registered twice under the same name: for the CPU EP (host tensors, CPU targets, run
+// with packrt_run) and for the CUDA EP (device tensors, CUDA targets, run with packrt_run_device
+// on ONNX Runtime's compute stream), so a session with the CUDA EP keeps the data on the GPU. A
+// package without a CUDA target still runs under the CUDA EP: its CPU target is used and the
+// tensors are copied between the GPU and the host around the run.
+//
 // Built with ORT_API_MANUAL_INIT: the library does not link libonnxruntime, so the same binary
 // loads in onnxruntime and onnxruntime-gpu. Only RegisterCustomOps is exported (version script).
 //
@@ -18,6 +24,8 @@
 #undef ORT_API_MANUAL_INIT
 
 #include <packrt/packrt.h>
+
+#include "cuda_driver.h"
 
 #include <dlfcn.h>
 #include <libgen.h>
@@ -71,6 +79,8 @@ struct Settings {
 
 struct PackagedModelKernel {
   packrt_model* model = nullptr;
+  bool cuda = false;    // registered for the CUDA EP: tensors live on the GPU
+  bool staged = false;  // CUDA EP, but a CPU target: copy tensors through host memory
   std::string node;
   std::vector<std::string> input_names, output_names;
 
@@ -79,6 +89,9 @@ struct PackagedModelKernel {
   OrtStatusPtr error(OrtErrorCode code, const std::string& msg) const {
     return Ort::GetApi().CreateStatus(code, ("PackagedModel node '" + node + "': " + msg).c_str());
   }
+
+  OrtStatusPtr run_staged(Ort::KernelContext& ctx, std::vector<packrt_tensor>& ins,
+                          std::vector<packrt_tensor>& outs) const;
 
   OrtStatusPtr ComputeV2(OrtKernelContext* raw) noexcept {
     try {
@@ -117,9 +130,12 @@ struct PackagedModelKernel {
         outs[k].name = output_names[k].c_str();
         outs[k].data = out.GetTensorMutableRawData();
       }
-      if (packrt_run(model, ins.data(), static_cast<int32_t>(ins.size()), outs.data(),
-                     static_cast<int32_t>(outs.size())) != PACKRT_OK)
-        return error(ORT_FAIL, packrt_last_error());
+      if (staged) return run_staged(ctx, ins, outs);
+      packrt_status st = cuda ? packrt_run_device(model, ins.data(), static_cast<int32_t>(ins.size()), outs.data(),
+                                                  static_cast<int32_t>(outs.size()), ctx.GetGPUComputeStream())
+                              : packrt_run(model, ins.data(), static_cast<int32_t>(ins.size()), outs.data(),
+                                           static_cast<int32_t>(outs.size()));
+      if (st != PACKRT_OK) return error(ORT_FAIL, packrt_last_error());
       return nullptr;
     } catch (const std::exception& e) {
       return error(ORT_FAIL, e.what());
@@ -127,8 +143,38 @@ struct PackagedModelKernel {
   }
 };
 
+inline OrtStatusPtr PackagedModelKernel::run_staged(Ort::KernelContext& ctx, std::vector<packrt_tensor>& ins,
+                                                  std::vector<packrt_tensor>& outs) const {
+  const packrt::CudaDriver& cu = packrt::cuda_driver();
+  auto stream = static_cast<packrt::CUstream>(ctx.GetGPUComputeStream());
+  std::vector<std::vector<uint8_t>> host_in(ins.size()), host_out(outs.size());
+  for (size_t i = 0; i < ins.size(); ++i) {
+    host_in[i].resize(ins[i].nbytes);
+    if (ins[i].nbytes)
+      packrt::cuda_check(cu.cuMemcpyDtoHAsync(host_in[i].data(), reinterpret_cast<packrt::CUdeviceptr>(ins[i].data),
+                                              ins[i].nbytes, stream), "copying an input to the host");
+    ins[i].data = host_in[i].data();
+  }
+  packrt::cuda_check(cu.cuStreamSynchronize(stream), "waiting for ONNX Runtime's stream");
+  std::vector<void*> device_out(outs.size());
+  for (size_t k = 0; k < outs.size(); ++k) {
+    device_out[k] = outs[k].data;
+    host_out[k].resize(outs[k].nbytes);
+    outs[k].data = host_out[k].data();
+  }
+  if (packrt_run(model, ins.data(), static_cast<int32_t>(ins.size()), outs.data(), static_cast<int32_t>(outs.size())) !=
+      PACKRT_OK)
+    return error(ORT_FAIL, packrt_last_error());
+  for (size_t k = 0; k < outs.size(); ++k)
+    if (outs[k].nbytes)
+      packrt::cuda_check(cu.cuMemcpyHtoDAsync(reinterpret_cast<packrt::CUdeviceptr>(device_out[k]), host_out[k].data(),
+                                              outs[k].nbytes, stream), "copying an output to the GPU");
+  packrt::cuda_check(cu.cuStreamSynchronize(stream), "copying outputs to the GPU");
+  return nullptr;
+}
+
 struct PackagedModelOp : Ort::CustomOpBase<PackagedModelOp, PackagedModelKernel, /*WithStatus=*/true> {
-  explicit PackagedModelOp(Settings s) : settings(std::move(s)) {}
+  PackagedModelOp(Settings s, bool on_cuda) : settings(std::move(s)), cuda(on_cuda) {}
 
   OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* raw, void** kernel) const noexcept {
     try {
@@ -148,9 +194,22 @@ struct PackagedModelOp : Ort::CustomOpBase<PackagedModelOp, PackagedModelKernel,
       packrt_options_init(&opt);
       opt.target = target.empty() ? nullptr : target.c_str();
       opt.num_threads = threads;
+      opt.device_type = cuda ? 2 : 1;  // the CUDA EP gets device tensors, the CPU EP host tensors
       auto k = std::make_unique<PackagedModelKernel>();
       k->node = node;
-      if (packrt_open(path.c_str(), &opt, &k->model) != PACKRT_OK) {
+      k->cuda = cuda;
+      packrt_status opened = packrt_open(path.c_str(), &opt, &k->model);
+      if (opened != PACKRT_OK && cuda && target.empty()) {  // no usable CUDA target: a CPU one, staged
+        std::string cuda_error = packrt_last_error();
+        opt.device_type = 1;
+        opened = packrt_open(path.c_str(), &opt, &k->model);
+        k->staged = opened == PACKRT_OK;
+        if (!k->staged) return fail("no CUDA target runs here (" + cuda_error + ") and no CPU target either (" +
+                                    packrt_last_error() + ")");
+      }
+      if (opened == PACKRT_OK && cuda && !k->staged && std::string(packrt_model_device(k->model)) != "cuda")
+        k->staged = true;  // the node names a CPU target but runs under the CUDA EP
+      if (opened != PACKRT_OK) {
         std::string hint = package[0] == '/' ? "" : " (relative to " + base +
             "; set the session config entry '" + kModelDirKey + "' to the wrapper model's folder if the library "
             "is not the one shipped next to it)";
@@ -183,6 +242,7 @@ struct PackagedModelOp : Ort::CustomOpBase<PackagedModelOp, PackagedModelKernel,
   }
 
   const char* GetName() const { return "PackagedModel"; }
+  const char* GetExecutionProviderType() const { return cuda ? "CUDAExecutionProvider" : nullptr; }
   size_t GetInputTypeCount() const { return 1; }
   ONNXTensorElementDataType GetInputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED; }
   OrtCustomOpInputOutputCharacteristic GetInputCharacteristic(size_t) const { return INPUT_OUTPUT_VARIADIC; }
@@ -210,6 +270,7 @@ struct PackagedModelOp : Ort::CustomOpBase<PackagedModelOp, PackagedModelKernel,
   }
 
   Settings settings;
+  bool cuda = false;
 };
 
 // Ops and domains must outlive every session that uses them: keep them for the process lifetime.
@@ -251,9 +312,11 @@ PACKAGER_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* opt
     std::string threads = config_entry(api, options, kThreadsKey);
     if (!threads.empty()) s.num_threads = std::atoi(threads.c_str());
     std::lock_guard<std::mutex> lock(g_mu);
-    g_ops.push_back(std::make_unique<PackagedModelOp>(s));
     Ort::CustomOpDomain domain{kDomain};
-    domain.Add(g_ops.back().get());
+    for (bool on_cuda : {false, true}) {
+      g_ops.push_back(std::make_unique<PackagedModelOp>(s, on_cuda));
+      domain.Add(g_ops.back().get());
+    }
     Ort::UnownedSessionOptions(options).Add(domain);
     g_domains.push_back(std::move(domain));
     return nullptr;

@@ -96,6 +96,7 @@ const char* packrt_last_error(void) { return g_last_error.c_str(); }
 const char* packrt_model_name(const packrt_model* m) { return m ? m->impl.name().c_str() : ""; }
 const char* packrt_model_id(const packrt_model* m) { return m ? m->impl.id().c_str() : ""; }
 const char* packrt_model_target(const packrt_model* m) { return m ? m->impl.target().c_str() : ""; }
+const char* packrt_model_device(const packrt_model* m) { return m ? m->impl.device() : ""; }
 int32_t packrt_num_threads(const packrt_model* m) { return m ? m->impl.num_threads() : 0; }
 int32_t packrt_num_profiles(const packrt_model* m) {
   return m ? static_cast<int32_t>(m->impl.plan().profiles.size()) : 0;
@@ -131,6 +132,14 @@ packrt_status packrt_run(packrt_model* m, const packrt_tensor* inputs, int32_t n
   return guarded([&] {
     if (!m) packrt::fail(PACKRT_ERROR_INVALID_ARGUMENT, "model must not be NULL");
     m->impl.run(inputs, num_inputs, outputs, num_outputs);
+  });
+}
+
+packrt_status packrt_run_device(packrt_model* m, const packrt_tensor* inputs, int32_t num_inputs,
+                                packrt_tensor* outputs, int32_t num_outputs, void* cuda_stream) {
+  return guarded([&] {
+    if (!m) packrt::fail(PACKRT_ERROR_INVALID_ARGUMENT, "model must not be NULL");
+    m->impl.run_device(inputs, num_inputs, outputs, num_outputs, cuda_stream);
   });
 }
 

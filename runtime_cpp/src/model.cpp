@@ -42,7 +42,10 @@ alignas(64) uint8_t g_empty[64];  // data pointer for zero-byte tensors (kernels
 
 Model::Model(const std::string& package_dir, const packrt_options& options) {
   Package pkg(package_dir);
-  const TargetEntry& t = pkg.select_target(options.target ? options.target : "");
+  if (options.device_type < 0 || options.device_type > 2)
+    fail(PACKRT_ERROR_INVALID_ARGUMENT, "device_type must be 0 (any), 1 (CPU) or 2 (CUDA)");
+  const TargetEntry& t = pkg.select_target(options.target ? options.target : "",
+                                           static_cast<DeviceType>(options.device_type), options.cuda_device);
   bool verify = options.verify_checksums != 0;
   name_ = pkg.name();
   id_ = pkg.id();
@@ -58,12 +61,21 @@ Model::Model(const std::string& package_dir, const packrt_options& options) {
     fail(PACKRT_ERROR_CORRUPT_PACKAGE, t.weights + " has " + std::to_string(weights_size) + " bytes, the plan expects " +
                                            std::to_string(plan_.weights_bytes));
 
-  pkg.check(t.kernels, verify);
-  kernels_ = std::make_unique<KernelLibrary>(pkg.path_of(t.kernels));
-  for (const auto& k : plan_.kernels) fns_.push_back(kernels_->kernel(k.symbol));
-
   if (options.num_threads < 0) fail(PACKRT_ERROR_INVALID_ARGUMENT, "num_threads must be >= 0");
-  pool_ = std::make_unique<ThreadPool>(options.num_threads > 0 ? options.num_threads : host_cores());
+  if ((t.kind == "cuda") != (plan_.device == "cuda"))
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, t.plan + " is a " + plan_.device + " plan for a " + t.kind + " target");
+  if (t.kind == "cuda") {
+    AlignedBuffer image = pkg.read(t.kernels, verify);
+    cuda_ = std::make_unique<CudaExecutor>(plan_, image.get(), weights_.get(), weights_size, options.cuda_device,
+                                           options.cuda_graph != 0);
+    weights_.reset();  // uploaded to the GPU
+    pool_ = std::make_unique<ThreadPool>(1);
+  } else {
+    pkg.check(t.kernels, verify);
+    kernels_ = std::make_unique<KernelLibrary>(pkg.path_of(t.kernels));
+    for (const auto& k : plan_.kernels) fns_.push_back(kernels_->kernel(k.symbol));
+    pool_ = std::make_unique<ThreadPool>(options.num_threads > 0 ? options.num_threads : host_cores());
+  }
   free_contexts_.resize(plan_.profiles.size());
   for (const auto& prof : plan_.profiles) step_times_.emplace_back(prof.steps.size());
 }
@@ -208,13 +220,15 @@ void Model::execute(Context& ctx) {
     }
     if (timed) ms[s] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
-  if (timed) {
-    std::lock_guard<std::mutex> l(profile_mu_);
-    auto& acc = step_times_[ctx.profile];
-    for (size_t s = 0; s < ms.size(); ++s) {
-      acc[s].total_ms += ms[s];
-      acc[s].runs += 1;
-    }
+  if (timed) record_times(ctx.profile, ms);
+}
+
+void Model::record_times(int profile, const std::vector<double>& ms) {
+  std::lock_guard<std::mutex> l(profile_mu_);
+  auto& acc = step_times_[profile];
+  for (size_t s = 0; s < ms.size(); ++s) {
+    acc[s].total_ms += ms[s];
+    acc[s].runs += 1;
   }
 }
 
@@ -222,22 +236,24 @@ int Model::select_profile(const packrt_tensor* inputs, int num_inputs) const {
   return match_profile(inputs, bind_order(inputs, num_inputs, plan_.profiles[0].inputs, "input"));
 }
 
-void Model::run(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outputs, int num_outputs) {
+Model::Binding Model::bind(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outputs,
+                           int num_outputs) const {
   const auto& first = plan_.profiles[0];
-  std::vector<int> in_order = bind_order(inputs, num_inputs, first.inputs, "input");
-  std::vector<int> out_order = bind_order(outputs, num_outputs, first.outputs, "output");
-  int p = match_profile(inputs, in_order);
-  const PlanProfile& prof = plan_.profiles[p];
+  Binding b;
+  b.in_order = bind_order(inputs, num_inputs, first.inputs, "input");
+  b.out_order = bind_order(outputs, num_outputs, first.outputs, "output");
+  b.profile = match_profile(inputs, b.in_order);
+  const PlanProfile& prof = plan_.profiles[b.profile];
 
   for (size_t k = 0; k < prof.inputs.size(); ++k) {
-    const packrt_tensor& in = inputs[in_order[k]];
+    const packrt_tensor& in = inputs[b.in_order[k]];
     const PlanTensor& t = prof.tensors[prof.inputs[k].tensor];
     if (in.nbytes < t.nbytes || (t.nbytes && !in.data))
       fail(PACKRT_ERROR_INVALID_ARGUMENT, "input '" + prof.inputs[k].name + "' buffer holds " + std::to_string(in.nbytes) +
                                               " bytes, needs " + std::to_string(t.nbytes));
   }
   for (size_t k = 0; k < prof.outputs.size(); ++k) {
-    const packrt_tensor& out = outputs[out_order[k]];
+    const packrt_tensor& out = outputs[b.out_order[k]];
     const PlanTensor& t = prof.tensors[prof.outputs[k].tensor];
     if (out.dtype != PACKRT_DTYPE_UNKNOWN && out.dtype != t.dtype)
       fail(PACKRT_ERROR_INVALID_ARGUMENT, "output '" + prof.outputs[k].name + "' is " + dtype_name(t.dtype) +
@@ -246,6 +262,57 @@ void Model::run(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outp
       fail(PACKRT_ERROR_INVALID_ARGUMENT, "output '" + prof.outputs[k].name + "' needs " + std::to_string(t.nbytes) +
                                               " bytes " + shape_str(t.shape) + ", the caller's buffer holds " +
                                               std::to_string(out.nbytes));
+  }
+  return b;
+}
+
+void Model::fill_output_info(const Binding& b, packrt_tensor* outputs) const {
+  const PlanProfile& prof = plan_.profiles[b.profile];
+  for (size_t k = 0; k < prof.outputs.size(); ++k) {
+    packrt_tensor& out = outputs[b.out_order[k]];
+    const PlanTensor& t = prof.tensors[prof.outputs[k].tensor];
+    out.dtype = t.dtype;
+    out.ndim = static_cast<int32_t>(t.shape.size());
+    std::copy(t.shape.begin(), t.shape.end(), out.shape);
+  }
+}
+
+void Model::run_device(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outputs, int num_outputs,
+                       void* stream) {
+  if (!cuda_)
+    fail(PACKRT_ERROR_INVALID_ARGUMENT, "target '" + target_ + "' runs on the CPU: packrt_run_device takes CUDA "
+                                        "device pointers; use packrt_run");
+  Binding b = bind(inputs, num_inputs, outputs, num_outputs);
+  const PlanProfile& prof = plan_.profiles[b.profile];
+  std::vector<CUdeviceptr> ins, outs;
+  for (size_t k = 0; k < prof.inputs.size(); ++k)
+    ins.push_back(reinterpret_cast<CUdeviceptr>(inputs[b.in_order[k]].data));
+  for (size_t k = 0; k < prof.outputs.size(); ++k)
+    outs.push_back(reinterpret_cast<CUdeviceptr>(outputs[b.out_order[k]].data));
+  const bool timed = profiling_.load(std::memory_order_relaxed);
+  std::vector<double> ms(timed ? prof.steps.size() : 0);
+  cuda_->run_device(b.profile, ins, outs, static_cast<CUstream>(stream), timed ? &ms : nullptr);
+  if (timed) record_times(b.profile, ms);
+  fill_output_info(b, outputs);
+}
+
+void Model::run(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outputs, int num_outputs) {
+  Binding b = bind(inputs, num_inputs, outputs, num_outputs);
+  const int p = b.profile;
+  const PlanProfile& prof = plan_.profiles[p];
+  const std::vector<int>& in_order = b.in_order;
+  const std::vector<int>& out_order = b.out_order;
+  if (cuda_) {
+    std::vector<const void*> ins;
+    std::vector<void*> outs;
+    for (size_t k = 0; k < prof.inputs.size(); ++k) ins.push_back(inputs[in_order[k]].data);
+    for (size_t k = 0; k < prof.outputs.size(); ++k) outs.push_back(outputs[out_order[k]].data);
+    const bool timed = profiling_.load(std::memory_order_relaxed);
+    std::vector<double> ms(timed ? prof.steps.size() : 0);
+    cuda_->run_host(p, ins, outs, timed ? &ms : nullptr);
+    if (timed) record_times(p, ms);
+    fill_output_info(b, outputs);
+    return;
   }
 
   std::unique_ptr<Context> ctx = acquire(p);
@@ -283,10 +350,8 @@ void Model::run(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outp
     packrt_tensor& out = outputs[out_order[k]];
     const PlanTensor& t = prof.tensors[prof.outputs[k].tensor];
     if (t.nbytes && !out_direct[k]) std::memcpy(out.data, ctx->arena.get() + t.offset, t.nbytes);
-    out.dtype = t.dtype;
-    out.ndim = static_cast<int32_t>(t.shape.size());
-    std::copy(t.shape.begin(), t.shape.end(), out.shape);
   }
+  fill_output_info(b, outputs);
 }
 
 }  // namespace packrt

@@ -13,6 +13,7 @@
 
 #include "buffer.h"
 #include "cpu_backend.h"
+#include "cuda_backend.h"
 #include "package.h"
 #include "plan.h"
 #include "thread_pool.h"
@@ -26,10 +27,13 @@ class Model {
   const std::string& name() const { return name_; }
   const std::string& id() const { return id_; }
   const std::string& target() const { return target_; }
+  const char* device() const { return cuda_ ? "cuda" : "cpu"; }
   int num_threads() const { return pool_->num_threads(); }
   const Plan& plan() const { return plan_; }
 
   void run(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outputs, int num_outputs);
+  // CUDA targets only: inputs/outputs hold device pointers; queued on `stream` (see packrt_run_device).
+  void run_device(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outputs, int num_outputs, void* stream);
   int select_profile(const packrt_tensor* inputs, int num_inputs) const;
 
   // Per-step wall time, accumulated while profiling is on (see packrt_set_profiling).
@@ -48,6 +52,13 @@ class Model {
     std::vector<std::vector<TVMFFIAny>> args;  // per step, prebuilt
   };
 
+  struct Binding {
+    int profile;
+    std::vector<int> in_order, out_order;  // plan I/O slot -> caller array index
+  };
+  Binding bind(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outputs, int num_outputs) const;
+  void fill_output_info(const Binding& b, packrt_tensor* outputs) const;
+  void record_times(int profile, const std::vector<double>& ms);
   int match_profile(const packrt_tensor* inputs, const std::vector<int>& order) const;
   std::vector<int> bind_order(const packrt_tensor* ts, int n, const std::vector<PlanIO>& ios, const char* what) const;
   std::unique_ptr<Context> acquire(int profile);
@@ -60,6 +71,7 @@ class Model {
   std::vector<PackedKernel> fns_;
   AlignedBuffer weights_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<CudaExecutor> cuda_;  // set for CUDA targets (then kernels_/fns_ stay empty)
   std::atomic<bool> profiling_{false};
   mutable std::mutex profile_mu_;
   std::vector<std::vector<StepTime>> step_times_;  // per profile, per step

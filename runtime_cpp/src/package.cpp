@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "cpu_features.h"
+#include "cuda_driver.h"
 #include "error.h"
 #include "sha256.h"
 
@@ -71,13 +72,18 @@ Package::Package(const std::string& dir) {
       TargetEntry e;
       e.name = get_string(t, "name", where + ": targets[]");
       e.kind = get_string(t, "kind", where + ": target " + e.name);
-      if (e.kind == "cpu") {
+      if (e.kind == "cpu" || e.kind == "cuda") {
         e.arch = get_string(t, "arch", where + ": target " + e.name);
         e.isa = t.value("isa", "");
         e.cpu_features = t.value("cpu_features", std::vector<std::string>{});
         e.plan = get_string(t, "plan", where + ": target " + e.name);
         e.kernels = get_string(t, "kernels", where + ": target " + e.name);
         e.weights = get_string(t, "weights", where + ": target " + e.name);
+      }
+      if (e.kind == "cuda") {
+        std::string sm = get_string(t, "sm", where + ": target " + e.name);
+        e.sm = sm.rfind("sm_", 0) == 0 ? std::atoi(sm.c_str() + 3) : 0;
+        if (e.sm <= 0) fail(PACKRT_ERROR_CORRUPT_PACKAGE, where + ": target " + e.name + " has a bad sm '" + sm + "'");
       }
       targets_.push_back(std::move(e));
     }
@@ -86,13 +92,30 @@ Package::Package(const std::string& dir) {
   }
 }
 
-const TargetEntry& Package::select_target(const std::string& wanted) const {
+static std::string cuda_reason(const TargetEntry& t, int cuda_device) {
+  if (t.arch != host_arch()) return "is built for a " + t.arch + " host, this machine is " + host_arch();
+  std::string why;
+  int sm = cuda_device_sm(cuda_device, &why);
+  if (sm < 0) return "cannot run: " + why;
+  if (sm < t.sm)
+    return "needs a GPU of sm_" + std::to_string(t.sm) + " or newer, CUDA device " + std::to_string(cuda_device) +
+           " is sm_" + std::to_string(sm);
+  return {};
+}
+
+const TargetEntry& Package::select_target(const std::string& wanted, DeviceType type, int cuda_device) const {
   std::ostringstream why;
   for (const auto& t : targets_) {
     if (!wanted.empty() && t.name != wanted) continue;
     std::string reason;
-    if (t.kind != "cpu") {
+    if (t.kind != "cpu" && t.kind != "cuda") {
       reason = "is a " + t.kind + " target, which this runtime does not run";
+    } else if (wanted.empty() && type == DeviceType::kCpu && t.kind != "cpu") {
+      reason = "is a " + t.kind + " target (CPU targets were asked for)";
+    } else if (wanted.empty() && type == DeviceType::kCuda && t.kind != "cuda") {
+      reason = "is a " + t.kind + " target (CUDA targets were asked for)";
+    } else if (t.kind == "cuda") {
+      reason = cuda_reason(t, cuda_device);
     } else if (t.arch != host_arch()) {
       reason = "is built for " + t.arch + ", this machine is " + host_arch();
     } else {

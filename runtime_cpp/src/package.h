@@ -14,7 +14,10 @@ struct TargetEntry {
   std::string name, kind, arch, isa;
   std::vector<std::string> cpu_features;
   std::string plan, kernels, weights;  // paths relative to the package root
+  int sm = 0;                          // CUDA targets: compute capability (e.g. 80)
 };
+
+enum class DeviceType { kAny = 0, kCpu = 1, kCuda = 2 };
 
 struct FileEntry {
   std::string sha256;
@@ -30,9 +33,12 @@ class Package {
   const std::string& id() const { return id_; }
   const std::vector<TargetEntry>& targets() const { return targets_; }
 
-  // The target to run: `wanted` by name, or the first one this CPU can run. Throws with the
+  // The target to run: `wanted` by name, or the first one (of `type`) that runs on this machine:
+  // CPU targets need this CPU's architecture and features, CUDA targets a driver, this host
+  // architecture and a GPU (`cuda_device`) of at least their compute capability. Throws with the
   // reason each target was rejected.
-  const TargetEntry& select_target(const std::string& wanted) const;
+  const TargetEntry& select_target(const std::string& wanted, DeviceType type = DeviceType::kAny,
+                                   int cuda_device = 0) const;
 
   // Absolute path of a file listed in the manifest, after checking it stays inside the package.
   std::string path_of(const std::string& rel) const;

@@ -47,10 +47,37 @@ Plan parse_plan(const char* text, size_t size, const std::string& where) {
                                          " is not supported by this runtime (it reads version " +
                                          std::to_string(kPlanVersion) + ")");
     plan.target = j.at("target").get<std::string>();
+    plan.device = j.value("device", "cpu");
+    if (plan.device != "cpu" && plan.device != "cuda")
+      fail(PACKRT_ERROR_UNSUPPORTED, where + ": device '" + plan.device + "' is not supported by this runtime");
+    if (plan.device == "cuda") plan.module = j.at("module").get<std::string>();
     plan.weights_bytes = j.at("weights").at("bytes").get<uint64_t>();
-    for (const auto& k : j.at("kernels"))
-      plan.kernels.push_back({k.at("name").get<std::string>(), k.at("symbol").get<std::string>(),
-                              k.at("num_args").get<int>()});
+    for (const auto& k : j.at("kernels")) {
+      PlanKernel pk{k.at("name").get<std::string>(), k.at("symbol").get<std::string>(), k.at("num_args").get<int>(),
+                    {}, {}};
+      if (plan.device == "cuda") {
+        pk.workspace = k.at("workspace").get<std::vector<uint64_t>>();
+        for (const auto& l : k.at("launches")) {
+          PlanLaunch pl;
+          pl.function = l.at("function").get<std::string>();
+          pl.args = l.at("args").get<std::vector<int>>();
+          auto grid = l.at("grid").get<std::vector<unsigned>>(), block = l.at("block").get<std::vector<unsigned>>();
+          if (grid.size() != 3 || block.size() != 3) bad("kernel '" + pk.name + "': grid and block need 3 extents");
+          for (int d = 0; d < 3; ++d) {
+            if (!grid[d] || !block[d]) bad("kernel '" + pk.name + "': zero launch extent");
+            pl.grid[d] = grid[d];
+            pl.block[d] = block[d];
+          }
+          pl.shared_bytes = l.value("shared_bytes", 0u);
+          for (int a : pl.args)
+            if (a >= pk.num_args || -a > static_cast<int>(pk.workspace.size()))
+              bad("kernel '" + pk.name + "': launch argument " + std::to_string(a) + " out of range");
+          pk.launches.push_back(std::move(pl));
+        }
+        if (pk.launches.empty()) bad("kernel '" + pk.name + "' has no launches");
+      }
+      plan.kernels.push_back(std::move(pk));
+    }
     for (const auto& p : j.at("profiles")) {
       PlanProfile prof;
       prof.name = p.at("name").get<std::string>();

@@ -35,13 +35,26 @@ struct PlanProfile {
   std::vector<PlanStep> steps;
 };
 
+// One device-kernel launch of a CUDA plan kernel. args[i] >= 0: the kernel's parameter args[i]
+// (an index into the step's tensor list); args[i] < 0: scratch buffer -(args[i] + 1).
+struct PlanLaunch {
+  std::string function;
+  std::vector<int> args;
+  unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  unsigned shared_bytes = 0;
+};
+
 struct PlanKernel {
   std::string name, symbol;
   int num_args = 0;
+  std::vector<PlanLaunch> launches;  // CUDA plans only
+  std::vector<uint64_t> workspace;   // CUDA plans only: scratch buffer sizes
 };
 
 struct Plan {
   std::string target;
+  std::string device = "cpu";  // "cpu" | "cuda"
+  std::string module;          // CUDA: the fatbin, relative to the plan's folder
   uint64_t weights_bytes = 0;
   std::vector<PlanKernel> kernels;
   std::vector<PlanProfile> profiles;

@@ -68,10 +68,13 @@ int run(int argc, char** argv) {
   CLI::App app{"Run a packaged model from .npy inputs (packager runtime " + std::string(packrt_version()) + ")"};
   std::string package, target, output_dir, json_path;
   std::vector<std::string> inputs;
-  int warmup = 1, iters = 10, threads = 0;
+  int warmup = 1, iters = 10, threads = 0, cuda_device = 0;
+  bool cuda_graph = false;
   bool info = false, no_verify = false, profile = false;
   app.add_option("package", package, "package folder")->required();
-  app.add_option("--target", target, "target to run (default: the first that runs on this CPU)");
+  app.add_option("--target", target, "target to run (default: the first that runs on this machine)");
+  app.add_option("--cuda-device", cuda_device, "CUDA device ordinal for CUDA targets")->check(CLI::NonNegativeNumber);
+  app.add_flag("--cuda-graph", cuda_graph, "CUDA targets: replay the kernels as a CUDA graph after the first run");
   app.add_option("-i,--input", inputs, "NAME=FILE.npy (or FILE.npy, in input order)");
   app.add_option("-o,--output-dir", output_dir, "write one NAME.npy per output here");
   app.add_option("--warmup", warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
@@ -92,6 +95,8 @@ int run(int argc, char** argv) {
   opt.target = target;
   opt.num_threads = threads;
   opt.verify_checksums = !no_verify;
+  opt.cuda_device = cuda_device;
+  opt.cuda_graph = cuda_graph;
   packrt::Model model(package, opt);
   if (info) {
     print_info(model);
@@ -154,7 +159,8 @@ int run(int argc, char** argv) {
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
 
-  std::printf("package %s  target %s  threads %d\n", model.name().c_str(), model.target().c_str(), model.num_threads());
+  std::printf("package %s  target %s (%s)  threads %d\n", model.name().c_str(), model.target().c_str(),
+              model.device().c_str(), model.num_threads());
   nlohmann::json outputs_json = nlohmann::json::array();
   for (size_t k = 0; k < out.size(); ++k) {
     std::vector<int64_t> shape(out[k].shape, out[k].shape + out[k].ndim);
@@ -207,7 +213,7 @@ int run(int argc, char** argv) {
                   rows[i].step, rows[i].kernel.c_str());
   }
   if (!json_path.empty()) {
-    nlohmann::json j = {{"steps", steps_json}, {"peak_rss_mb", peak_rss_mb()}, {"package", model.name()}, {"target", model.target()}, {"threads", model.num_threads()},
+    nlohmann::json j = {{"steps", steps_json}, {"peak_rss_mb", peak_rss_mb()}, {"package", model.name()}, {"target", model.target()}, {"device", model.device()}, {"threads", model.num_threads()},
                         {"iters", iters}, {"warmup", warmup}, {"latency_ms", ms},
                         {"median_ms", med}, {"mean_ms", mean}, {"p90_ms", p90}, {"min_ms", lo}, {"max_ms", hi},
                         {"outputs", outputs_json}};

@@ -14,6 +14,11 @@
  * Thread safety: one model may be run from several threads at once; each concurrent run
  * gets its own scratch memory. Error messages are per thread (packrt_last_error).
  * Buffers: any alignment works; 64-byte aligned buffers are used without a copy.
+ *
+ * CUDA targets (kernels.fatbin) run through the same calls: packrt_run takes host buffers and
+ * copies them to and from the GPU; packrt_run_device takes CUDA device pointers. libcuda.so.1 is
+ * opened at run time, so this library has no CUDA dependency; without a driver, opening a CUDA
+ * target fails with "no CUDA driver ...". Runs of one CUDA model are serialized.
  */
 #ifndef PACKRT_PACKRT_H_
 #define PACKRT_PACKRT_H_
@@ -61,6 +66,9 @@ typedef struct packrt_options {
   const char* target;        /* NULL: the first target in the package that runs on this CPU */
   int32_t num_threads;       /* 0: all cores */
   int32_t verify_checksums;  /* 1 (default): check sha256 of every file used; 0: sizes only */
+  int32_t device_type;       /* with target NULL: 0 any target that runs here (package order), 1 CPU only, 2 CUDA only */
+  int32_t cuda_device;       /* CUDA device ordinal for CUDA targets (default 0) */
+  int32_t cuda_graph;        /* 1: after a profile's first packrt_run, replay its kernels as a CUDA graph */
 } packrt_options;
 
 /* A tensor passed to or from packrt_run, also used to describe inputs/outputs.
@@ -92,6 +100,8 @@ PACKRT_API const char* packrt_model_name(const packrt_model* model);
 /* The package's identity (manifest "id"): lets a loader check it opened the package it meant. */
 PACKRT_API const char* packrt_model_id(const packrt_model* model);
 PACKRT_API const char* packrt_model_target(const packrt_model* model);
+/* "cpu" or "cuda": where the opened target runs. */
+PACKRT_API const char* packrt_model_device(const packrt_model* model);
 PACKRT_API int32_t packrt_num_threads(const packrt_model* model);
 PACKRT_API int32_t packrt_num_profiles(const packrt_model* model);
 PACKRT_API const char* packrt_profile_name(const packrt_model* model, int32_t profile);
@@ -115,6 +125,13 @@ PACKRT_API packrt_status packrt_select_profile(const packrt_model* model, const 
  * must be given exactly once. On success each output's ndim/shape/dtype are filled in. */
 PACKRT_API packrt_status packrt_run(packrt_model* model, const packrt_tensor* inputs, int32_t num_inputs,
                                     packrt_tensor* outputs, int32_t num_outputs);
+
+/* Runs a CUDA target on device memory: every input/output `data` is a CUdeviceptr (cast to void*)
+ * on the model's CUDA device. The work runs on `cuda_stream` (a CUstream, e.g. ONNX Runtime's compute
+ * stream; NULL: the model's own stream), after the work already queued there, and the call returns
+ * when the outputs are ready. Fails with PACKRT_ERROR_INVALID_ARGUMENT for CPU targets. */
+PACKRT_API packrt_status packrt_run_device(packrt_model* model, const packrt_tensor* inputs, int32_t num_inputs,
+                                           packrt_tensor* outputs, int32_t num_outputs, void* cuda_stream);
 
 /* Per-step timing, for finding the kernels that dominate latency. While enabled, every run adds
  * each step's wall time to a per-step total (small overhead: one clock read per step). */

@@ -33,9 +33,12 @@ struct TensorInfo {
 };
 
 struct Options {
-  std::string target;  // empty: first target that runs on this CPU
+  std::string target;  // empty: first target that runs on this machine
   int num_threads = 0;  // 0: all cores
   bool verify_checksums = true;
+  int device_type = 0;  // with no target: 0 any, 1 CPU only, 2 CUDA only
+  int cuda_device = 0;  // CUDA device ordinal
+  bool cuda_graph = false;  // replay each profile's kernels as a CUDA graph after its first run
 };
 
 class Model {
@@ -46,6 +49,9 @@ class Model {
     o.target = opt.target.empty() ? nullptr : opt.target.c_str();
     o.num_threads = opt.num_threads;
     o.verify_checksums = opt.verify_checksums ? 1 : 0;
+    o.device_type = opt.device_type;
+    o.cuda_device = opt.cuda_device;
+    o.cuda_graph = opt.cuda_graph ? 1 : 0;
     check(packrt_open(package_dir.c_str(), &o, &m_));
   }
   ~Model() { packrt_close(m_); }
@@ -59,6 +65,7 @@ class Model {
 
   std::string name() const { return packrt_model_name(m_); }
   std::string target() const { return packrt_model_target(m_); }
+  std::string device() const { return packrt_model_device(m_); }
   int num_threads() const { return packrt_num_threads(m_); }
   int num_profiles() const { return packrt_num_profiles(m_); }
   std::string profile_name(int p) const { return packrt_profile_name(m_, p); }

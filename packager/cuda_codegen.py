@@ -1,0 +1,259 @@
+"""Kernels -> CUDA C source, launch metadata and a fatbin per CUDA target, with no GPU.
+
+TVM lowers the thread-bound PrimFuncs into a host function (which launches the device kernels)
+and device kernels (CUDA C). The host function is never compiled: just before TVM turns it into
+its packed-call form, we read every kernel launch from it (kernel name, the PrimFunc parameter
+behind each pointer argument, grid/block extents, dynamic shared memory), and the C++ runtime
+replays those launches from the plan. TVM orders a kernel's parameters by name, not by the
+PrimFunc's order, so every launch carries its argument map.
+
+The source is compiled offline: nvcc (CUDA 13) for sm_75 and newer; CUDA 13 dropped Volta, so
+sm_70/sm_72 go through NVRTC from the CUDA 12 wheels (nvidia-cuda-nvrtc-cu12 + the headers of
+nvidia-cuda-cccl-cu12). Each target gets one fatbin holding the SASS for its architecture and the
+PTX of the same architecture (so a newer GPU can JIT it). Results are cached by source hash.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.ir import expr as ir
+
+from .cache import cache_dir, locked
+from .errors import InternalError, UserError
+from .targets import CudaTarget
+
+LAUNCH_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
+DYN_SMEM_TAG = "tirx.use_dyn_shared_memory"
+NVCC_MIN_SM = 75                   # CUDA 13's oldest architecture
+
+
+@dataclass
+class Launch:
+    """One device-kernel launch of a PrimFunc: args[i] is the PrimFunc parameter index of the
+    kernel's i-th pointer, or -(k+1) for workspace buffer k."""
+
+    function: str
+    args: list[int]
+    grid: list[int]
+    block: list[int]
+    shared_bytes: int = 0
+
+    def as_dict(self) -> dict:
+        return {"function": self.function, "args": self.args, "grid": self.grid, "block": self.block,
+                "shared_bytes": self.shared_bytes}
+
+
+@dataclass
+class CudaKernel:
+    launches: list[Launch] = field(default_factory=list)
+    workspace: list[int] = field(default_factory=list)      # bytes of each global scratch buffer
+
+
+@dataclass
+class CudaModule:
+    source: str
+    kernels: dict[str, CudaKernel]
+
+
+def _int(e, what: str) -> int:
+    if not isinstance(e, tirx.IntImm):
+        raise InternalError(f"{what} is {e}, not a constant: only static shapes can be compiled ahead of time")
+    return int(e.value)
+
+
+def _host_launches(name: str, f: tvm.tirx.PrimFunc) -> CudaKernel:
+    """Read the launches (and global scratch buffers) from a host function before MakePackedAPI."""
+    params = list(f.params)
+    origin: dict = {}                   # buffer var -> parameter index (>= 0) or workspace (< 0)
+    out = CudaKernel()
+    unsupported: list[str] = []
+
+    def resolve(v) -> int:
+        for i, p in enumerate(params):
+            if v.same_as(p):
+                return i
+        for var, idx in origin.items():
+            if v.same_as(var):
+                return idx
+        raise InternalError(f"kernel '{name}': launch argument {v} is neither a parameter nor a scratch buffer")
+
+    def buffer_of(e):
+        if isinstance(e, ir.Call) and getattr(e.op, "name", "") == "tirx.buffer_data":
+            return e.args[0]
+        return None
+
+    def visit(n):
+        if isinstance(n, tirx.DeclBuffer):
+            src = buffer_of(n.data) if n.data is not None else None
+            if src is not None:
+                origin[n.buffer] = resolve(src)
+        elif isinstance(n, tirx.AllocBuffer):
+            buf = n.buffer
+            dtype = tvm.runtime.DataType(str(buf.dtype))
+            nbytes = (dtype.bits * dtype.lanes + 7) // 8
+            for d in buf.shape:
+                nbytes *= _int(d, f"kernel '{name}': scratch buffer size")
+            out.workspace.append(nbytes)
+            origin[n.buffer] = -len(out.workspace)
+        elif isinstance(n, ir.Call) and getattr(n.op, "name", "") == "tirx.call_ffi_kernel":
+            tags = [str(t) for t in n.attrs.launch_params]
+            args = list(n.args[1:])
+            n_ptr = len(args) - len(tags)
+            ptrs, values = args[:n_ptr], args[n_ptr:]
+            refs = []
+            for a in ptrs:
+                b = buffer_of(a)
+                if b is None:
+                    raise InternalError(f"kernel '{name}': launch argument {a} is not a buffer pointer "
+                                        "(scalar kernel arguments are not supported)")
+                refs.append(resolve(b))
+            ext = {}
+            for tag, v in zip(tags, values):
+                if tag not in LAUNCH_TAGS and tag != DYN_SMEM_TAG:
+                    raise InternalError(f"kernel '{name}': unsupported launch parameter {tag}")
+                ext[tag] = _int(v, f"kernel '{name}': launch extent {tag}")
+            out.launches.append(Launch(str(n.args[0].value), refs,
+                                       [ext.get(f"blockIdx.{c}", 1) for c in "xyz"],
+                                       [ext.get(f"threadIdx.{c}", 1) for c in "xyz"], ext.get(DYN_SMEM_TAG, 0)))
+        elif isinstance(n, ir.Call) and getattr(n.op, "name", "") in ("tirx.call_packed", "tirx.call_extern"):
+            unsupported.append(str(n.args[0]))
+
+    tvm_ffi.structural_walk(f.body, ((tirx.DeclBuffer, tirx.AllocBuffer, ir.Call), visit), order="pre")
+    if unsupported:
+        raise UserError(f"kernel '{name}' calls {', '.join(unsupported)} on the host, which a GPU package cannot "
+                        "do; build it for a CPU target or keep this operator in ONNX Runtime")
+    if not out.launches:
+        raise InternalError(f"kernel '{name}' launches no device kernel")
+    return out
+
+
+def lower_cuda(kernels: dict[str, tvm.tirx.PrimFunc], target: CudaTarget) -> CudaModule:
+    """CUDA C source of all kernels of one target, and each PrimFunc's launches."""
+    tgt = tvm.target.Target(target.tvm_target(), host=tvm.target.Target({"kind": "llvm"}))
+    mod = tvm.IRModule({n: f.with_attr("global_symbol", n) for n, f in kernels.items()})
+    captured: dict = {}
+
+    @tvm.instrument.pass_instrument
+    class CaptureHost:
+        def run_before_pass(self, m, info):
+            if info.name == "tirx.MakePackedAPI":
+                captured["mod"] = m
+
+    try:
+        with tvm.transform.PassContext(opt_level=3, instruments=[CaptureHost()]):
+            lib = tvm.tirx.build(mod, target=tgt)
+    except Exception as e:  # noqa: BLE001 - TVM raises many error kinds from lowering/codegen
+        lines = str(e).strip().splitlines()
+        raise InternalError(f"CUDA code generation for target '{target.name}' failed: "
+                            f"{lines[-1] if lines else type(e).__name__}") from None
+    host = captured["mod"]
+    launches = {gv.name_hint: _host_launches(gv.name_hint, f) for gv, f in host.functions_items()
+                if gv.name_hint in kernels}
+    missing = set(kernels) - set(launches)
+    if missing:
+        raise InternalError(f"no host function found for kernel(s) {', '.join(sorted(missing))}")
+    source = lib.imports[0].inspect_source("cuda")
+    return CudaModule(source, launches)
+
+
+# ---- offline compilation ----------------------------------------------------------------------
+
+def _nvrtc_paths() -> tuple[Path, Path]:
+    """libnvrtc from nvidia-cuda-nvrtc-cu12 and the include folder of nvidia-cuda-cccl-cu12."""
+    try:
+        import nvidia.cuda_cccl as cccl
+        import nvidia.cuda_nvrtc as nvrtc
+    except ImportError:
+        raise UserError("sm_70/sm_72 (Volta) need NVRTC from CUDA 12, since CUDA 13 dropped Volta: "
+                        "pip install nvidia-cuda-nvrtc-cu12 nvidia-cuda-cccl-cu12") from None
+    libs = sorted(glob.glob(os.path.join(list(nvrtc.__path__)[0], "lib", "libnvrtc.so.*")))
+    if not libs:
+        raise UserError("the nvidia-cuda-nvrtc-cu12 package holds no libnvrtc.so; reinstall it")
+    return Path(libs[0]), Path(list(cccl.__path__)[0]) / "include"
+
+
+def _nvrtc(source: str, sm: str, ptx: bool) -> bytes:
+    lib_path, include = _nvrtc_paths()
+    lib = ctypes.CDLL(str(lib_path))
+    prog = ctypes.c_void_p()
+    if lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"kernels.cu", 0, None, None) != 0:
+        raise InternalError("nvrtcCreateProgram failed")
+    arch = sm.replace("sm_", "compute_") if ptx else sm
+    opts = [f"--gpu-architecture={arch}".encode(), b"-default-device", b"-std=c++17", b"-I" + str(include).encode()]
+    try:
+        rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+        n = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+        log = ctypes.create_string_buffer(n.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        if rc != 0:
+            raise InternalError(f"NVRTC could not compile the kernels for {sm}:\n{log.value.decode()[-3000:]}")
+        size_fn, get_fn = (lib.nvrtcGetPTXSize, lib.nvrtcGetPTX) if ptx else (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN)
+        size_fn(prog, ctypes.byref(n))
+        buf = ctypes.create_string_buffer(n.value)
+        get_fn(prog, buf)
+        return buf.raw
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def _run(cmd: list[str], what: str) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise InternalError(f"{what} failed ({' '.join(cmd[:3])} ...):\n{(r.stdout + r.stderr).strip()[-3000:]}")
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise UserError(f"'{name}' not found on PATH: CUDA targets need the CUDA 13 toolkit's nvcc and fatbinary "
+                        "(install the CUDA toolkit, or build CPU targets only)")
+    return path
+
+
+def check_cuda_toolchain(min_sm: int) -> None:
+    """Fail before anything is compiled when a CUDA target cannot be built on this host."""
+    _tool("nvcc")
+    _tool("fatbinary")
+    if min_sm < NVCC_MIN_SM:
+        _nvrtc_paths()
+
+
+def compile_fatbin(source: str, sm: str, out: Path) -> str:
+    """Compile CUDA C into a fatbin (SASS + PTX for `sm`); returns the compiler used."""
+    n = int(sm.split("_")[1])
+    compiler = "nvcc" if n >= NVCC_MIN_SM else "nvrtc"
+    key = hashlib.sha256(f"{compiler}\0{sm}\0{source}".encode()).hexdigest()[:24]
+    cached = cache_dir() / "cuda" / f"{key}.fatbin"
+    with locked(cache_dir() / "cuda" / f"{key}.lock"):
+        if not cached.is_file():
+            with tempfile.TemporaryDirectory(prefix="packager-cuda-") as tmp:
+                t = Path(tmp)
+                (t / "kernels.cu").write_text(source)
+                if compiler == "nvcc":
+                    _run([_tool("nvcc"), "-fatbin", "-O3", "-std=c++17", "-Xfatbin=-compress=false",
+                          f"-gencode=arch=compute_{n},code=[sm_{n},compute_{n}]",
+                          "-o", str(t / "k.fatbin"), str(t / "kernels.cu")], f"nvcc for {sm}")
+                else:
+                    (t / "k.cubin").write_bytes(_nvrtc(source, sm, ptx=False))
+                    (t / "k.ptx").write_bytes(_nvrtc(source, sm, ptx=True).rstrip(b"\0"))
+                    _run([_tool("fatbinary"), "--64", f"--create={t / 'k.fatbin'}",
+                          f"--image3=kind=elf,sm={n},file={t / 'k.cubin'}",
+                          f"--image3=kind=ptx,sm={n},file={t / 'k.ptx'}"], f"fatbinary for {sm}")
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                tmp_out = cached.with_suffix(".tmp")
+                shutil.copyfile(t / "k.fatbin", tmp_out)
+                tmp_out.replace(cached)
+    shutil.copyfile(cached, out)
+    return compiler

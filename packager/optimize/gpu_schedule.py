@@ -1,0 +1,64 @@
+"""GPU schedules: every kernel gets thread bindings before CUDA code generation.
+
+A PrimFunc without blockIdx/threadIdx bindings cannot run on a GPU at all (TVM's VerifyMemory
+rejects it), so unlike the CPU this pass is not optional. The rules are TVM's dlight GPU rules,
+tried per kernel in order: Matmul (shared-memory tiles), GEMV, Reduction, GeneralReduction
+(softmax/layer norm rows), Transpose, and Fallback (flattened injective loops bound to
+blocks x threads). The construction-based scheduler (Gensor) will replace them for conv and
+matmul; the build report names the rule each kernel got.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import tvm
+from tvm import s_tir
+from tvm.s_tir import dlight as dl
+
+from ..errors import UserError
+from ..targets import CudaTarget
+from .base import PassReport
+
+
+def _rules() -> list[tuple[str, object]]:
+    return [("matmul", dl.gpu.Matmul()), ("gemv", dl.gpu.GEMV()), ("reduction", dl.gpu.Reduction()),
+            ("general-reduction", dl.gpu.GeneralReduction()), ("transpose", dl.gpu.Transpose()),
+            ("fallback", dl.gpu.Fallback())]
+
+
+def _schedule_one(name: str, func: tvm.tirx.PrimFunc, target: tvm.target.Target,
+                  rules: list[tuple[str, object]]) -> tuple[tvm.tirx.PrimFunc, str]:
+    errors = []
+    for rule_name, rule in rules:
+        try:
+            space = rule.apply(func, target, False)
+        except Exception as e:  # noqa: BLE001 - a rule that does not fit raises all kinds of errors
+            errors.append(f"{rule_name}: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}")
+            continue
+        if space is None:
+            continue
+        sch = space[0] if isinstance(space, list) else space
+        if isinstance(sch, s_tir.Schedule):
+            return sch.mod["main"].with_attr("tirx.is_scheduled", True), rule_name
+    why = "; ".join(errors) or "no rule matched"
+    raise UserError(f"kernel '{name}': no GPU schedule fits it ({why}); build this model for a CPU target, "
+                    "or keep the operator in ONNX Runtime (onnxruntime.partial)")
+
+
+def schedule_kernels_gpu(kernels: dict[str, tvm.tirx.PrimFunc], target: CudaTarget,
+                         full: bool = True) -> tuple[dict, PassReport]:
+    """Thread-bound PrimFuncs for one CUDA target, and the per-kernel rule for the report. With
+    the schedule pass off in the spec only the fallback binding runs (a GPU kernel needs one)."""
+    tvm_target = tvm.target.Target(target.tvm_target())
+    rules = _rules() if full else _rules()[-1:]
+    out, chosen = {}, {}
+    with tvm_target:
+        for name, f in kernels.items():
+            out[name], chosen[name] = _schedule_one(name, f.with_attr("target", tvm_target), tvm_target, rules)
+    counts = Counter(chosen.values())
+    summary = ", ".join(f"{n} {r}" for r, n in counts.most_common())
+    if not full:
+        return out, PassReport("schedule", "disabled", f"off in the spec: only the fallback thread binding a GPU "
+                               f"kernel needs ({summary})", {"kernels": chosen})
+    return out, PassReport("schedule", "applied", f"dlight GPU rules for {target.sm}: {summary}",
+                           {"kernels": chosen})

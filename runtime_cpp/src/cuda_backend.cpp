@@ -1,0 +1,237 @@
+#include "cuda_backend.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "error.h"
+
+namespace packrt {
+namespace {
+
+constexpr uint64_t kDeviceAlign = 256;             // cuMemAlloc's own alignment
+constexpr int kAttrMaxDynamicShared = 8;           // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+constexpr unsigned kStreamNonBlocking = 1;         // CU_STREAM_NON_BLOCKING
+constexpr int kCaptureThreadLocal = 1;             // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+constexpr unsigned kDefaultSharedLimit = 48 * 1024;
+
+uint64_t round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+}  // namespace
+
+class CudaExecutor::Scope {
+ public:
+  explicit Scope(const CudaExecutor& e) : cu_(e.cu_) { cuda_check(cu_.cuCtxPushCurrent(e.ctx_), "cuCtxPushCurrent"); }
+  ~Scope() {
+    CUcontext prev = nullptr;
+    cu_.cuCtxPopCurrent(&prev);
+  }
+
+ private:
+  const CudaDriver& cu_;
+};
+
+CudaExecutor::CudaExecutor(const Plan& plan, const void* image, const uint8_t* weights, uint64_t weights_bytes,
+                           int device, bool graphs)
+    : plan_(plan), cu_(cuda_driver()), graphs_(graphs) {
+  std::string why;
+  sm_ = cuda_device_sm(device, &why);
+  if (sm_ < 0) fail(PACKRT_ERROR_UNSUPPORTED, why);
+  cuda_check(cu_.cuDeviceGet(&device_, device), "cuDeviceGet");
+  cuda_check(cu_.cuDevicePrimaryCtxRetain(&ctx_, device_), "cuDevicePrimaryCtxRetain");
+  try {
+    Scope scope(*this);
+    CUresult r = cu_.cuModuleLoadData(&module_, image);
+    if (r != 0) {
+      const char* msg = nullptr;
+      cu_.cuGetErrorString(r, &msg);
+      fail(PACKRT_ERROR_UNSUPPORTED, "target '" + plan.target + "': the GPU (sm_" + std::to_string(sm_) +
+                                         ") cannot load its kernels (" + (msg ? msg : "error") +
+                                         "); build the package for this GPU's architecture");
+    }
+    for (const auto& k : plan.kernels) {
+      std::vector<CUfunction> fns;
+      for (const auto& l : k.launches) {
+        CUfunction f = nullptr;
+        if (cu_.cuModuleGetFunction(&f, module_, l.function.c_str()) != 0)
+          fail(PACKRT_ERROR_CORRUPT_PACKAGE, "kernels.fatbin has no function '" + l.function + "' (kernel '" + k.name + "')");
+        if (l.shared_bytes > kDefaultSharedLimit)
+          cuda_check(cu_.cuFuncSetAttribute(f, kAttrMaxDynamicShared, static_cast<int>(l.shared_bytes)),
+                     "cuFuncSetAttribute(dynamic shared memory)");
+        fns.push_back(f);
+      }
+      functions_.push_back(std::move(fns));
+      std::vector<uint64_t> offs;
+      uint64_t total = 0;
+      for (uint64_t bytes : k.workspace) {
+        offs.push_back(total);
+        total += round_up(bytes, kDeviceAlign);
+      }
+      scratch_offsets_.push_back(std::move(offs));
+      scratch_bytes_ = std::max(scratch_bytes_, total);  // steps run one after another: one region serves all
+    }
+    cuda_check(cu_.cuStreamCreate(&stream_, kStreamNonBlocking), "cuStreamCreate");
+    if (weights_bytes) {
+      cuda_check(cu_.cuMemAlloc(&weights_, weights_bytes), "cuMemAlloc(weights)");
+      cuda_check(cu_.cuMemcpyHtoD(weights_, weights, weights_bytes), "uploading weights");
+    }
+    profiles_.resize(plan.profiles.size());
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+CudaExecutor::~CudaExecutor() { release(); }
+
+void CudaExecutor::release() noexcept {
+  if (!ctx_) return;
+  if (cu_.cuCtxPushCurrent(ctx_) == 0) {
+    for (auto& p : profiles_) {
+      if (p.graph) cu_.cuGraphExecDestroy(p.graph);
+      if (p.arena) cu_.cuMemFree(p.arena);
+      p = ProfileState{};
+    }
+    if (weights_) cu_.cuMemFree(weights_);
+    if (stream_) cu_.cuStreamDestroy(stream_);
+    if (module_) cu_.cuModuleUnload(module_);
+    CUcontext prev = nullptr;
+    cu_.cuCtxPopCurrent(&prev);
+  }
+  weights_ = 0;
+  stream_ = nullptr;
+  module_ = nullptr;
+  cu_.cuDevicePrimaryCtxRelease(device_);
+  ctx_ = nullptr;
+}
+
+void CudaExecutor::ensure_arena(int profile) {
+  ProfileState& ps = profiles_[profile];
+  if (ps.arena) return;
+  uint64_t bytes = round_up(plan_.profiles[profile].arena_bytes, kDeviceAlign) + scratch_bytes_;
+  cuda_check(cu_.cuMemAlloc(&ps.arena, std::max<uint64_t>(bytes, kDeviceAlign)), "cuMemAlloc(arena)");
+}
+
+std::vector<CUdeviceptr> CudaExecutor::tensor_addresses(int profile) const {
+  const PlanProfile& prof = plan_.profiles[profile];
+  std::vector<CUdeviceptr> addr(prof.tensors.size());
+  for (size_t i = 0; i < prof.tensors.size(); ++i) {
+    const PlanTensor& t = prof.tensors[i];
+    addr[i] = (t.in_weights ? weights_ : profiles_[profile].arena) + t.offset;
+  }
+  return addr;
+}
+
+void CudaExecutor::enqueue_steps(int profile, const std::vector<CUdeviceptr>& addr, CUstream stream,
+                                 std::vector<double>* step_ms) {
+  const PlanProfile& prof = plan_.profiles[profile];
+  const CUdeviceptr scratch = profiles_[profile].arena + round_up(prof.arena_bytes, kDeviceAlign);
+  std::vector<CUdeviceptr> values;
+  std::vector<void*> params;
+  for (size_t s = 0; s < prof.steps.size(); ++s) {
+    const PlanStep& step = prof.steps[s];
+    auto t0 = std::chrono::steady_clock::now();
+    if (step.kind == PlanStep::kCopy) {
+      uint64_t n = prof.tensors[step.args[0]].nbytes;
+      if (n) cuda_check(cu_.cuMemcpyDtoDAsync(addr[step.args[1]], addr[step.args[0]], n, stream), "copy step");
+    } else {
+      const PlanKernel& k = plan_.kernels[step.kernel];
+      for (size_t li = 0; li < k.launches.size(); ++li) {
+        const PlanLaunch& l = k.launches[li];
+        values.resize(l.args.size());
+        params.resize(l.args.size());
+        for (size_t a = 0; a < l.args.size(); ++a) {
+          int ref = l.args[a];
+          values[a] = ref >= 0 ? addr[step.args[ref]] : scratch + scratch_offsets_[step.kernel][-ref - 1];
+          params[a] = &values[a];
+        }
+        CUresult r = cu_.cuLaunchKernel(functions_[step.kernel][li], l.grid[0], l.grid[1], l.grid[2], l.block[0],
+                                        l.block[1], l.block[2], l.shared_bytes, stream, params.data(), nullptr);
+        if (r != 0) cuda_check(r, ("launching '" + l.function + "' (step " + std::to_string(s) + ")").c_str());
+      }
+    }
+    if (step_ms) {
+      cuda_check(cu_.cuStreamSynchronize(stream), ("step " + std::to_string(s)).c_str());
+      (*step_ms)[s] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+  }
+}
+
+void CudaExecutor::run_host(int profile, const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                            std::vector<double>* step_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Scope scope(*this);
+  ensure_arena(profile);
+  const PlanProfile& prof = plan_.profiles[profile];
+  std::vector<CUdeviceptr> addr = tensor_addresses(profile);
+  for (size_t k = 0; k < prof.inputs.size(); ++k) {
+    const PlanTensor& t = prof.tensors[prof.inputs[k].tensor];
+    if (t.nbytes)
+      cuda_check(cu_.cuMemcpyHtoDAsync(addr[prof.inputs[k].tensor], inputs[k], t.nbytes, stream_),
+                 ("copying input '" + prof.inputs[k].name + "' to the GPU").c_str());
+  }
+  ProfileState& ps = profiles_[profile];
+  if (ps.graph && !step_ms) {
+    cuda_check(cu_.cuGraphLaunch(ps.graph, stream_), "cuGraphLaunch");
+  } else if (graphs_ && !step_ms && ps.runs >= 1) {
+    // Every address is fixed for this profile (arena + weights), so the captured graph stays valid.
+    CUgraph g = nullptr;
+    cuda_check(cu_.cuStreamBeginCapture(stream_, kCaptureThreadLocal), "cuStreamBeginCapture");
+    try {
+      enqueue_steps(profile, addr, stream_, nullptr);
+    } catch (...) {
+      cu_.cuStreamEndCapture(stream_, &g);
+      if (g) cu_.cuGraphDestroy(g);
+      throw;
+    }
+    cuda_check(cu_.cuStreamEndCapture(stream_, &g), "cuStreamEndCapture");
+    CUresult r = cu_.cuGraphInstantiateWithFlags(&ps.graph, g, 0);
+    cu_.cuGraphDestroy(g);
+    cuda_check(r, "cuGraphInstantiate");
+    cuda_check(cu_.cuGraphLaunch(ps.graph, stream_), "cuGraphLaunch");
+  } else {
+    enqueue_steps(profile, addr, stream_, step_ms);
+  }
+  for (size_t k = 0; k < prof.outputs.size(); ++k) {
+    const PlanTensor& t = prof.tensors[prof.outputs[k].tensor];
+    if (t.nbytes)
+      cuda_check(cu_.cuMemcpyDtoHAsync(outputs[k], addr[prof.outputs[k].tensor], t.nbytes, stream_),
+                 ("copying output '" + prof.outputs[k].name + "' from the GPU").c_str());
+  }
+  cuda_check(cu_.cuStreamSynchronize(stream_), "running the model on the GPU");
+  ps.runs += 1;
+}
+
+void CudaExecutor::run_device(int profile, const std::vector<CUdeviceptr>& inputs,
+                              const std::vector<CUdeviceptr>& outputs, CUstream stream, std::vector<double>* step_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Scope scope(*this);
+  ensure_arena(profile);
+  CUstream s = stream ? stream : stream_;
+  const PlanProfile& prof = plan_.profiles[profile];
+  std::vector<CUdeviceptr> addr = tensor_addresses(profile);
+  // Aligned caller buffers are bound in place; others go through their arena slot.
+  for (size_t k = 0; k < prof.inputs.size(); ++k) {
+    int id = prof.inputs[k].tensor;
+    if (!prof.tensors[id].nbytes) continue;
+    if (inputs[k] % 64 == 0)
+      addr[id] = inputs[k];
+    else
+      cuda_check(cu_.cuMemcpyDtoDAsync(addr[id], inputs[k], prof.tensors[id].nbytes, s), "staging an input");
+  }
+  std::vector<bool> staged(prof.outputs.size(), false);
+  for (size_t k = 0; k < prof.outputs.size(); ++k) {
+    int id = prof.outputs[k].tensor;
+    staged[k] = prof.tensors[id].nbytes && outputs[k] % 64 != 0;
+    if (prof.tensors[id].nbytes && !staged[k]) addr[id] = outputs[k];
+  }
+  enqueue_steps(profile, addr, s, step_ms);
+  for (size_t k = 0; k < prof.outputs.size(); ++k)
+    if (staged[k])
+      cuda_check(cu_.cuMemcpyDtoDAsync(outputs[k], addr[prof.outputs[k].tensor],
+                                       prof.tensors[prof.outputs[k].tensor].nbytes, s),
+                 "copying an output");
+  // Wait even on a caller's stream: the arena is reused by the next run, which may come on another stream.
+  cuda_check(cu_.cuStreamSynchronize(s), "running the model on the GPU");
+}
+
+}  // namespace packrt

@@ -1,0 +1,66 @@
+// CUDA backend: a target's kernels.fatbin loaded with the driver API, weights uploaded once,
+// one device arena per shape profile (from the static memory plan) plus the kernels' scratch
+// region, and one stream. A run replays the plan: cuLaunchKernel per device launch with the
+// grid/block sizes and argument map the packager read from TVM's host code. Runs on one model
+// are serialized (one stream, one arena per profile).
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda_driver.h"
+#include "plan.h"
+
+namespace packrt {
+
+class CudaExecutor {
+ public:
+  // `image`: the fatbin bytes; `weights`: the plan's weights.bin; `device`: CUDA ordinal;
+  // `graphs`: capture the kernel steps of each profile into a CUDA graph after its first run.
+  CudaExecutor(const Plan& plan, const void* image, const uint8_t* weights, uint64_t weights_bytes, int device,
+               bool graphs);
+  ~CudaExecutor();
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  // Host buffers, in the plan's input/output order: copied in and out through the device arena.
+  void run_host(int profile, const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                std::vector<double>* step_ms);
+  // Device pointers (zero-copy where 64-byte aligned) on `stream` (nullptr: the model's own
+  // stream); returns when the results are ready.
+  void run_device(int profile, const std::vector<CUdeviceptr>& inputs, const std::vector<CUdeviceptr>& outputs,
+                  CUstream stream, std::vector<double>* step_ms);
+
+  int device_sm() const { return sm_; }
+
+ private:
+  struct ProfileState {
+    CUdeviceptr arena = 0;  // arena_bytes + scratch region
+    CUgraphExec graph = nullptr;
+    int runs = 0;
+  };
+  class Scope;  // makes the model's context current for the calling thread
+
+  void release() noexcept;
+  void ensure_arena(int profile);
+  std::vector<CUdeviceptr> tensor_addresses(int profile) const;
+  void enqueue_steps(int profile, const std::vector<CUdeviceptr>& addr, CUstream stream, std::vector<double>* step_ms);
+
+  const Plan& plan_;
+  const CudaDriver& cu_;
+  CUdevice device_ = 0;
+  CUcontext ctx_ = nullptr;
+  CUmodule module_ = nullptr;
+  CUstream stream_ = nullptr;
+  CUdeviceptr weights_ = 0;
+  int sm_ = 0;
+  bool graphs_ = false;
+  uint64_t scratch_bytes_ = 0;
+  std::vector<std::vector<uint64_t>> scratch_offsets_;      // per kernel, per workspace buffer
+  std::vector<std::vector<CUfunction>> functions_;          // per kernel, per launch
+  std::vector<ProfileState> profiles_;
+  std::mutex mu_;
+};
+
+}  // namespace packrt
