@@ -139,7 +139,13 @@ def inspect(package: Path = typer.Argument(..., help="package folder")):
     for r in report.get("targets", []):
         arenas = ", ".join(f"{p['name']} {p['arena_bytes'] / 1e6:.2f} MB" for p in r.get("profiles", []))
         part = f" [part {r['part']}]" if r.get("part") else ""
-        _log(f"  target {r['name']}{part}: {r['arch']} {r.get('isa', '')} mcpu={r.get('mcpu', '')}, "
+        if r.get("kind") == "cuda":
+            cu = r.get("cuda", {})
+            what = (f"CUDA {r['sm']} ({r['arch']} host), {cu.get('compiler', '?')}, "
+                    f"{cu.get('device_functions', '?')} device functions")
+        else:
+            what = f"{r['arch']} {r.get('isa', '')} mcpu={r.get('mcpu', '')}"
+        _log(f"  target {r['name']}{part}: {what}, "
              f"{r.get('kernels', '?')} kernels, weights {r.get('weights_bytes', 0) / 1e6:.2f} MB, arena {arenas}")
         if not r.get("part") or r["part"] == "p0":
             for p in r.get("kernel_passes", []):

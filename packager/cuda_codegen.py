@@ -128,8 +128,12 @@ def _host_launches(name: str, f: tvm.tirx.PrimFunc) -> CudaKernel:
                                        [ext.get(f"threadIdx.{c}", 1) for c in "xyz"], ext.get(DYN_SMEM_TAG, 0)))
         elif isinstance(n, ir.Call) and getattr(n.op, "name", "") in ("tirx.call_packed", "tirx.call_extern"):
             unsupported.append(str(n.args[0]))
+        elif isinstance(n, tirx.BufferStore):
+            raise InternalError(f"kernel '{name}' stores to '{n.buffer.name}' in host code: a block was left "
+                                "without a GPU thread binding")
 
-    tvm_ffi.structural_walk(f.body, ((tirx.DeclBuffer, tirx.AllocBuffer, ir.Call), visit), order="pre")
+    tvm_ffi.structural_walk(f.body, ((tirx.DeclBuffer, tirx.AllocBuffer, ir.Call, tirx.BufferStore), visit),
+                            order="pre")
     if unsupported:
         raise UserError(f"kernel '{name}' calls {', '.join(unsupported)} on the host, which a GPU package cannot "
                         "do; build it for a CPU target or keep this operator in ONNX Runtime")

@@ -163,6 +163,25 @@ def host_ghz() -> float:
     return max(mhz) / 1000 if mhz else 3.0
 
 
+@lru_cache(maxsize=1)
+def local_cuda_sm() -> tuple[int | None, str]:
+    """Compute capability of this machine's CUDA device 0 (e.g. 90) through the driver API, or
+    None and why not. Loads libcuda.so.1 like the runtime does; needs no CUDA toolkit."""
+    import ctypes
+
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        return None, f"no CUDA driver ({e})"
+    dev, major, minor, count = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    if cu.cuInit(0) != 0 or cu.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+        return None, "the CUDA driver finds no GPU"
+    cu.cuDeviceGet(ctypes.byref(dev), 0)
+    cu.cuDeviceGetAttribute(ctypes.byref(major), 75, dev)
+    cu.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev)
+    return major.value * 10 + minor.value, ""
+
+
 def can_run_here(t: CpuTarget) -> bool:
     """Whether this machine can execute the target's code natively."""
     return t.arch == host_arch() and set(t.features) <= host_cpu_flags()

@@ -23,7 +23,7 @@ from .emit.package import sha256_file
 from .errors import InternalError, UserError
 from .frontend import load_model, random_inputs
 from .package_info import PackageInfo, open_package, output_file
-from .targets import ARCHES, host_arch, host_cpu_flags
+from .targets import ARCHES, host_arch, host_cpu_flags, local_cuda_sm
 
 QEMU_SYSROOT = {"aarch64": "/usr/aarch64-linux-gnu"}
 ORT_CHECK = "onnxruntime"          # the row name of the end-to-end check through ort/model.onnx
@@ -51,6 +51,16 @@ def runner_command(pkg: PackageInfo, target: dict) -> tuple[list[str] | None, st
     """How to execute packrt-run for `target` on this host: the command prefix, or None and why not."""
     arch = target["arch"]
     cli = str(pkg.cli(arch))
+    if target.get("kind") == "cuda":
+        if arch != host_arch():
+            return None, f"its runtime is built for an {arch} host (e.g. the Jetson itself), this machine is {host_arch()}"
+        sm, why = local_cuda_sm()
+        if sm is None:
+            return None, why
+        want = int(str(target["sm"]).split("_")[1])
+        if sm < want:
+            return None, f"needs a GPU of {target['sm']} or newer, this one is sm_{sm}"
+        return [cli], ""
     if arch == host_arch():
         missing = set(target.get("cpu_features", [])) - host_cpu_flags()
         if missing:
@@ -100,9 +110,10 @@ def run_package(cmd: list[str], folder: Path, target: str, inputs: dict[str, np.
     return {name: np.load(out_dir / output_file(name)) for name in outputs}
 
 
-def ort_session(model: str | bytes, threads: int = 0, library: Path | None = None):
-    """An onnxruntime CPU-EP session (quiet logs); `library`: our custom-op library, registered
-    with the same thread count for the packaged parts."""
+def ort_session(model: str | bytes, threads: int = 0, library: Path | None = None, cuda: bool = False):
+    """An onnxruntime session (quiet logs) on the CPU EP, or with `cuda` on the CUDA EP (an error
+    if onnxruntime cannot use it: it would fall back to the CPU silently); `library`: our
+    custom-op library, registered with the same thread count for the packaged parts."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -114,7 +125,18 @@ def ort_session(model: str | bytes, threads: int = 0, library: Path | None = Non
         if threads:
             so.add_session_config_entry("ai.packager.num_threads", str(threads))
         so.register_custom_ops_library(str(library))
-    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    if not cuda:
+        return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(model, so, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    if "CUDAExecutionProvider" not in sess.get_providers():
+        raise UserError("onnxruntime cannot use its CUDA execution provider here (install onnxruntime-gpu with a "
+                        "matching CUDA runtime)")
+    return sess
+
+
+def cuda_ep_available() -> bool:
+    import onnxruntime as ort
+    return "CUDAExecutionProvider" in ort.get_available_providers() and local_cuda_sm()[0] is not None
 
 
 def _run_all(sess, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -122,8 +144,9 @@ def _run_all(sess, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return dict(zip(names, sess.run(names, inputs)))
 
 
-def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray], extra: list[str] = ()) -> dict[str, np.ndarray]:
-    """onnxruntime (CPU EP) on the source model; `extra` intermediate tensors are returned too."""
+def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray], extra: list[str] = (),
+                      cuda: bool = False) -> dict[str, np.ndarray]:
+    """onnxruntime (CPU EP, or CUDA EP) on the source model; `extra` intermediate tensors are returned too."""
     try:
         model: str | bytes = str(model_path)
         if extra:
@@ -131,17 +154,19 @@ def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray], extra: li
             have = {o.name for o in proto.graph.output}
             proto.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in extra if n not in have)
             model = proto.SerializeToString()
-        return _run_all(ort_session(model), inputs)
+        return _run_all(ort_session(model, cuda=cuda), inputs)
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise InternalError(f"onnxruntime, the reference, cannot run {model_path}: {str(e).strip()[:500]}") from None
 
 
-def wrapper_outputs(pkg: PackageInfo, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray] | str:
-    """ort/model.onnx in onnxruntime with the package's custom-op library, or why it cannot run."""
+def wrapper_outputs(pkg: PackageInfo, inputs: dict[str, np.ndarray], cuda: bool = False) -> dict[str, np.ndarray] | str:
+    """ort/model.onnx in onnxruntime (CPU or CUDA EP) with the package's custom-op library, or why
+    it cannot run."""
     lib = pkg.manifest.get("ort", {}).get("library", {}).get(host_arch())
     if not lib:
         return f"no custom-op library for {host_arch()} in the package"
-    return _run_all(ort_session(str(pkg.root / pkg.manifest["ort"]["model"]), library=pkg.root / lib), inputs)
+    sess = ort_session(str(pkg.root / pkg.manifest["ort"]["model"]), library=pkg.root / lib, cuda=cuda)
+    return _run_all(sess, inputs)
 
 
 def find_model(pkg: PackageInfo, override: Path | None) -> Path:
@@ -175,17 +200,21 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
     boundary = [] if len(units) == 1 and not units[0][0] else sorted(
         {t["name"] for _, u in units for t in u.manifest["inputs"] + u.manifest["outputs"]})
     results: list[TargetResult] = []
+    has_cuda = any(t.get("kind") == "cuda" for _, u in units for t in u.manifest["targets"])
+    gpu_ref = has_cuda and cuda_ep_available()
     with tempfile.TemporaryDirectory(prefix="pack-verify-") as tmp:
         for k, prof in enumerate(pkg.manifest["profiles"]):
             shapes = {n: tuple(s) for n, s in prof["inputs"].items()}
             inputs = random_inputs(loaded, shapes, dtypes, seed=k)
-            ref = reference_outputs(model_path, inputs, boundary)
+            cpu_ref = reference_outputs(model_path, inputs, boundary)
+            cuda_ref = reference_outputs(model_path, inputs, boundary, cuda=True) if gpu_ref else cpu_ref
             for part, unit in units:
                 names = [t["name"] for t in unit.manifest["targets"]]
                 for name in targets or names:
                     if name not in names:
                         raise UserError(f"{unit.root}: no target '{name}' (targets: {', '.join(names)})")
                     t = unit.target(name)
+                    ref = cuda_ref if t.get("kind") == "cuda" else cpu_ref
                     cmd, why = runner_command(pkg, t)
                     if cmd is None:
                         results.append(TargetResult(name, prof["name"], "skipped", why, part=part))
@@ -198,15 +227,19 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
                     results.append(TargetResult(name, prof["name"], "pass" if all(c.ok for c in checks) else "fail",
                                                 outputs=checks, part=part))
             if not targets:
-                got = wrapper_outputs(pkg, inputs)
-                if isinstance(got, str):
-                    results.append(TargetResult(ORT_CHECK, prof["name"], "skipped", got))
-                else:
+                for row, on_cuda, ref in ((ORT_CHECK, False, cpu_ref), (ORT_CHECK + "-cuda", True, cuda_ref)):
+                    if on_cuda and not gpu_ref:
+                        continue
+                    got = wrapper_outputs(pkg, inputs, cuda=on_cuda)
+                    if isinstance(got, str):
+                        results.append(TargetResult(row, prof["name"], "skipped", got))
+                        continue
                     checks = [OutputCheck(o["name"], *compare(got[o["name"]], ref[o["name"]], rtol, atol))
                               for o in pkg.manifest["outputs"]]
-                    results.append(TargetResult(ORT_CHECK, prof["name"], "pass" if all(c.ok for c in checks)
+                    results.append(TargetResult(row, prof["name"], "pass" if all(c.ok for c in checks)
                                                 else "fail", outputs=checks))
-    log(f"pack verify {pkg.name}: rtol {rtol:g}, atol {atol:g}, reference onnxruntime (CPU EP)")
+    refs = "CPU EP" + (" for CPU targets, CUDA EP for CUDA targets" if gpu_ref else "")
+    log(f"pack verify {pkg.name}: rtol {rtol:g}, atol {atol:g}, reference onnxruntime ({refs})")
     for r in results:
         label = f"{r.target} [{r.part}]" if r.part else r.target
         if r.status == "skipped":

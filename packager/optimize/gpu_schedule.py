@@ -26,6 +26,25 @@ def _rules() -> list[tuple[str, object]]:
             ("fallback", dl.gpu.Fallback())]
 
 
+def unbound_blocks(func: tvm.tirx.PrimFunc) -> list[str]:
+    """Blocks of a scheduled PrimFunc that sit under no blockIdx/threadIdx loop: TVM would leave
+    them in the host function (e.g. dlight's Transpose rule schedules only the transpose block of
+    a fused kernel), which a GPU package cannot run."""
+    stack: list[tuple[int, bool]] = []            # (indent, is a thread-binding loop)
+    unbound = []
+    for line in func.script().splitlines():
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if text.startswith("with T.sblock(") and '"root"' not in text and not any(b for _, b in stack):
+            unbound.append(text.split('"')[1] if '"' in text else text)
+        stack.append((indent, "T.thread_binding(" in text))
+    return unbound
+
+
 def _schedule_one(name: str, func: tvm.tirx.PrimFunc, target: tvm.target.Target,
                   rules: list[tuple[str, object]]) -> tuple[tvm.tirx.PrimFunc, str]:
     errors = []
@@ -39,7 +58,12 @@ def _schedule_one(name: str, func: tvm.tirx.PrimFunc, target: tvm.target.Target,
             continue
         sch = space[0] if isinstance(space, list) else space
         if isinstance(sch, s_tir.Schedule):
-            return sch.mod["main"].with_attr("tirx.is_scheduled", True), rule_name
+            out = sch.mod["main"]
+            left = unbound_blocks(out)
+            if left:
+                errors.append(f"{rule_name}: leaves block(s) {', '.join(left)} unbound")
+                continue
+            return out.with_attr("tirx.is_scheduled", True), rule_name
     why = "; ".join(errors) or "no rule matched"
     raise UserError(f"kernel '{name}': no GPU schedule fits it ({why}); build this model for a CPU target, "
                     "or keep the operator in ONNX Runtime (onnxruntime.partial)")
