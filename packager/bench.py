@@ -1,4 +1,5 @@
-"""`pack bench SPEC|PKG`: our runtime and onnxruntime (CPU EP) side by side, same inputs and threads.
+"""`pack bench SPEC|PKG`: our runtime and onnxruntime side by side, same inputs and threads (a CUDA
+target, chosen with --target on a machine with a GPU, is compared with onnxruntime's CUDA EP).
 
 Rounds alternate between the runtimes (and `--ablate` variants, each rebuilt with one pass off)
 so machine noise hits all of them alike; each round times `iters` runs after warm-up. Our runtime
@@ -135,8 +136,11 @@ def kernel_roofline(pkg: PackageInfo, target: dict, steps: list[dict], threads: 
     """Per kernel (summed over its calls): time share, GFLOP/s, intensity, fraction of roofline."""
     plan = json.loads((pkg.root / target["plan"]).read_text())
     costs = {k["name"]: k for k in plan["kernels"]}
-    peak_gflops = target.get("flops_per_cycle", 16) * host_ghz() * threads
-    peak_gbs = target.get("dram_gbs_per_core", 6.0) * threads
+    if target.get("kind") == "cuda":                # datasheet peaks of the GPU
+        peak_gflops, peak_gbs = target.get("fp32_tflops", 10.0) * 1e3, target.get("dram_gbs", 1000.0)
+    else:
+        peak_gflops = target.get("flops_per_cycle", 16) * host_ghz() * threads
+        peak_gbs = target.get("dram_gbs_per_core", 6.0) * threads
     per: dict[str, dict] = {}
     total = sum(s["ms"] for s in steps) or 1.0
     for s in steps:
@@ -176,7 +180,8 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
             log(f"  rebuilding without pass '{p}' ...")
             apkg, seconds = _ablated(pkg, p, tmp / f"ablate-{p}")
             variants.append(Variant(f"no {p}", apkg, _pick_target(apkg, base.target and base.target["name"]), seconds))
-        reference = ort_session(str(model_path), threads)
+        on_gpu = bool(base.target) and base.target.get("kind") == "cuda"
+        reference = ort_session(str(model_path), threads, cuda=on_gpu)
         wrappers = {id(v): ort_session(str(v.pkg.root / v.pkg.manifest["ort"]["model"]), threads,
                                         v.pkg.root / v.pkg.manifest["ort"]["library"][host_arch()])
                     for v in variants if v.target is None}
@@ -202,11 +207,12 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
                         v.peak_mb = max(v.peak_mb or 0.0, stats["peak_rss_mb"])
                 ort_times.setdefault(prof["name"], []).extend(
                     _time(lambda x=inputs: reference.run(None, x), iters))
-            ort_peak[prof["name"]] = _ort_peak_mb(model_path, inputs, threads, tmp)
+            ort_peak[prof["name"]] = float("nan") if on_gpu else _ort_peak_mb(model_path, inputs, threads, tmp)
             if base.target is not None:
                 steps = _run_cli(base, args, threads, warmup, max(iters // 2, 3), tmp, profile=True)["steps"]
                 kernels[prof["name"]] = kernel_roofline(pkg, base.target, steps, threads, top)
     report = {"package": pkg.name, "target": base.target["name"] if base.target else "onnxruntime + packaged parts",
+              "reference": "onnxruntime CUDA EP" if on_gpu else "onnxruntime CPU EP",
               "threads": threads, "rounds": rounds, "iters": iters, "host_ghz": host_ghz(), "profiles": []}
     for prof in pkg.manifest["profiles"]:
         name = prof["name"]
@@ -223,7 +229,7 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
 
 
 def _print(report: dict, log) -> None:
-    log(f"pack bench {report['package']} [{report['target']}], {report['threads']} thread(s), "
+    log(f"pack bench {report['package']} [{report['target']}] vs {report['reference']}, {report['threads']} thread(s), "
         f"{report['rounds']} rounds x {report['iters']} runs, interleaved")
     log(f"  {'profile':10s} {'variant':12s} {'median':>10s} {'p90':>9s} {'vs ORT':>7s} {'peak MB':>8s} {'build s':>8s}")
     for p in report["profiles"]:

@@ -21,6 +21,7 @@ import onnx
 
 from . import __version__
 from .compile import Unit, compile_unit, lower, profiles_manifest, targets_manifest
+from .cuda_codegen import check_cuda_toolchain
 from .emit.ort_wrapper import PackagedNode, wrapper_model
 from .emit.package import PackageWriter, sha256_file
 from .errors import UserError
@@ -29,7 +30,6 @@ from .ort_headers import ort_headers
 from .partition import Partition, boundary_value_info, part_loaded, partition, tensor_types
 from .runtime_build import build_runtime, data_dir, staged_sources
 from .spec import PASS_NAMES, Spec
-from .cuda_codegen import check_cuda_toolchain
 from .targets import CpuTarget, CudaTarget, host_arch, resolve_all
 
 Log = Callable[[str], None]

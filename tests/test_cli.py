@@ -107,10 +107,17 @@ def test_unknown_target(tmp_path):
     assert_clean_error(r, 2, "targets[0]", "unknown target 'x86-65'")
 
 
-def test_gpu_target_is_reported_not_implemented(tmp_path):
+def test_gpu_target_without_nvcc_is_a_clear_error(tmp_path):
+    import os
+    import subprocess
+    import sys
+
     save_model(tiny_model(), tmp_path / "model.onnx")
-    r = run_pack("build", write_spec(tmp_path, SPEC.replace("[x86-64]", "[x86-64, a100]")))
-    assert_clean_error(r, 2, "a100", "CUDA code generation is not implemented")
+    spec = write_spec(tmp_path, SPEC.replace("[x86-64]", "[x86-64, a100]"))
+    env = dict(os.environ, PATH="/usr/bin:/bin")          # the CUDA toolkit lives in /usr/local
+    r = subprocess.run([sys.executable, "-m", "packager.cli", "build", str(spec)], capture_output=True, text=True,
+                       env=env)
+    assert_clean_error(r, 2, "'nvcc' not found on PATH", "CUDA targets need the CUDA 13 toolkit")
     assert no_output_left(tmp_path)
 
 

@@ -71,6 +71,12 @@ int main(int argc, char** argv) {
   CHECK(packrt_open(argv[1], &opt, &bad) == PACKRT_ERROR_INVALID_ARGUMENT, "open bad target");
   printf("ok unknown target -> INVALID_ARGUMENT: %s\n", packrt_last_error());
   opt.target = NULL;
+  opt.device_type = 2; /* CUDA targets only: this package has none */
+  CHECK(packrt_open(argv[1], &opt, &bad) == PACKRT_ERROR_UNSUPPORTED && bad == NULL, "open CUDA-only");
+  CHECK(strstr(packrt_last_error(), "CUDA targets were asked for"), "msg: %s", packrt_last_error());
+  printf("ok device_type CUDA on a CPU package -> UNSUPPORTED: %s\n", packrt_last_error());
+  opt.device_type = 0;
+  opt.target = NULL;
 
   CHECK(packrt_open(argv[1], &opt, &g_model) == PACKRT_OK, "open: %s", packrt_last_error());
   CHECK(strcmp(packrt_model_name(g_model), "cnn") == 0, "name");
@@ -99,6 +105,12 @@ int main(int argc, char** argv) {
   CHECK(f && fwrite(out, sizeof(float), N_OUT, f) == N_OUT, "write output");
   fclose(f);
   printf("ok run (unaligned input)\n");
+
+  /* A CPU target: device runs are refused, the device is reported. */
+  CHECK(strcmp(packrt_model_device(g_model), "cpu") == 0, "device");
+  CHECK(packrt_run_device(g_model, &in, 1, &o, 1, NULL) == PACKRT_ERROR_INVALID_ARGUMENT, "device run on a CPU target");
+  CHECK(strstr(packrt_last_error(), "runs on the CPU"), "msg: %s", packrt_last_error());
+  printf("ok packrt_run_device on a CPU target -> %s\n", packrt_last_error());
 
   /* Positional binding (name = NULL) works too. */
   in.name = NULL;
