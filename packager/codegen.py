@@ -33,7 +33,8 @@ def build_object(kernels: dict[str, tvm.tirx.PrimFunc], target: CpuTarget, out: 
     lib.write_to_file(str(out))
 
 
-def _run(cmd: list[str], what: str) -> None:
+def run_tool(cmd: list[str], what: str) -> None:
+    """Run a compiler or linker; on failure an InternalError with the end of its output."""
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise InternalError(f"{what} failed ({' '.join(cmd[:2])} ...):\n{(r.stdout + r.stderr).strip()[-2000:]}")
@@ -44,9 +45,9 @@ def link_kernels(obj: Path, target: CpuTarget, out: Path) -> None:
     tc = Toolchain.for_arch(target.arch)
     glue_src = data_dir("runtime_cpp") / "kernel_glue" / "packrt_kernel_glue.c"
     glue_obj = obj.with_name("glue.o")
-    _run([tc.cc, "-O2", "-fPIC", "-std=c11", "-c", str(glue_src), "-o", str(glue_obj)], "compiling the kernel glue")
+    run_tool([tc.cc, "-O2", "-fPIC", "-std=c11", "-c", str(glue_src), "-o", str(glue_obj)], "compiling the kernel glue")
     # -Bsymbolic: the kernels' hook variables bind inside the library even if the host process
     # (e.g. Python with TVM imported) defines the same names.
-    _run([tc.cc, "-shared", "-fPIC", "-Wl,-Bsymbolic", "-Wl,-z,noexecstack", "-Wl,--no-undefined", "-s",
+    run_tool([tc.cc, "-shared", "-fPIC", "-Wl,-Bsymbolic", "-Wl,-z,noexecstack", "-Wl,--no-undefined", "-s",
           "-o", str(out), str(obj), str(glue_obj), "-lm"], f"linking kernels for '{target.name}'")
     glue_obj.unlink()

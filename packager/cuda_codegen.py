@@ -19,7 +19,6 @@ import glob
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from tvm import tirx
 from tvm.ir import expr as ir
 
 from .cache import cache_dir, locked
+from .codegen import run_tool
 from .errors import InternalError, UserError
 from .targets import CudaTarget
 
@@ -212,12 +212,6 @@ def _nvrtc(source: str, sm: str, ptx: bool) -> bytes:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
-def _run(cmd: list[str], what: str) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise InternalError(f"{what} failed ({' '.join(cmd[:3])} ...):\n{(r.stdout + r.stderr).strip()[-3000:]}")
-
-
 def _tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
@@ -246,13 +240,13 @@ def compile_fatbin(source: str, sm: str, out: Path) -> str:
                 t = Path(tmp)
                 (t / "kernels.cu").write_text(source)
                 if compiler == "nvcc":
-                    _run([_tool("nvcc"), "-fatbin", "-O3", "-std=c++17", "-Xfatbin=-compress=false",
+                    run_tool([_tool("nvcc"), "-fatbin", "-O3", "-std=c++17", "-Xfatbin=-compress=false",
                           f"-gencode=arch=compute_{n},code=[sm_{n},compute_{n}]",
                           "-o", str(t / "k.fatbin"), str(t / "kernels.cu")], f"nvcc for {sm}")
                 else:
                     (t / "k.cubin").write_bytes(_nvrtc(source, sm, ptx=False))
                     (t / "k.ptx").write_bytes(_nvrtc(source, sm, ptx=True).rstrip(b"\0"))
-                    _run([_tool("fatbinary"), "--64", f"--create={t / 'k.fatbin'}",
+                    run_tool([_tool("fatbinary"), "--64", f"--create={t / 'k.fatbin'}",
                           f"--image3=kind=elf,sm={n},file={t / 'k.cubin'}",
                           f"--image3=kind=ptx,sm={n},file={t / 'k.ptx'}"], f"fatbinary for {sm}")
                 cached.parent.mkdir(parents=True, exist_ok=True)

@@ -222,7 +222,8 @@ def resolve(ts: TargetSpec, spec: Spec | None = None) -> CpuTarget | CudaTarget:
                        "(or give kind/arch/isa for a custom CPU target)")
     if kind == "cuda":
         base = CUDA_TABLE.get(name)
-        sm = str(f.pop("sm", f.pop("arch", base.sm) if base else f.pop("arch", "")) or "")
+        arch_field = f.pop("arch", None)
+        sm = str(f.pop("sm", arch_field) or (base.sm if base else ""))
         if not sm:
             raise fail("a custom CUDA target needs `arch: sm_XX`, e.g. arch: sm_86", "arch")
         m = re.fullmatch(r"sm_(\d+)", sm)

@@ -104,21 +104,18 @@ void CudaExecutor::release() noexcept {
   ctx_ = nullptr;
 }
 
-void CudaExecutor::ensure_arena(int profile) {
+CudaExecutor::ProfileState& CudaExecutor::ensure_arena(int profile) {
   ProfileState& ps = profiles_[profile];
-  if (ps.arena) return;
-  uint64_t bytes = round_up(plan_.profiles[profile].arena_bytes, kDeviceAlign) + scratch_bytes_;
-  cuda_check(cu_.cuMemAlloc(&ps.arena, std::max<uint64_t>(bytes, kDeviceAlign)), "cuMemAlloc(arena)");
-}
-
-std::vector<CUdeviceptr> CudaExecutor::tensor_addresses(int profile) const {
+  if (ps.arena) return ps;
   const PlanProfile& prof = plan_.profiles[profile];
-  std::vector<CUdeviceptr> addr(prof.tensors.size());
+  uint64_t bytes = round_up(prof.arena_bytes, kDeviceAlign) + scratch_bytes_;
+  cuda_check(cu_.cuMemAlloc(&ps.arena, std::max<uint64_t>(bytes, kDeviceAlign)), "cuMemAlloc(arena)");
+  ps.addr.resize(prof.tensors.size());
   for (size_t i = 0; i < prof.tensors.size(); ++i) {
     const PlanTensor& t = prof.tensors[i];
-    addr[i] = (t.in_weights ? weights_ : profiles_[profile].arena) + t.offset;
+    ps.addr[i] = (t.in_weights ? weights_ : ps.arena) + t.offset;
   }
-  return addr;
+  return ps;
 }
 
 void CudaExecutor::enqueue_steps(int profile, const std::vector<CUdeviceptr>& addr, CUstream stream,
@@ -160,16 +157,15 @@ void CudaExecutor::run_host(int profile, const std::vector<const void*>& inputs,
                             std::vector<double>* step_ms) {
   std::lock_guard<std::mutex> lock(mu_);
   Scope scope(*this);
-  ensure_arena(profile);
+  ProfileState& ps = ensure_arena(profile);
   const PlanProfile& prof = plan_.profiles[profile];
-  std::vector<CUdeviceptr> addr = tensor_addresses(profile);
+  const std::vector<CUdeviceptr>& addr = ps.addr;  // fixed per profile: host runs bind nothing else
   for (size_t k = 0; k < prof.inputs.size(); ++k) {
     const PlanTensor& t = prof.tensors[prof.inputs[k].tensor];
     if (t.nbytes)
       cuda_check(cu_.cuMemcpyHtoDAsync(addr[prof.inputs[k].tensor], inputs[k], t.nbytes, stream_),
                  ("copying input '" + prof.inputs[k].name + "' to the GPU").c_str());
   }
-  ProfileState& ps = profiles_[profile];
   if (ps.graph && !step_ms) {
     cuda_check(cu_.cuGraphLaunch(ps.graph, stream_), "cuGraphLaunch");
   } else if (graphs_ && !step_ms && ps.runs >= 1) {
@@ -205,10 +201,9 @@ void CudaExecutor::run_device(int profile, const std::vector<CUdeviceptr>& input
                               const std::vector<CUdeviceptr>& outputs, CUstream stream, std::vector<double>* step_ms) {
   std::lock_guard<std::mutex> lock(mu_);
   Scope scope(*this);
-  ensure_arena(profile);
+  std::vector<CUdeviceptr> addr = ensure_arena(profile).addr;  // a copy: caller buffers replace I/O slots
   CUstream s = stream ? stream : stream_;
   const PlanProfile& prof = plan_.profiles[profile];
-  std::vector<CUdeviceptr> addr = tensor_addresses(profile);
   // Aligned caller buffers are bound in place; others go through their arena slot.
   for (size_t k = 0; k < prof.inputs.size(); ++k) {
     int id = prof.inputs[k].tensor;

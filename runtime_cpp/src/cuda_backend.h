@@ -37,14 +37,14 @@ class CudaExecutor {
  private:
   struct ProfileState {
     CUdeviceptr arena = 0;  // arena_bytes + scratch region
+    std::vector<CUdeviceptr> addr;  // every plan tensor's device address (weights or arena)
     CUgraphExec graph = nullptr;
     int runs = 0;
   };
   class Scope;  // makes the model's context current for the calling thread
 
   void release() noexcept;
-  void ensure_arena(int profile);
-  std::vector<CUdeviceptr> tensor_addresses(int profile) const;
+  ProfileState& ensure_arena(int profile);  // allocates the arena and tensor addresses on first use
   void enqueue_steps(int profile, const std::vector<CUdeviceptr>& addr, CUstream stream, std::vector<double>* step_ms);
 
   const Plan& plan_;
