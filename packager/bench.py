@@ -110,15 +110,19 @@ def _ort_peak_mb(model: Path, inputs: dict[str, np.ndarray], threads: int, tmp: 
 
 
 def _ablated(pkg: PackageInfo, pass_name: str, out: Path) -> tuple[PackageInfo, float]:
-    """Rebuild `pkg` from its recorded spec with one pass switched off."""
+    """Rebuild `pkg` from its recorded spec with one pass switched off (`gensor`: the rule-based
+    scheduler instead of the construction-based one)."""
     from .build import build
 
-    if pass_name not in PASS_NAMES:
-        raise UserError(f"--ablate {pass_name}: unknown pass; passes: {', '.join(PASS_NAMES)}")
+    if pass_name not in PASS_NAMES + ("gensor",):
+        raise UserError(f"--ablate {pass_name}: unknown pass; passes: {', '.join(PASS_NAMES)}, gensor")
     raw = json.loads(json.dumps(pkg.manifest["spec"]))
     raw["model"] = pkg.manifest["source_model"]["path"]
     raw.pop("output", None)
-    raw.setdefault("optimize", {}).setdefault("passes", {})[pass_name] = False
+    if pass_name == "gensor":
+        raw.setdefault("optimize", {})["scheduler"] = "rules"
+    else:
+        raw.setdefault("optimize", {}).setdefault("passes", {})[pass_name] = False
     out.mkdir(parents=True, exist_ok=True)
     spec_path = out / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(raw))

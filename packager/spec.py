@@ -57,6 +57,9 @@ class OptimizeSpec:
     passes: dict[str, bool] = field(default_factory=dict)
     trials: int = 0
     database: Path | None = None
+    scheduler: str = "gensor"          # "gensor" (construction-based) | "rules" (the spine's rule-based)
+    measure: bool = True               # time the top-k schedules when the target runs on this machine
+    top_k: int = 6                     # candidates measured per kernel
 
     def enabled(self, name: str) -> bool:
         """Whether pass `name` runs: an explicit switch wins over the level's default."""
@@ -253,7 +256,7 @@ def load_spec(path: str | Path, output_override: str | Path | None = None) -> Sp
         if targets[-1].name in {x.name for x in targets[:-1]}:
             r.fail(p, f"target '{targets[-1].name}' is listed twice")
 
-    raw_opt = r.mapping(top.get("optimize") or {}, "optimize", ("level", "passes", "tuning"))
+    raw_opt = r.mapping(top.get("optimize") or {}, "optimize", ("level", "passes", "scheduler", "tuning"))
     level = raw_opt.get("level", 2)
     if level not in LEVEL_PASSES:
         r.fail("optimize.level", f"expected 0, 1, 2 or 3, got {level!r}")
@@ -261,14 +264,24 @@ def load_spec(path: str | Path, output_override: str | Path | None = None) -> Sp
     for pname, on in passes.items():
         if not isinstance(on, bool):
             r.fail(f"optimize.passes.{pname}", f"expected true or false, got {on!r}")
-    tuning = r.mapping(raw_opt.get("tuning") or {}, "optimize.tuning", ("trials", "database"))
-    trials = tuning.get("trials", 0)
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
-        r.fail("optimize.tuning.trials", f"expected a non-negative integer, got {trials!r}")
+    scheduler = raw_opt.get("scheduler", "gensor")
+    if scheduler not in ("gensor", "rules"):
+        r.fail("optimize.scheduler", f"expected gensor or rules, got {scheduler!r}")
+    tuning = r.mapping(raw_opt.get("tuning") or {}, "optimize.tuning", ("trials", "database", "measure", "top_k"))
+    counts = {}
+    for key, default in (("trials", 0), ("top_k", 6)):
+        value = tuning.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            r.fail(f"optimize.tuning.{key}", f"expected a non-negative integer, got {value!r}")
+        counts[key] = value
+    measure = tuning.get("measure", True)
+    if not isinstance(measure, bool):
+        r.fail("optimize.tuning.measure", f"expected true or false, got {measure!r}")
     db = tuning.get("database")
     if db is not None and not isinstance(db, str):
         r.fail("optimize.tuning.database", "expected a folder path")
-    optimize = OptimizeSpec(level, dict(passes), trials, Path(db).expanduser() if db else None)
+    db_path = (base / Path(db).expanduser()) if db else None
+    optimize = OptimizeSpec(level, dict(passes), counts["trials"], db_path, scheduler, measure, counts["top_k"])
 
     raw_verify = r.mapping(top.get("verify") or {}, "verify", ("rtol", "atol"))
     verify = VerifySpec(_number(r, raw_verify.get("rtol", 1e-4), "verify.rtol"),

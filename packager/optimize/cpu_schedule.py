@@ -58,6 +58,29 @@ class KernelSchedule:
         return ", ".join(parts)
 
 
+@dataclass
+class Anchor:
+    """A one-reduction kernel prepared for tiling (see CpuRules.prepare_anchor)."""
+
+    block: object                  # the reduction block (conv, matmul, pooling)
+    staged: list                   # producer blocks kept as their own stage (padding)
+    consumers: list                # element-wise epilogue blocks
+    spatial: list                  # (iter var, loop), big-operand loops first
+    reduce: list                   # (iter var, loop)
+    vec: tuple | None              # (iter var, loop) of the vector axis
+    reg: tuple | None              # (iter var, loop) of the rule's register-tile axis
+    extents: dict                  # iter var -> extent
+    lanes: int
+    note: str = ""
+
+    @property
+    def work(self) -> int:
+        n = 1
+        for e in self.extents.values():
+            n *= e
+        return n
+
+
 class RuleMismatch(Exception):
     """The rule does not apply to this kernel."""
 
@@ -195,7 +218,10 @@ class CpuRules:
         return par, vec
 
     # -- rule: tiled reduction (conv / matmul / pooling) ----------------------------------
-    def tiled_reduction(self, sch: s_tir.Schedule) -> KernelSchedule:
+    def prepare_anchor(self, sch: s_tir.Schedule) -> "Anchor":
+        """The part every tiling of a one-reduction kernel shares: pad awkward einsum axes, inline
+        producers (padding stays a staged block), pick the vector and register-tile axes and
+        de-interleave strided inputs. Raises RuleMismatch if the kernel is not of that form."""
         blocks = self._blocks(sch)
         reductions = [b for b in blocks if _is_reduction(sch, b)]
         if len(reductions) != 1:
@@ -222,22 +248,55 @@ class CpuRules:
         iters = list(zip(blk.iter_vars, loops))
         spatial = [(iv, lp) for iv, lp in iters if iv.iter_type == tirx.IterVar.DataPar]
         reduce_ = [(iv, lp) for iv, lp in iters if iv.iter_type == tirx.IterVar.CommReduce]
-        if len(spatial) + len(reduce_) != len(iters) or not spatial:
+        if len(spatial) + len(reduce_) != len(iters) or not spatial or not reduce_:
             raise RuleMismatch("unsupported iterator kinds")
         # Loops must be spatial-then-reduce, as legalization emits them.
         if [iv.iter_type for iv, _ in iters] != sorted([iv.iter_type for iv, _ in iters]):
             raise RuleMismatch("reduction loops are not innermost")
-        lanes = self.lanes(blk.writes[0].source.dtype.bits)
-
-        extents = {iv.var: int(iv.dom.extent) for iv, _ in iters}
+        extents = {iv.var: _extent(sch, lp) for iv, lp in iters}
         vec, reg = self._pick_axes(blk, spatial, extents)
         deinterleaved = self._deinterleave_strided(sch, blk, staged, vec[0].var) if vec else 0
+        notes = [f"{deinterleaved} strided input(s) de-interleaved"] if deinterleaved else []
+        if padded:
+            notes.append(f"padded to {padded}")
+        spatial = sorted(spatial, key=lambda s: -self._operand_bytes(blk, s[0].var))
+        return Anchor(anchor, staged, consumers, spatial, reduce_, vec, reg, extents,
+                      self.lanes(blk.writes[0].source.dtype.bits), "; ".join(notes))
+
+    def finish_anchor(self, sch: s_tir.Schedule, a: "Anchor", outer, vec_inner, unrolled: list) -> None:
+        """Accumulators in a local tile written back (with the element-wise epilogue) per
+        iteration of `outer`; vectorize, unroll, split the reduction's init; staged producers
+        parallel + vectorized."""
+        writeback = sch.cache_write(a.block, 0, "local")
+        sch.reverse_compute_at(writeback, outer)
+        for c in a.consumers[:-1]:
+            sch.compute_inline(c)
+        if a.consumers:
+            sch.reverse_compute_inline(a.consumers[-1])
+        wb_inner = sch.get_loops(writeback)[-1]
+        if vec_inner is not None and len(sch.get_loops(writeback)) > 1:
+            ext, vfac = _extent(sch, wb_inner), _extent(sch, vec_inner)
+            if ext == vfac:
+                sch.vectorize(wb_inner)
+            elif ext % vfac == 0 and vfac % a.lanes == 0:
+                sch.vectorize(sch.split(wb_inner, [None, vfac])[1])
+        for lp in unrolled:
+            sch.unroll(lp)
+        if vec_inner is not None:
+            sch.vectorize(vec_inner)
+        sch.decompose_reduction(a.block, sch.get_loops(a.block)[1])
+        for b in a.staged:
+            self._flat_parallel_vector(sch, b, PARALLEL_MIN_COPY)
+
+    def tiled_reduction(self, sch: s_tir.Schedule) -> KernelSchedule:
+        a = self.prepare_anchor(sch)
+        vec, reg, extents, lanes = a.vec, a.reg, a.extents, a.lanes
         vfac = _vector_factor(extents[vec[0].var], lanes) if vec else 1
         nvec = max(1, -(-vfac // lanes))
         rfac = _best_factor(extents[reg[0].var], max(1, (self.registers - 4 - nvec) // nvec)) if reg else 1
 
         outer, vec_inner, reg_inner = [], None, None
-        for iv, lp in sorted(spatial, key=lambda s: -self._operand_bytes(blk, s[0].var)):
+        for iv, lp in a.spatial:
             if vec is not None and iv.same_as(vec[0]) and vfac > 1:
                 o, i = sch.split(lp, [None, vfac])
                 outer.append(o)
@@ -248,41 +307,16 @@ class CpuRules:
                 reg_inner = i
             else:
                 outer.append(lp)
-        inner = [lp for _, lp in reduce_] + [x for x in (reg_inner, vec_inner) if x is not None]
+        inner = [lp for _, lp in a.reduce] + [x for x in (reg_inner, vec_inner) if x is not None]
         sch.reorder(*outer, *inner)
         fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
         n_outer = _extent(sch, fused)
-        work = 1
-        for e in extents.values():
-            work *= e
-        par = n_outer if (work >= PARALLEL_MIN_WORK and n_outer > 1) else 1
+        par = n_outer if (a.work >= PARALLEL_MIN_WORK and n_outer > 1) else 1
         if par > 1:
             sch.parallel(fused)
-
-        writeback = sch.cache_write(anchor, 0, "local")
-        sch.reverse_compute_at(writeback, fused)
-        for c in consumers[:-1]:
-            sch.compute_inline(c)
-        if consumers:
-            sch.reverse_compute_inline(consumers[-1])
-        wb_loops = sch.get_loops(writeback)
-        if vec_inner is not None and len(wb_loops) > 1:
-            wb_inner = wb_loops[-1]
-            if _extent(sch, wb_inner) == vfac:
-                sch.vectorize(wb_inner)
-        if reg_inner is not None:
-            sch.unroll(reg_inner)
-        if vec_inner is not None:
-            sch.vectorize(vec_inner)
-        if reduce_:
-            sch.decompose_reduction(anchor, sch.get_loops(anchor)[1])
-        for b in staged:
-            self._flat_parallel_vector(sch, b, PARALLEL_MIN_COPY)
-        notes = [f"{deinterleaved} strided input(s) de-interleaved"] if deinterleaved else []
-        if padded:
-            notes.append(f"padded to {padded}")
+        self.finish_anchor(sch, a, fused, vec_inner, [reg_inner] if reg_inner is not None else [])
         return KernelSchedule("tiled-reduction", par, vfac if vec_inner is not None else 1,
-                              rfac if reg_inner is not None else 1, note="; ".join(notes))
+                              rfac if reg_inner is not None else 1, note=a.note)
 
     def _pad_awkward_einsum(self, sch: s_tir.Schedule, anchor) -> str:
         """Pad a matmul-like block whose vector or register-tile axis has no good divisor (a

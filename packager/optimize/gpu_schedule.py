@@ -4,8 +4,9 @@ A PrimFunc without blockIdx/threadIdx bindings cannot run on a GPU at all (TVM's
 rejects it), so unlike the CPU this pass is not optional. The rules are TVM's dlight GPU rules,
 tried per kernel in order: Matmul (shared-memory tiles), GEMV, Reduction, GeneralReduction
 (softmax/layer norm rows), Transpose, and Fallback (flattened injective loops bound to
-blocks x threads). The construction-based scheduler (Gensor) will replace them for conv and
-matmul; the build report names the rule each kernel got.
+blocks x threads). Kernels with one reduction anchor (conv, matmul, pooling) first go through
+the construction-based scheduler (schedule/gensor.py, GensorGpu); the rules take what it cannot
+place. The build report names the plan or rule each kernel got.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from tvm.s_tir import dlight as dl
 from ..errors import UserError
 from ..targets import CudaTarget
 from .base import PassReport
+from .schedule.database import TuningDatabase
+from .schedule.gensor import GensorGpu
 
 
 def _rules() -> list[tuple[str, object]]:
@@ -70,19 +73,29 @@ def _schedule_one(name: str, func: tvm.tirx.PrimFunc, target: tvm.target.Target,
 
 
 def schedule_kernels_gpu(kernels: dict[str, tvm.tirx.PrimFunc], target: CudaTarget,
-                         full: bool = True) -> tuple[dict, PassReport]:
+                         full: bool = True, gensor: bool = True, database=None) -> tuple[dict, PassReport]:
     """Thread-bound PrimFuncs for one CUDA target, and the per-kernel rule for the report. With
     the schedule pass off in the spec only the fallback binding runs (a GPU kernel needs one)."""
     tvm_target = tvm.target.Target(target.tvm_target())
     rules = _rules() if full else _rules()[-1:]
-    out, chosen = {}, {}
+    out, chosen, plans = {}, {}, {}
+    construct = GensorGpu(target, TuningDatabase(database)) if full and gensor else None
     with tvm_target:
         for name, f in kernels.items():
+            made = construct.schedule(f) if construct else None
+            if made is not None:
+                out[name], chosen[name] = made[0], "gensor"
+                plans[name] = made[1].summary()
+                continue
             out[name], chosen[name] = _schedule_one(name, f.with_attr("target", tvm_target), tvm_target, rules)
+            plans[name] = chosen[name]
+    if construct:
+        construct.db.save()
     counts = Counter(chosen.values())
     summary = ", ".join(f"{n} {r}" for r, n in counts.most_common())
     if not full:
         return out, PassReport("schedule", "disabled", f"off in the spec: only the fallback thread binding a GPU "
                                f"kernel needs ({summary})", {"kernels": chosen})
-    return out, PassReport("schedule", "applied", f"dlight GPU rules for {target.sm}: {summary}",
-                           {"kernels": chosen})
+    how = "Gensor construction (analytical, no GPU timing) + dlight GPU rules" if construct else "dlight GPU rules"
+    return out, PassReport("schedule", "applied", f"{how} for {target.sm}: {summary}",
+                           {"scheduler": "gensor" if construct else "rules", "kernels": plans})

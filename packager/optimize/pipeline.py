@@ -17,6 +17,7 @@ from .cpu_schedule import schedule_kernels
 from .fastmath import fastmath
 from .fusion import fuse
 from .gpu_schedule import schedule_kernels_gpu
+from .schedule.gensor import schedule_kernels_gensor
 from .simplify import simplify
 
 # Passes named in the spec that this version does not implement, and what they will be.
@@ -66,12 +67,16 @@ def optimize_kernels(kernels: dict, target: CpuTarget | CudaTarget, opt: Optimiz
     """Per-target kernel passes (PrimFunc in -> PrimFunc out)."""
     if isinstance(target, CudaTarget):
         t0 = time.perf_counter()
-        out, report = schedule_kernels_gpu(kernels, target, full=opt.enabled("schedule"))
+        out, report = schedule_kernels_gpu(kernels, target, full=opt.enabled("schedule"),
+                                           gensor=opt.scheduler == "gensor", database=opt.database)
         report.seconds = time.perf_counter() - t0
         return out, [report]
     if not opt.enabled("schedule"):
         return kernels, [PassReport("schedule", "disabled", "off in the spec: kernels are TVM's naive loops")]
     t0 = time.perf_counter()
-    out, report = schedule_kernels(kernels, target)
+    if opt.scheduler == "gensor":
+        out, report = schedule_kernels_gensor(kernels, target, opt.database, opt.measure, opt.top_k)
+    else:
+        out, report = schedule_kernels(kernels, target)
     report.seconds = time.perf_counter() - t0
     return out, [report]

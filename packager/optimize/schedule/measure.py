@@ -1,0 +1,54 @@
+"""Timing candidate schedules of one kernel on this machine (CPU targets that run here).
+
+All candidates are compiled into one module (one LLVM run) and timed back to back on the same
+random inputs with TVM's time evaluator: the minimum over repeats, so a noisy neighbour costs
+a repeat, not the choice. The first candidate's output is the reference every other candidate
+must match; a candidate that disagrees is dropped (and reported) rather than trusted.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import tirx
+
+from ...targets import CpuTarget
+
+MIN_SECONDS = 0.02            # each timing repeat runs the kernel at least this long
+
+
+def _args(func: tirx.PrimFunc, rng: np.random.Generator) -> list:
+    out = []
+    for p in func.params:
+        shape = [int(d) for d in p.shape]
+        dt = str(p.dtype)
+        data = rng.standard_normal(shape).astype(dt) if dt.startswith("float") else np.zeros(shape, dt)
+        out.append(tvm.runtime.tensor(data))
+    return out
+
+
+def time_candidates(funcs: list[tirx.PrimFunc], target: CpuTarget, repeat: int = 3) -> list[float | None]:
+    """Seconds per run for each candidate (None: wrong result or failed), same order."""
+    mod = tvm.IRModule({f"c{i}": f.with_attr("global_symbol", f"c{i}") for i, f in enumerate(funcs)})
+    lib = tvm.tirx.build(mod, target=tvm.target.Target(target.llvm_target()))
+    dev = tvm.cpu()
+    rng = np.random.default_rng(0)
+    args = _args(funcs[0], rng)
+    inputs = [a.numpy() for a in args]
+    ref = None
+    times: list[float | None] = []
+    for i in range(len(funcs)):
+        for a, x in zip(args, inputs):
+            a.copyfrom(x)
+        lib[f"c{i}"](*args)
+        out = args[-1].numpy()
+        if ref is None:
+            ref = out
+        elif not np.allclose(out, ref, rtol=1e-4, atol=1e-4):
+            times.append(None)
+            continue
+        ev = lib.time_evaluator(f"c{i}", dev, number=1, repeat=1, min_repeat_ms=1)
+        once = ev(*args).mean
+        number = max(1, int(MIN_SECONDS / max(once, 1e-6)))
+        ev = lib.time_evaluator(f"c{i}", dev, number=number, repeat=repeat)
+        times.append(min(ev(*args).results))
+    return times
