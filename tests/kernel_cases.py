@@ -23,9 +23,10 @@ def w(*shape):
 
 
 def case(op, inputs, attrs=None, inits=None, extra_nodes=()):
-    """A one-op model: graph inputs {name: shape}, initializers {name: array}."""
+    """A one-op model (+ an element-wise tail): graph inputs {name: shape}, initializers {name:
+    array}; initializers named '_...' feed the tail, not the op."""
     inits = inits or {}
-    names = list(inputs) + list(inits)
+    names = list(inputs) + [n for n in inits if not n.startswith("_")]
     nodes = [helper.make_node(op, names, ["y"], **(attrs or {})), *extra_nodes]
     out = nodes[-1].output[0]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, F, s) for n, s in inputs.items()],

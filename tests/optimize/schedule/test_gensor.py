@@ -179,3 +179,46 @@ def test_stale_database_record_falls_back_to_rules(tmp_path):
     args = random_args(func)
     np.testing.assert_allclose(run_kernel(out, target, [a.copy() for a in args]),
                                run_kernel(func, target, [a.copy() for a in args]), rtol=1e-5, atol=1e-5)
+
+
+def _gpu_space(name: str, gpu: str = "a100"):
+    from packager.optimize.schedule.gpu_model import GpuSpace
+    from packager.optimize.schedule.hardware import gpu_hardware
+    from packager.targets import CUDA_TABLE
+
+    func = next(iter(kernels_of(CASES[name] if name in CASES else PAPER[name]).values()))
+    sch = s_tir.Schedule(func)
+    anchor = next(b for b in sch.get_child_blocks(sch.get_sblock("root"))
+                  if any(iv.iter_type == tvm.tirx.IterVar.CommReduce for iv in sch.get(b).iter_vars))
+    return func, GpuSpace(analyze(sch, anchor, name), gpu_hardware(CUDA_TABLE[gpu]))
+
+
+@pytest.mark.parametrize("name", ["conv3x3", "C1", "M1", "V3", "P2", "matmul_batched_big", "conv_depthwise"])
+def test_gpu_walk_respects_the_limits(name):
+    _, space = _gpu_space(name)
+    ranked = construct(space, seed=5)
+    assert ranked == construct(space, seed=5) and ranked
+    for est, st in ranked:
+        plan = space.to_plan(st)
+        plan.check()
+        assert space.smem_bytes(st) <= 48 * 1024 and space.threads(st) <= 1024
+        assert space.threads(st) >= min(32, space.spatial_points)      # at least a warp per block
+        assert all(st.tiles[d][1] % v == 0 for d, v in enumerate(st.vthreads))
+
+
+def test_gpu_pass_places_conv_and_matmul_with_gensor(tmp_path):
+    from packager.cuda_codegen import lower_cuda
+    from packager.optimize.gpu_schedule import schedule_kernels_gpu
+    from packager.targets import CUDA_TABLE
+
+    kernels = {f"{n}_{k}": f for n in ("conv3x3", "C1", "M3", "softmax_last")
+               for k, f in kernels_of(CASES[n] if n in CASES else PAPER[n]).items()}
+    for gpu in ("v100", "h100"):
+        out, report = schedule_kernels_gpu(kernels, CUDA_TABLE[gpu], database=tmp_path)
+        chosen = report.details["kernels"]
+        assert all(v.startswith("gensor") for k, v in chosen.items() if not k.startswith("softmax")), chosen
+        assert not chosen[next(k for k in chosen if k.startswith("softmax"))].startswith("gensor")
+        cm = lower_cuda(out, CUDA_TABLE[gpu])
+        assert "__shared__" in cm.source
+    rules_only, report = schedule_kernels_gpu(kernels, CUDA_TABLE["h100"], gensor=False)
+    assert "gensor" not in report.summary.lower() and not any(v.startswith("gensor") for v in report.details["kernels"].values())

@@ -10,43 +10,22 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import onnx
 import pytest
 import tvm
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 from tvm import s_tir, tirx
+
+from kernel_cases import case, kernels_of, w
 
 from packager.cuda_codegen import compile_fatbin, lower_cuda
 from packager.errors import UserError
-from packager.frontend import LoadedModel, TensorInfo, import_relax
-from packager.lowering import extract_graph
 from packager.optimize.gpu_schedule import unbound_blocks
-from packager.optimize.pipeline import optimize_graph
 from packager.optimize.schedule.gpu_lower import GpuLowerError, lower_gpu
 from packager.optimize.schedule.plan import GPU_LEVELS, REDUCE, SPATIAL, TilePlan
-from packager.spec import OptimizeSpec, TargetSpec
+from packager.spec import TargetSpec
 from packager.targets import CUDA_TABLE, can_run_here, resolve
 
-F = TensorProto.FLOAT
 RNG = np.random.default_rng(0)
-
-
-def w(*shape):
-    return RNG.standard_normal(shape).astype(np.float32)
-
-
-def case(op, inputs, attrs=None, inits=None, extra_nodes=()):
-    """A one-op model plus an element-wise tail: graph inputs {name: shape}, initializers {name:
-    array} (those named '_...' feed the tail, not the op)."""
-    inits = inits or {}
-    nodes = [helper.make_node(op, list(inputs) + [n for n in inits if not n.startswith("_")], ["y"], **(attrs or {})),
-             *extra_nodes]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, F, s) for n, s in inputs.items()],
-                          [helper.make_tensor_value_info(nodes[-1].output[0], F, None)],
-                          [numpy_helper.from_array(v, n) for n, v in inits.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
 
 
 def const(name, value):
@@ -71,16 +50,6 @@ CASES = {
     "avgpool": case("AveragePool", {"x": [1, 8, 16, 16]}, {"kernel_shape": [2, 2], "strides": [2, 2]}),
 }
 TARGETS = ("a100", "v100", "orin", "h100")
-
-
-def kernels_of(model: onnx.ModelProto) -> dict:
-    inputs = [TensorInfo(v.name, "float32", tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
-              for v in model.graph.input]
-    loaded = LoadedModel(None, model, 17, inputs, [TensorInfo("y", "float32", ())])
-    mod = import_relax(loaded, {i.name: i.shape for i in inputs}, {i.name: "float32" for i in inputs})
-    mod, _ = optimize_graph(mod, OptimizeSpec(level=1))
-    g = extract_graph(mod, [i.name for i in inputs], [model.graph.output[0].name])
-    return {c.kernel: g.kernels[c.kernel] for c in g.calls}
 
 
 def kernel(name: str) -> tuple[str, tirx.PrimFunc]:
