@@ -17,7 +17,7 @@ from tvm import s_tir, tirx
 
 from ...targets import CpuTarget, CudaTarget, can_run_here
 from ..base import PassReport
-from ..cpu_schedule import CpuRules, RuleMismatch
+from ..cpu_schedule import CpuRules
 from .cpu_lower import lower_cpu
 from .cpu_model import CpuSpace
 from .database import TuningDatabase
@@ -56,7 +56,10 @@ class Choice:
                       r.get("candidates", 0), reused=True)
 
     def summary(self) -> str:
-        parts = [f"gensor {self.plan.describe()}" if self.source == "gensor" and self.plan else "rules (baseline faster)"]
+        if self.source == "gensor" and self.plan:
+            parts = [f"gensor {self.plan.describe()}"]
+        else:
+            parts = ["rules (baseline faster)" if self.plan else "rules (no Gensor plan lowered or ran correctly)"]
         if self.estimate_ms is not None:
             parts.append(f"est {self.estimate_ms:.3f} ms")
         if self.measured_ms is not None:
@@ -97,7 +100,7 @@ class GensorCpu:
         try:
             anchor = self.rules.prepare_anchor(sch)
             wl = analyze(sch, anchor.block, "")
-        except (RuleMismatch, ValueError):
+        except Exception:  # noqa: BLE001 - not a tileable one-reduction kernel (0-d output, ...): the rules take it
             out, info = self.rules.schedule(func)
             return out, info.rule, None
         key = func_key(func, self.target_key)
@@ -160,7 +163,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: CpuTarget
             counts[rule] = counts.get(rule, 0) + 1
             continue
         per_kernel[name] = choice.summary()
-        label = "gensor" if choice.source == "gensor" else "rules (faster than gensor)"
+        label = "gensor" if choice.source == "gensor" else "rules (kept over gensor)"
         counts[label] = counts.get(label, 0) + 1
     db.save()
     if g.measure:
@@ -196,7 +199,7 @@ class GensorGpu:
             return None
         try:
             wl = analyze(sch, anchors[0], "")
-        except ValueError:
+        except Exception:  # noqa: BLE001 - symbolic/empty extents, unusual regions: dlight takes it
             return None
         key = func_key(func, self.target_key)
         rec = self.db.get(key)
@@ -207,7 +210,10 @@ class GensorGpu:
             except Exception:  # noqa: BLE001 - stale record: construct again
                 pass
         space = GpuSpace(replace(wl, key=key), self.hw)
-        ranked = construct(space, _seed(key), restarts=RESTARTS)
+        try:
+            ranked = construct(space, _seed(key), restarts=RESTARTS)
+        except Exception:  # noqa: BLE001 - degenerate iteration space (e.g. a 0-d output): dlight takes it
+            return None
         for est, st in ranked[:GPU_TRIES]:
             plan = space.to_plan(st)
             try:

@@ -103,8 +103,8 @@ def analyze(sch: s_tir.Schedule, anchor, func_key: str) -> Workload:
     """The workload of `anchor` (a reduction block whose iterators all have constant extents)."""
     blk = sch.get(anchor)
     ivs = list(blk.iter_vars)
-    if any(not isinstance(iv.dom.extent, tirx.IntImm) for iv in ivs):
-        raise ValueError("symbolic extents")
+    if any(not isinstance(iv.dom.extent, tirx.IntImm) or int(iv.dom.extent) < 1 for iv in ivs):
+        raise ValueError("symbolic or empty extents")
     vars_ = [iv.var for iv in ivs]
     kinds = tuple(SPATIAL if iv.iter_type == tirx.IterVar.DataPar else REDUCE for iv in ivs)
     extents = tuple(int(iv.dom.extent) for iv in ivs)

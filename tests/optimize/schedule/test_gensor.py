@@ -222,3 +222,17 @@ def test_gpu_pass_places_conv_and_matmul_with_gensor(tmp_path):
         assert "__shared__" in cm.source
     rules_only, report = schedule_kernels_gpu(kernels, CUDA_TABLE["h100"], gensor=False)
     assert "gensor" not in report.summary.lower() and not any(v.startswith("gensor") for v in report.details["kernels"].values())
+
+
+def test_kernels_gensor_cannot_tile_keep_the_rules(tmp_path):
+    """A 0-d output (1-d x 1-d MatMul) and an empty reduction build as the rule-based pass builds them."""
+    target = host_target()
+    kernels = {f"{n}_{k}": f for n, m in (("dot", case("MatMul", {"a": [7], "b": [7]})),
+                                          ("empty", case("ReduceMax", {"x": [0, 3]}, {"axes": [1], "keepdims": 0})))
+               for k, f in kernels_of(m).items()}
+    assert {n.split("_")[0] for n in kernels} == {"dot", "empty"}
+    out, report = schedule_kernels_gensor(kernels, target, tmp_path, measure=True, top_k=2)
+    assert "gensor" not in report.details["rules"]
+    for name, func in kernels.items():
+        expected, _ = CpuRules(target).schedule(func)
+        assert tvm_ffi.structural_equal(out[name], expected), name
