@@ -38,7 +38,7 @@ class CpuSpace(Space):
     levels = CPU_LEVELS
 
     def __init__(self, wl: Workload, hw: Hardware):
-        self.wl, self.hw = wl, hw
+        self.wl, self.hw, self.extents = wl, hw, wl.extents
         self.elem = wl.output.elem_bytes
         self.lanes = max(hw.lanes * 4 // self.elem, 1)
         self.vec = wl.vector_axis if wl.vector_axis >= 0 and wl.extents[wl.vector_axis] > 1 else -1
@@ -64,9 +64,6 @@ class CpuSpace(Space):
             divs = tuple(x for x in divs if x <= MAX_REG_ROWS)
         return divs
 
-    def _parent(self, s: State, d: int, k: int) -> int:
-        return self.wl.extents[d] if k == 0 else s.tiles[d][k - 1]
-
     def initial(self) -> State:
         tiles = []
         for d, ext in enumerate(self.wl.extents):
@@ -78,18 +75,9 @@ class CpuSpace(Space):
         return State(tuple(tiles), 0)
 
     def actions(self, s: State) -> list[tuple[str, int, State]]:
-        out = []
-        k = s.level
-        for d in range(len(self.wl.extents)):
-            cands = self.candidates(d, k, self._parent(s, d, k))
-            cur = s.tiles[d][k]
-            i = cands.index(cur) if cur in cands else 0
-            if i + 1 < len(cands):
-                out.append(("tile", d, s.with_tile(d, cands[i + 1])))
-            if i > 0:
-                out.append(("invtile", d, s.with_tile(d, cands[i - 1])))
-        if k < REG:
-            out.append(("cache", -1, State(s.tiles, k + 1, s.vthreads)))
+        out = [m for d in range(len(self.extents)) for m in self.tile_moves(s, d)]
+        if s.level < REG:
+            out.append(("cache", -1, State(s.tiles, s.level + 1, s.vthreads)))
         return out
 
     def complete(self, s: State) -> State:
@@ -151,9 +139,8 @@ class CpuSpace(Space):
             acc = self._acc_bytes(self._tile(s, L2))
             spill = 2 * acc * chunks * tasks if acc > CAPACITY_SHARE * self.hw.level("L1").capacity else 0
             return tasks * chunks * l1 * self._in_bytes(self._tile(s, L1)) + spill
-        _, vl, bc = self.register_use(s)
+        acc_vecs, vl, bc = self.register_use(s)
         steps = self.wl.points // prod(self._tile(s, REG))
-        acc_vecs = self.register_use(s)[0]
         return (steps * (vl * self.lanes + bc) + 2 * tasks * chunks * l1 * regs * acc_vecs * self.lanes) * self.elem
 
     # -- the walk's scores ------------------------------------------------------------------

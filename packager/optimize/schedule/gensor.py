@@ -17,7 +17,7 @@ from tvm import s_tir, tirx
 
 from ...targets import CpuTarget, CudaTarget, can_run_here
 from ..base import PassReport
-from ..cpu_schedule import CpuRules
+from ..cpu_schedule import CpuRules, _is_reduction
 from .cpu_lower import lower_cpu
 from .cpu_model import CpuSpace
 from .database import TuningDatabase
@@ -194,7 +194,7 @@ class GensorGpu:
         fits the template): the caller uses dlight's rules."""
         sch = s_tir.Schedule(func)
         blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
-        anchors = [b for b in blocks if any(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(b).iter_vars)]
+        anchors = [b for b in blocks if _is_reduction(sch, b)]
         if len(anchors) != 1:
             return None
         try:

@@ -18,6 +18,7 @@ import tvm_ffi
 from tvm import s_tir, tirx
 
 from ...targets import CudaTarget
+from ..cpu_schedule import _has_if_then_else, _is_reduction
 from .plan import GPU_LEVELS, REDUCE, SPATIAL, TilePlan
 
 # Static __shared__ arrays are limited to 48 KB on every architecture (more needs dynamic
@@ -41,16 +42,6 @@ def _extent(sch: s_tir.Schedule, loop) -> int:
 
 def _fuse(sch: s_tir.Schedule, loops: list):
     return sch.fuse(*loops) if len(loops) > 1 else loops[0]
-
-
-def _is_reduction(sch: s_tir.Schedule, block) -> bool:
-    return any(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars)
-
-
-def _has_if_then_else(stmt) -> bool:
-    calls: list = []
-    tvm_ffi.structural_walk(stmt, (tvm.ir.expr.Call, calls.append), order="post")
-    return any(getattr(c.op, "name", "").endswith("if_then_else") for c in calls)
 
 
 def _split_kernel(sch: s_tir.Schedule) -> tuple:

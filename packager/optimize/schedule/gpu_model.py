@@ -27,16 +27,13 @@ class GpuSpace(Space):
     levels = GPU_LEVELS
 
     def __init__(self, wl: Workload, hw: Hardware):
-        self.wl, self.hw = wl, hw
+        self.wl, self.hw, self.extents = wl, hw, wl.extents
         self.spatial_points = prod(e for e, k in zip(wl.extents, wl.kinds) if k != REDUCE)
 
     def candidates(self, d: int, k: int, parent: int) -> tuple[int, ...]:
         if self.wl.extents[d] == 1 or (self.wl.kinds[d] == REDUCE and k == THREAD):
             return (1,)
         return divisors(parent)
-
-    def _parent(self, s: State, d: int, k: int) -> int:
-        return self.wl.extents[d] if k == 0 else s.tiles[d][k - 1]
 
     def initial(self) -> State:
         n = len(self.wl.extents)
@@ -45,14 +42,8 @@ class GpuSpace(Space):
     def actions(self, s: State) -> list[tuple[str, int, State]]:
         out = []
         k = s.level
-        for d in range(len(self.wl.extents)):
-            cands = self.candidates(d, k, self._parent(s, d, k))
-            cur = s.tiles[d][k]
-            i = cands.index(cur) if cur in cands else 0
-            if i + 1 < len(cands):
-                out.append(("tile", d, self._fix_vthread(s.with_tile(d, cands[i + 1]), d)))
-            if i > 0:
-                out.append(("invtile", d, self._fix_vthread(s.with_tile(d, cands[i - 1]), d)))
+        for d in range(len(self.extents)):
+            out += [(name, d, self._fix_vthread(s2, d)) for name, _, s2 in self.tile_moves(s, d)]
             if k == THREAD and self.wl.kinds[d] != REDUCE:
                 vs = [v for v in divisors(s.tiles[d][THREAD]) if 1 < v <= MAX_VTHREAD and v > s.vthreads[d]]
                 if vs:

@@ -62,6 +62,25 @@ def keep_probability(t: float) -> float:
 class Space:
     """What a target's state space provides to the walk (cpu_model / gpu_model implement it)."""
 
+    extents: tuple[int, ...] = ()
+
+    def candidates(self, d: int, k: int, parent: int) -> tuple[int, ...]: ...
+
+    def tile_moves(self, s: State, d: int) -> list[tuple[str, int, State]]:
+        """tile / invTile of iterator d at the current level: the next larger / smaller candidate
+        among the divisors of the tile one level up (the extent at the outermost level)."""
+        k = s.level
+        parent = self.extents[d] if k == 0 else s.tiles[d][k - 1]
+        cands = self.candidates(d, k, parent)
+        cur = s.tiles[d][k]
+        i = cands.index(cur) if cur in cands else 0
+        out = []
+        if i + 1 < len(cands):
+            out.append(("tile", d, s.with_tile(d, cands[i + 1])))
+        if i > 0:
+            out.append(("invtile", d, s.with_tile(d, cands[i - 1])))
+        return out
+
     def initial(self) -> State: ...
     def actions(self, s: State) -> list[tuple[str, int, State]]: ...
     def benefit(self, s: State, action: str, d: int, s2: State) -> float: ...
