@@ -180,7 +180,7 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
         log(f"  partial offload: {len(split.parts)} compiled part(s), {len(split.kept)} node(s) stay in "
             f"ONNX Runtime ({', '.join(kept)})")
     st.run(f"import + graph passes ({len(units)} unit(s), {len(spec.profiles)} profile(s))",
-           lambda: [lower(u, spec.optimize) for u in units])
+           lambda: [lower(u, spec.optimize, targets) for u in units])
     arches = sorted({t.arch for t in targets}, key=lambda a: a != host_arch())
     runtimes = {a: st.run(f"C++ runtime for {a}", build_runtime, a, log) for a in arches} if bundle_runtime else {}
     model_sha = sha256_file(spec.model)

@@ -23,7 +23,8 @@ from .frontend import LoadedModel, import_relax
 from .kernel_cost import kernel_cost
 from .lowering import Graph, extract_graph
 from .optimize.base import PassReport
-from .optimize.pipeline import optimize_graph, optimize_kernels
+from .optimize.layout.search import ProfileMemo
+from .optimize.pipeline import layout_key, optimize_graph, optimize_kernels
 from .spec import OptimizeSpec
 from .targets import CpuTarget, CudaTarget
 
@@ -39,9 +40,21 @@ class Unit:
     model: LoadedModel
     profiles: list[tuple[str, dict[str, tuple[int, ...]]]]   # (profile name, input shapes)
     dtypes: dict[str, str]
-    graphs: dict[str, Graph] = field(default_factory=dict)
-    graph_passes: list[PassReport] = field(default_factory=list)
+    # per layout key (pipeline.layout_key: one per CPU target when the layout pass runs, else
+    # "nchw"): profile name -> kernel graph, and the graph passes' reports
+    lowerings: dict[str, dict[str, Graph]] = field(default_factory=dict)
+    lowering_passes: dict[str, list[PassReport]] = field(default_factory=dict)
     target_reports: list[dict] = field(default_factory=list)
+
+    @property
+    def graphs(self) -> dict[str, Graph]:
+        """Any lowering's graphs (all share the ONNX inputs and outputs)."""
+        return next(iter(self.lowerings.values()))
+
+    @property
+    def graph_passes(self) -> list[PassReport]:
+        """Target-independent graph passes (the layout pass is reported per target)."""
+        return [p for p in next(iter(self.lowering_passes.values())) if p.name != "layout"]
 
     def path(self, rel: str) -> str:
         return f"{self.rel}/{rel}" if self.rel else rel
@@ -76,15 +89,22 @@ def merge_kernels(graphs: dict[str, Graph]) -> dict[str, tvm.tirx.PrimFunc]:
     return table
 
 
-def lower(unit: Unit, opt: OptimizeSpec) -> None:
-    """Import every profile of the unit and run the graph passes; fills unit.graphs."""
+def lower(unit: Unit, opt: OptimizeSpec, targets: list[CpuTarget | CudaTarget]) -> None:
+    """Import every profile of the unit and run the graph passes, once per layout key (CPU targets
+    choose their own layouts); fills unit.lowerings."""
     in_names = [i.name for i in unit.model.inputs]
     out_names = [o.name for o in unit.model.outputs]
-    for pname, shapes in unit.profiles:
-        mod = import_relax(unit.model, shapes, unit.dtypes)
-        mod, passes = optimize_graph(mod, opt)
-        unit.graphs[pname] = extract_graph(mod, in_names, out_names)
-        unit.graph_passes = unit.graph_passes or passes
+    for t in targets:
+        key = layout_key(t, opt)
+        if key in unit.lowerings:
+            continue
+        graphs, reports, memo = {}, None, ProfileMemo()
+        for pname, shapes in unit.profiles:
+            mod = import_relax(unit.model, shapes, unit.dtypes)
+            mod, passes = optimize_graph(mod, opt, t, memo)
+            graphs[pname] = extract_graph(mod, in_names, out_names)
+            reports = reports or passes
+        unit.lowerings[key], unit.lowering_passes[key] = graphs, reports
 
 
 def _cpu_kernels(scheduled: dict, t: CpuTarget, rel: str, w: PackageWriter) -> tuple[list, dict, dict]:
@@ -111,11 +131,14 @@ def build_target(unit: Unit, t: CpuTarget | CudaTarget, kernels: dict, opt: Opti
                  log: Log) -> dict:
     t0 = time.perf_counter()
     rel = unit.path(f"targets/{t.name}")
+    key = layout_key(t, opt)
+    graphs = unit.lowerings[key]
     scheduled, passes = optimize_kernels(kernels, t, opt)
+    passes = [p for p in unit.lowering_passes[key] if p.name == "layout"] + passes
     make = _cuda_kernels if isinstance(t, CudaTarget) else _cpu_kernels
     table, extra, info = make(scheduled, t, rel, w)
     weights = WeightStore()
-    plan, stats = build_plan(t.name, unit.graphs, table, weights, [i.name for i in unit.model.inputs],
+    plan, stats = build_plan(t.name, graphs, table, weights, [i.name for i in unit.model.inputs],
                              [o.name for o in unit.model.outputs], device=t.kind, kernel_extra=extra)
     for entry in plan["kernels"]:                   # work and traffic, for roofline reports
         cost = kernel_cost(kernels[entry["name"]])
@@ -134,8 +157,8 @@ def build_target(unit: Unit, t: CpuTarget | CudaTarget, kernels: dict, opt: Opti
 
 def compile_unit(unit: Unit, targets: list[CpuTarget | CudaTarget], opt: OptimizeSpec, w: PackageWriter, log: Log) -> None:
     """Every target's plan, kernels and weights for an already lowered unit."""
-    kernels = merge_kernels(unit.graphs)
-    unit.target_reports = [build_target(unit, t, kernels, opt, w, log) for t in targets]
+    kernels = {key: merge_kernels(graphs) for key, graphs in unit.lowerings.items()}
+    unit.target_reports = [build_target(unit, t, kernels[layout_key(t, opt)], opt, w, log) for t in targets]
 
 
 def targets_manifest(targets: list[CpuTarget | CudaTarget]) -> list[dict]:

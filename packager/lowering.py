@@ -37,12 +37,13 @@ def safe_take(mod: tvm.IRModule) -> tvm.IRModule:
     return m.builder_.get()
 
 
-def legalize(mod: tvm.IRModule) -> tvm.IRModule:
-    """Graph ops -> PrimFuncs (one per op) and constant folding; no fusion, no schedules."""
+def legalize(mod: tvm.IRModule, custom: dict | None = None) -> tvm.IRModule:
+    """Graph ops -> PrimFuncs (one per op) and constant folding; no fusion, no schedules.
+    `custom` maps op names to our own legalizations (packed-layout convs)."""
     mod = safe_take(mod)
     seq = tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
-        relax.transform.LegalizeOps(),
+        relax.transform.LegalizeOps(custom),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.DeadCodeElimination(),

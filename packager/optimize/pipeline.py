@@ -17,13 +17,15 @@ from .cpu_schedule import schedule_kernels
 from .fastmath import fastmath
 from .fusion import fuse
 from .gpu_schedule import schedule_kernels_gpu
+from .layout.conv import legalize_conv2d
+from .layout.propagate import alter_layouts
+from .layout.search import ProfileMemo
 from .schedule.gensor import schedule_kernels_gensor
 from .simplify import simplify
 
 # Passes named in the spec that this version does not implement, and what they will be.
 NOT_IMPLEMENTED = {
     "derive": "EinNet derivation-based rewrites",
-    "layout": "ALT joint layout + loop optimization",
     "reuse": "ETO schedule reuse across operators",
 }
 
@@ -35,8 +37,16 @@ def _timed(fn, *args):
     return mod, report
 
 
-def optimize_graph(mod: tvm.IRModule, opt: OptimizeSpec) -> tuple[tvm.IRModule, list[PassReport]]:
-    """Relax in -> legalized (and, if enabled, simplified and fused) Relax + PrimFuncs out."""
+def layout_key(target: CpuTarget | CudaTarget | None, opt: OptimizeSpec) -> str:
+    """Targets with the same key share one lowering: layouts are chosen per CPU target."""
+    return target.name if opt.enabled("layout") and isinstance(target, CpuTarget) else "nchw"
+
+
+def optimize_graph(mod: tvm.IRModule, opt: OptimizeSpec, target: CpuTarget | CudaTarget | None = None,
+                   layout_memo: ProfileMemo | None = None) -> tuple[tvm.IRModule, list[PassReport]]:
+    """Relax in -> legalized (and, if enabled, simplified, re-laid-out and fused) Relax + PrimFuncs
+    out. The layout pass needs the target (vector width, scheduler); without one it is skipped.
+    `layout_memo` makes every shape profile of a model use the first profile's layouts."""
     reports: list[PassReport] = []
     if opt.enabled("simplify"):
         mod, r = _timed(simplify, mod)
@@ -48,7 +58,16 @@ def optimize_graph(mod: tvm.IRModule, opt: OptimizeSpec) -> tuple[tvm.IRModule, 
         reports.append(r)
     else:
         reports.append(PassReport("fastmath", "disabled", "off in the spec: exact libm exp/erf/tanh"))
-    mod = legalize(mod)
+    custom = None
+    if opt.enabled("layout") and target is not None:
+        mod, r = _timed(lambda m: alter_layouts(m, target, opt.database, opt.measure, memo=layout_memo), mod)
+        reports.append(r)
+        custom = {"relax.nn.conv2d": legalize_conv2d} if r.details.get("packed") else None
+    elif opt.enabled("layout"):
+        reports.append(PassReport("layout", "disabled", "no target given (graph passes without a target)"))
+    else:
+        reports.append(PassReport("layout", "disabled", "off in the spec: ONNX layouts (NCHW) everywhere"))
+    mod = legalize(mod, custom)
     if opt.enabled("fusion"):
         mod, r = _timed(fuse, mod)
         reports.append(r)

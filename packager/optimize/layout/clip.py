@@ -1,0 +1,52 @@
+"""TVM's ONNX importer emits Clip (ReLU6 in MobileNets) as pre-lowered TIR (`call_tir` of
+topi.maximum / topi.minimum), which layout propagation cannot see through: every ReLU6 would
+need a conversion on each side. This rewrite turns those calls back into relax.maximum /
+relax.minimum with the same scalar bound (identical math), before layouts are chosen."""
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import relax, s_tir, tirx
+
+BLOCKS = {"T_maximum": relax.op.maximum, "T_minimum": relax.op.minimum}
+
+
+def _scalar_bound_op(func) -> object | None:
+    """relax.op.maximum/minimum if `func` is topi's element-wise max/min (one T_maximum or
+    T_minimum block over two inputs and one output)."""
+    if not isinstance(func, tirx.PrimFunc) or len(func.params) != 3:
+        return None
+    names: list[str] = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, lambda b: names.append(b.name_hint)), order="post")
+    names = [n for n in names if n != "root"]
+    return BLOCKS.get(names[0]) if len(names) == 1 else None
+
+
+@relax.expr_functor.mutator
+class _ClipAsOps(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.mod_ = mod
+        self.rewritten = 0
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if getattr(call.op, "name", None) != "relax.call_tir" or not isinstance(call.args[0], tvm.ir.GlobalVar):
+            return call
+        op = _scalar_bound_op(self.mod_[call.args[0]])
+        if op is None or len(call.args[1].fields) != 2:
+            return call
+        x, bound = call.args[1].fields
+        if getattr(bound.ty, "ndim", None) != 0 or x.ty.dtype != bound.ty.dtype:
+            return call
+        self.rewritten += 1
+        return op(x, bound)
+
+
+def clip_as_ops(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
+    m = _ClipAsOps(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            m.builder_.update_func(gv, m.visit_expr(func))
+    out = relax.transform.DeadCodeElimination()(m.builder_.get())
+    return out, m.rewritten

@@ -1,0 +1,112 @@
+"""ALT's GEMM template for matmuls with constant weights: B (K x N) is stored as
+(N/n_t) x K x n_t panels, packed at build time, so the vectorized n_t columns a tile needs are one
+contiguous stream along k instead of K rows N floats apart (ALT Table 2: contiguous tiles cut L1
+misses; the prefetcher follows them). A and C keep their row-major layouts: their consumers
+(layer norm, softmax, reshapes) are not element-wise, so nothing propagates.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import relax, te
+from tvm.ir import expr as ir
+
+from .conv import bounded_simplifier
+from .primitives import LayoutSeq, Reorder, Split
+
+
+def weight_panels(k: int, n: int, nt: int) -> LayoutSeq:
+    """K N -> (N/n_t) K n_t: split N, move its outer part first (template with k_t = K)."""
+    return LayoutSeq((k, n), (Split(1, (n // nt, nt)), Reorder((1, 0, 2))))
+
+
+def pack_weight(w: np.ndarray, nt: int) -> np.ndarray:
+    return weight_panels(*w.shape, nt).apply_np(w)
+
+
+def matmul_packed(a: te.Tensor, b: te.Tensor, n: int, nt: int, out_dtype: str) -> te.Tensor:
+    """C[..., m, j] = sum_k A[..., m, k] * B[j // n_t, k, j % n_t] with B in panels."""
+    kdim = int(a.shape[-1])
+    k = te.reduce_axis((0, kdim), name="k")
+
+    def body(*idx):
+        *lead, j = idx
+        s = bounded_simplifier([(j, n)])
+        return te.sum(a[(*lead, k)].astype(out_dtype) * b[s(j // nt), k, s(j % nt)].astype(out_dtype), axis=k)
+
+    return te.compute((*a.shape[:-1], n), body, name="matmul_packed")
+
+
+@dataclass(frozen=True)
+class MatmulSite:
+    """relax.matmul(A, B) with B a constant K x N matrix."""
+
+    a: tuple[int, ...]
+    n: int
+    dtype: str
+
+    @property
+    def k(self) -> int:
+        return self.a[-1]
+
+    def kernel(self, nt: int):
+        """The matmul alone with B row-major (nt = 0) or in n_t panels, as a PrimFunc."""
+        a = te.placeholder(self.a, self.dtype, "a")
+        if nt == 0:
+            b = te.placeholder((self.k, self.n), self.dtype, "b")
+            kk = te.reduce_axis((0, self.k), name="k")
+            c = te.compute((*self.a[:-1], self.n), lambda *i: te.sum(a[(*i[:-1], kk)] * b[kk, i[-1]], axis=kk),
+                           name="matmul")
+        else:
+            b = te.placeholder(weight_panels(self.k, self.n, nt).shape(), self.dtype, "b")
+            c = matmul_packed(a, b, self.n, nt, self.dtype)
+        return te.create_prim_func([a, b, c])
+
+    def key(self) -> str:
+        return f"matmul/{list(self.a)}/{self.n}/{self.dtype}"
+
+
+def matmul_site(call) -> MatmulSite | None:
+    """The site of a matmul whose B is a float constant matrix, else None."""
+    if getattr(call.op, "name", None) != "relax.matmul" or not isinstance(call.args[1], (ir.Constant, ir.GenericConst)):
+        return None
+    a_ty, b_ty = call.args[0].ty, call.args[1].ty
+    if getattr(b_ty, "ndim", 0) != 2 or getattr(a_ty, "ndim", 0) < 2 or a_ty.shape is None:
+        return None
+    if str(a_ty.dtype) != "float32" or str(b_ty.dtype) != "float32":
+        return None
+    a = tuple(int(d) for d in a_ty.shape)
+    k, n = (int(d) for d in b_ty.shape)
+    return MatmulSite(a, n, "float32") if a[-1] == k else None
+
+
+@relax.expr_functor.mutator
+class PackMatmulWeights(relax.PyExprMutator):
+    """relax.matmul(A, B const) -> call_tir(matmul_packed, A, B packed at build time), for the
+    matmuls given a panel width in `widths` (weight constant -> n_t)."""
+
+    def __init__(self, mod: tvm.IRModule, widths: list[tuple[object, int]]):
+        super().__init__(mod)
+        self.widths = widths
+        self.packed = 0
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        site = matmul_site(call)
+        nt = next((w for c, w in self.widths if site is not None and call.args[1].same_as(c)), 0)
+        if not nt:
+            return call
+        self.packed += 1
+        packed = relax.const(pack_weight(call.args[1].value.numpy(), nt))
+        return self.builder_.call_te(lambda a, b: matmul_packed(a, b, site.n, nt, site.dtype), call.args[0], packed,
+                                     primfunc_name_hint="matmul_packed")
+
+
+def pack_matmul_weights(mod: tvm.IRModule, widths: list[tuple[object, int]]) -> tuple[tvm.IRModule, int]:
+    m = PackMatmulWeights(mod, widths)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            m.builder_.update_func(gv, m.visit_expr(func))
+    return m.builder_.get(), m.packed

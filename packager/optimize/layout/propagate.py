@@ -1,0 +1,262 @@
+"""The `layout` pass (ALT): per-conv layouts from the joint search, propagated through the graph.
+
+1. Walk `main` in topological order; for every conv2d with constant weights, score its layout
+   candidates with the scheduler (search.py), knowing the layout its producer writes (the block
+   each tensor will have is tracked through element-wise ops and pooling, as propagation will).
+2. TVM's ConvertLayout applies the choices: each conv gets its data/kernel/output layout, and the
+   layouts flow through element-wise, broadcast (bias and batch-norm constants are re-laid-out),
+   pooling, concat and reductions, so producers write the consumer's layout directly; a
+   conversion (`layout_transform`) is left only where two layouts really meet. Conversions of
+   the same tensor are merged (common subexpressions) and unused ones dropped.
+3. Conversions of constants (weights, biases) are folded at build time by FoldConstant after
+   legalization: packed weights are stored packed, no layout work at run time.
+4. The packed convs are lowered by conv.legalize_conv2d (TE written over the new layouts).
+
+The report lists each conv's chosen layouts and the number of activation conversions: before
+propagation (one in front of and one behind every packed conv) and after.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import tvm
+from tvm import relax
+from tvm.ir import expr as ir
+
+from ...targets import CpuTarget, CudaTarget
+from ..base import PassReport
+from .clip import clip_as_ops
+from .matmul import matmul_site, pack_matmul_weights
+from .primitives import channel_blocked, conv_weight_blocked
+from .search import ConvSite, Decision, LayoutSearch, ProfileMemo
+
+# Ops through which a channel-blocked layout flows unchanged (ConvertLayout's propagation rules
+# cover them): element-wise, broadcast binary, pooling.
+FOLLOW = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
+          "relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu",
+          "relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.leakyrelu", "relax.power", "relax.exp",
+          "relax.nn.prelu", "relax.negative", "relax.sqrt", "relax.nn.hardswish", "relax.nn.hardsigmoid"}
+
+
+def _op(call) -> str | None:
+    return getattr(getattr(call, "op", None), "name", None)
+
+
+def _is_plain_conv(call) -> bool:
+    if _op(call) != "relax.nn.conv2d" or not _is_const(call.args[1]):
+        return False
+    a = call.attrs
+    return (a.data_layout, a.kernel_layout, a.out_layout or "NCHW") == ("NCHW", "OIHW", "NCHW")
+
+
+def _is_const(e) -> bool:
+    return isinstance(e, (ir.GenericConst, ir.Constant))
+
+
+def _bindings(mod: tvm.IRModule):
+    for block in mod["main"].body.blocks:
+        yield from block.bindings
+
+
+def _args(call) -> list:
+    out = []
+    for a in call.args:
+        out.extend(a.fields if isinstance(a, relax.Tuple) else [a])
+    return out
+
+
+class _Tracker:
+    """The channel block each tensor will have after propagation, as ConvertLayout propagates:
+    through element-wise ops and pooling (first packed 4-D input of the same channel count), and
+    through concat when all inputs share a block."""
+
+    def __init__(self, mod: tvm.IRModule):
+        self.block_of: dict = {}
+        self.users: dict = defaultdict(list)
+        for b in _bindings(mod):
+            if isinstance(b.value, relax.Call):
+                for a in _args(b.value):
+                    self.users[a].append(b)
+
+    def visit(self, b) -> None:
+        call, op = b.value, _op(b.value)
+        shape = getattr(b.var.ty, "shape", None)
+        if op in FOLLOW and shape is not None and len(shape) == 4:
+            for a in call.args:
+                a_shape = getattr(getattr(a, "ty", None), "shape", None)
+                if self.block_of.get(a, 1) > 1 and a_shape is not None and len(a_shape) == 4 \
+                        and int(a_shape[1]) == int(shape[1]):
+                    self.block_of[b.var] = self.block_of[a]
+                    return
+        elif op == "relax.concat":
+            blocks = {self.block_of.get(a, 1) for a in _args(call)}
+            if len(blocks) == 1 and blocks != {1}:
+                self.block_of[b.var] = blocks.pop()
+
+    def partners(self, var) -> set[int]:
+        """Blocks of the tensors that `var` meets downstream (through element-wise ops) in a
+        binary op or concat: TVM cannot convert one packed block into another there, so a conv
+        writing `var` must use the same block (or NCHW)."""
+        found, seen, stack = set(), {var}, [var]
+        while stack:
+            v = stack.pop()
+            for b in self.users.get(v, []):
+                op = _op(b.value)
+                if op not in FOLLOW and op != "relax.concat":
+                    continue
+                found |= {self.block_of[a] for a in _args(b.value) if not a.same_as(v) and self.block_of.get(a, 1) > 1}
+                if b.var not in seen:
+                    seen.add(b.var)
+                    stack.append(b.var)
+        return found
+
+
+def decide_layouts(mod: tvm.IRModule, search: LayoutSearch) -> list[tuple[ir.Constant, ConvSite, Decision]]:
+    """Topological walk: (weight constant, site, decision) per conv."""
+    track = _Tracker(mod)
+    out = []
+    for b in _bindings(mod):
+        call = b.value
+        if not isinstance(call, relax.Call):
+            continue
+        if _is_plain_conv(call):
+            site = ConvSite.of(call)
+            partners = track.partners(b.var)
+            allowed = (1, *partners) if len(partners) == 1 else (1,) if partners else None
+            d = search.decide(site, track.block_of.get(call.args[0], 1), allowed)
+            out.append((call.args[1], site, d))
+            track.block_of[b.var] = d.out_block
+        else:
+            track.visit(b)
+    return out
+
+
+def _count_conversions(mod: tvm.IRModule) -> tuple[int, int]:
+    """(activation conversions, conversions of values computed from constants only: folded at
+    build time)."""
+    act = const = 0
+    from_consts: set = set()
+
+    def constant(e) -> bool:
+        return _is_const(e) or e in from_consts
+
+    for b in _bindings(mod):
+        v = b.value
+        if isinstance(v, relax.Call) and all(constant(a) for a in v.args if not isinstance(a, relax.ShapeExpr)):
+            from_consts.add(b.var)
+        if _op(v) == "relax.layout_transform":
+            if constant(v.args[0]):
+                const += 1
+            else:
+                act += 1
+    return act, const
+
+
+def _layouts_applied(mod: tvm.IRModule) -> Counter:
+    return Counter((b.value.attrs.data_layout, b.value.attrs.kernel_layout, b.value.attrs.out_layout)
+                   for b in _bindings(mod) if _op(b.value) == "relax.nn.conv2d")
+
+
+def _apply(mod: tvm.IRModule, decisions) -> tuple[tvm.IRModule | None, str]:
+    """ConvertLayout with each conv's chosen layouts, then merged and dropped conversions; (None,
+    why) when TVM cannot express a conversion (e.g. NCHW16c -> NCHW32c) or applied others."""
+    def layout_cb(call):
+        if _op(call) != "relax.nn.conv2d":
+            return {}
+        for w, _, d in decisions:
+            if call.args[1].same_as(w):
+                return {"relax.nn.conv2d": list(d.layouts())}
+        return {"relax.nn.conv2d": ["NCHW", "OIHW", "NCHW"]}
+
+    try:
+        converted = tvm.transform.Sequential([
+            relax.transform.ConvertLayout({}, layout_cb=layout_cb),
+            relax.transform.EliminateCommonSubexpr(),
+            relax.transform.DeadCodeElimination(),
+        ])(mod)
+    except Exception as e:  # noqa: BLE001 - TVM raises InternalError for layouts it cannot convert
+        return None, str(e).strip().splitlines()[-1][:160]
+    applied = _layouts_applied(converted)
+    want = Counter(d.layouts() for _, _, d in decisions)
+    if applied != want:
+        return None, f"applied {dict(applied)}, wanted {dict(want)}"
+    return converted, ""
+
+
+def _uniform(site: ConvSite, lanes: int) -> Decision:
+    """The fallback policy: every conv at `lanes` where its channels allow, NCHW otherwise (the
+    only conversions left are packed <-> NCHW, which TVM can always express)."""
+    data_block = lanes if site.channels % lanes == 0 else 1
+    out_block = lanes if site.valid(data_block, lanes) else 1
+    if not site.valid(data_block, out_block):
+        data_block = out_block = 1
+    return Decision(data_block, out_block, *site.weight_blocks(data_block, out_block))
+
+
+def _conv_layouts(mod: tvm.IRModule, decisions, lanes: int) -> tuple[tvm.IRModule, list, str]:
+    """Apply the searched conv layouts; if TVM refuses them, one block for all; else NCHW."""
+    if not any((d.data_block, d.out_block) != (1, 1) for _, _, d in decisions):
+        return mod, decisions, ""
+    converted, note = _apply(mod, decisions)
+    if converted is not None:
+        return converted, decisions, ""
+    uniform = [(w, s, _uniform(s, lanes)) for w, s, _ in decisions]
+    converted, note2 = _apply(mod, uniform)
+    if converted is not None:
+        return converted, uniform, f"searched layouts refused by ConvertLayout ({note}): uniform {lanes}-lane blocking used; "
+    plain = [(w, s, Decision(1, 1, 1, 1, d.scores)) for w, s, d in decisions]
+    return mod, plain, f"NCHW kept: ConvertLayout refused the searched layouts ({note}) and uniform blocking ({note2}); "
+
+
+def _conv_details(decisions) -> list[dict]:
+    out = []
+    for _, s, d in decisions:
+        out.append({"data": list(s.data), "weight": list(s.weight), "groups": s.groups, "layouts": list(d.layouts()),
+                    "primitives": {"data": channel_blocked(s.data, 1, d.data_block).describe(),
+                                   "weight": conv_weight_blocked(s.weight, d.w_in, d.w_out).describe(),
+                                   "output": channel_blocked((s.data[0], s.weight[0], 1, 1), 1, d.out_block).describe()},
+                    "scores_ms": d.scores, "from_database": d.reused})
+    return out
+
+
+def alter_layouts(mod: tvm.IRModule, target: CpuTarget | CudaTarget | None, database=None,
+                  measure: bool = True, search=None, memo: ProfileMemo | None = None
+                  ) -> tuple[tvm.IRModule, PassReport]:
+    """Relax (NCHW) in -> Relax with per-conv packed layouts, propagated conversions and packed
+    matmul weights out. `search` (tests) replaces the joint search: anything with
+    decide(site, incoming), decide_matmul(site), save() and `measuring`. `memo` carries the
+    first shape profile's choices to the others."""
+    if not isinstance(target, CpuTarget):
+        what = f"{target.name}: " if target is not None else ""
+        return mod, PassReport("layout", "applied", f"{what}NCHW kept for every conv (GPU default: W innermost is "
+                               "the threadIdx.x axis of the CUDA schedules, so loads coalesce); channel-blocked "
+                               "GPU layouts and weight panels are not searched in this version", {"convs": 0, "packed": 0})
+    mod, clips = clip_as_ops(mod)
+    search = search or LayoutSearch(target, database, measure)
+    if memo is not None:
+        search = memo.wrap(search)
+    decisions = decide_layouts(mod, search)
+    matmuls = [(b.value.args[1], site, search.decide_matmul(site)) for b in _bindings(mod)
+               if isinstance(b.value, relax.Call) and (site := matmul_site(b.value)) is not None]
+    search.save()
+    converted, decisions, note = _conv_layouts(mod, decisions, target.vector_lanes_f32)
+    converted, n_panels = pack_matmul_weights(converted, [(c, d.nt) for c, _, d in matmuls if d.nt])
+    packed = [d for _, _, d in decisions if (d.data_block, d.out_block) != (1, 1)]
+    act, const = _count_conversions(converted)
+    how = "measured on this CPU" if search.measuring else "analytical (Gensor estimate)"
+    chosen = Counter("/".join(d.layouts()) for _, _, d in decisions)
+    conv_part = (f"{len(packed)}/{len(decisions)} convs packed ({', '.join(f'{n}x {k}' for k, n in chosen.most_common())}); "
+                 f"activation conversions {2 * len(packed)} before propagation -> {act} after; {const} weight/bias "
+                 f"re-layouts folded at build time; {clips} pre-lowered Clip max/min made propagatable"
+                 if decisions else "no convs")
+    widths = Counter(d.nt for _, _, d in matmuls if d.nt)
+    mm_part = (f"{n_panels}/{len(matmuls)} constant-weight matmuls with B in n_t panels "
+               f"({', '.join(f'{n}x n_t={w}' for w, n in sorted(widths.items()))})" if search.measuring else
+               f"{len(matmuls)} constant-weight matmuls kept row-major (panels are chosen by measurement only)")
+    summary = f"{note}{conv_part}; {mm_part}; candidates scored {how}"
+    return converted, PassReport("layout", "applied", summary, {
+        "convs": len(decisions), "packed": len(packed), "conversions_before": 2 * len(packed),
+        "conversions_after": act, "constants_relaid": const, "clip_ops_rewritten": clips,
+        "matmuls": len(matmuls), "matmuls_packed": n_panels, "per_conv": _conv_details(decisions),
+        "per_matmul": [{"a": list(s.a), "n": s.n, "n_t": d.nt, "scores_ms": d.scores, "from_database": d.reused}
+                       for _, s, d in matmuls]})

@@ -1,0 +1,244 @@
+"""Joint layout + loop search for convolutions (ALT §5, with Gensor as the loop tuner).
+
+For each conv, in topological order, the layout candidates of ALT's C2D template restricted to
+channel blocking are scored together with their loops: the conv is written over the candidate's
+layouts (conv.py), Gensor constructs its tile plans for that loop nest, and the candidate's score
+is the best plan's time, measured on this CPU when the target runs here (else Gensor's estimate).
+A candidate whose input layout differs from what the producer writes pays for one conversion
+(ALT Constraint 3: adjacent convs with different layouts get a conversion op).
+
+Candidates per conv: output block o_t in {1 (NCHW), v, 2v} (v = fp32 vector lanes; the paper
+reports o_t = 2v as the usual winner when spatial dims are not tiled), input block = the
+producer's block, or v when the producer writes NCHW. Unfold (overlapped spatial tiles) and
+spatial layout tiling are not searched here.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+from tvm import relax, te
+
+from ...targets import CpuTarget
+from ..schedule.database import TuningDatabase
+from ..schedule.gensor import GensorCpu
+from .conv import ConvLayouts, conv2d_packed
+from .matmul import MatmulSite
+
+SEARCH_TOP_K = 2              # tile plans measured per layout candidate
+
+
+@dataclass(frozen=True)
+class ConvSite:
+    """One relax.nn.conv2d (NCHW / OIHW) as the search sees it."""
+
+    data: tuple[int, int, int, int]
+    weight: tuple[int, int, int, int]
+    strides: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    dilation: tuple[int, int]
+    groups: int
+    dtype: str
+
+    @staticmethod
+    def of(call: relax.Call) -> "ConvSite":
+        a = call.attrs
+        return ConvSite(tuple(int(d) for d in call.args[0].ty.shape), tuple(int(d) for d in call.args[1].ty.shape),
+                        tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding),
+                        tuple(int(d) for d in a.dilation), int(a.groups), str(call.args[0].ty.dtype))
+
+    @property
+    def channels(self) -> int:
+        return self.data[1]
+
+    @property
+    def out_channels(self) -> int:
+        return self.weight[0]
+
+    def weight_blocks(self, data_block: int, out_block: int) -> tuple[int, int]:
+        """The weight's (i, o) blocks: i follows the input block when it divides C/groups."""
+        cg = self.weight[1]
+        w_in = data_block if data_block > 1 and cg % data_block == 0 else 1
+        return w_in, out_block
+
+    def valid(self, data_block: int, out_block: int) -> bool:
+        og = self.out_channels // self.groups
+        if self.channels % data_block or self.out_channels % out_block:
+            return False
+        return not (self.groups > 1 and out_block > 1 and og % out_block and out_block % og)
+
+    def kernel(self, data_block: int, out_block: int):
+        """The conv alone (no epilogue) over the candidate's layouts, as a PrimFunc."""
+        n, c, h, w = self.data
+        x = te.placeholder((n, c // data_block, h, w, data_block) if data_block > 1 else self.data, self.dtype, "x")
+        w_in, w_out = self.weight_blocks(data_block, out_block)
+        o, cg, kh, kw = self.weight
+        wt = te.placeholder((o // w_out, cg // w_in, kh, kw, w_in, w_out), self.dtype, "w")
+        y = conv2d_packed(x, wt, ConvLayouts(data_block, w_in, w_out, out_block), c, o, self.strides, self.padding,
+                          self.dilation, self.groups, self.dtype)
+        return te.create_prim_func([x, wt, y])
+
+    def key(self) -> str:
+        return json.dumps([self.data, self.weight, self.strides, self.padding, self.dilation, self.groups, self.dtype])
+
+
+@dataclass
+class Decision:
+    """The layouts chosen for one conv, with every candidate's score (ms)."""
+
+    data_block: int
+    out_block: int
+    w_in: int
+    w_out: int
+    scores: dict[str, float] = field(default_factory=dict)
+    measured: bool = False
+    reused: bool = False
+
+    def layouts(self) -> tuple[str, str, str]:
+        from .primitives import layout_name
+        kernel = "OIHW" if (self.w_in, self.w_out) == (1, 1) else f"OIHW{self.w_in}i{self.w_out}o"
+        return layout_name("NCHW", self.data_block), kernel, layout_name("NCHW", self.out_block)
+
+    def record(self) -> dict:
+        return {"data_block": self.data_block, "out_block": self.out_block, "w_in": self.w_in, "w_out": self.w_out,
+                "scores": self.scores, "measured": self.measured}
+
+    @staticmethod
+    def from_record(r: dict) -> "Decision":
+        return Decision(r["data_block"], r["out_block"], r["w_in"], r["w_out"], r.get("scores", {}),
+                        r.get("measured", False), reused=True)
+
+
+def candidates(site: ConvSite, incoming: int, lanes: int, allowed_out: tuple[int, ...] | None = None
+               ) -> list[tuple[int, int]]:
+    """(data block, output block) pairs to score: the producer's layout as input (and, after a
+    plain NCHW producer, one converted to v lanes) x output blocks 1, v, 2v (or `allowed_out`,
+    when the output meets another packed tensor downstream). If none is valid, plain NCHW
+    behind a conversion."""
+    ins = [incoming] + ([lanes] if incoming == 1 else [])
+    outs = allowed_out or (1, lanes, 2 * lanes)
+    pairs = [(i, o) for i in ins for o in outs if site.valid(i, o)]
+    return list(dict.fromkeys(pairs)) or [(1, 1)]
+
+
+class LayoutSearch:
+    """Scores layout candidates with Gensor (same database, same hardware model)."""
+
+    def __init__(self, target: CpuTarget, database, measure: bool):
+        self.db = TuningDatabase(database)
+        self.gensor = GensorCpu(target, self.db, measure, SEARCH_TOP_K)
+        self.lanes = target.vector_lanes_f32
+        hw = self.gensor.hw
+        dram = hw.level("DRAM").bandwidth * hw.cores * hw.ghz * 1e9          # bytes / s
+        self.conversion_ms_per_byte = 2 / dram * 1e3                          # read + write
+
+    @property
+    def measuring(self) -> bool:
+        return self.gensor.measure
+
+    def _score(self, site: ConvSite, data_block: int, out_block: int) -> float:
+        return self._score_func(site.kernel(data_block, out_block))
+
+    def _score_func(self, func) -> float:
+        """The best schedule's time (ms): measured on this CPU when possible, else estimated."""
+        _, _, choice = self.gensor.schedule(func)
+        if choice is None:
+            return float("inf")
+        times = [t for t in (choice.measured_ms, choice.rules_ms) if t is not None]
+        return min(times) if times else (choice.estimate_ms if choice.estimate_ms is not None else float("inf"))
+
+    def decide(self, site: ConvSite, incoming: int, allowed_out: tuple[int, ...] | None = None) -> Decision:
+        key = f"layout/{self.gensor.target_key}/{site.key()}/in{incoming}/out{list(allowed_out or [])}"
+        rec = self.db.get(key, measured_only=self.measuring)
+        if rec is not None:
+            return Decision.from_record(rec)
+        scores = {}
+        for data_block, out_block in candidates(site, incoming, self.lanes, allowed_out):
+            ms = self._score(site, data_block, out_block)
+            if data_block != incoming:
+                ms += int(np.prod(site.data)) * 4 * self.conversion_ms_per_byte
+            scores[f"{data_block}/{out_block}"] = round(ms, 4)
+        best = min(scores, key=scores.get)
+        data_block, out_block = (int(x) for x in best.split("/"))
+        d = Decision(data_block, out_block, *site.weight_blocks(data_block, out_block), scores, self.measuring)
+        self.db.put(key, d.record())
+        return d
+
+    def save(self) -> None:
+        self.db.save()
+
+    def decide_matmul(self, site: MatmulSite) -> MatmulDecision:
+        """Panel width n_t for a constant-weight matmul (0 = row-major). Measured only: the packed
+        index (j // n_t, j % n_t) is not affine, so Gensor's analytical model cannot rank it; a
+        target that does not run here keeps row-major weights."""
+        if not self.measuring:
+            return MatmulDecision(0, {}, False)
+        key = f"layout/{self.gensor.target_key}/{site.key()}"
+        rec = self.db.get(key, measured_only=True)
+        if rec is not None:
+            return MatmulDecision(rec["nt"], rec.get("scores", {}), True, reused=True)
+        scores = {}
+        for nt in (0, self.lanes, 2 * self.lanes, 4 * self.lanes):
+            if nt == 0 or site.n % nt == 0:
+                scores[str(nt)] = round(self._score_func(site.kernel(nt)), 4)
+        nt = int(min(scores, key=scores.get))
+        self.db.put(key, {"nt": nt, "scores": scores, "measured": True})
+        return MatmulDecision(nt, scores, True)
+
+
+@dataclass
+class MatmulDecision:
+    nt: int                                   # panel width; 0 = row-major B
+    scores: dict[str, float]
+    measured: bool
+    reused: bool = False
+
+
+class ProfileMemo:
+    """Keeps one shape profile's choices for the next profiles of the same model: the graphs
+    differ only in batch/sequence sizes, and one set of layouts means the weights are packed once
+    (profiles share weights.bin). Replays by position; a conv whose channels or kernel differ
+    (not the same graph) is decided afresh."""
+
+    def __init__(self):
+        self.convs: list[tuple[ConvSite, Decision]] = []
+        self.matmuls: list[tuple[MatmulSite, MatmulDecision]] = []
+
+    def wrap(self, search) -> "_Replaying":
+        return _Replaying(search, self)
+
+
+class _Replaying:
+    def __init__(self, search, memo: ProfileMemo):
+        self.search, self.memo = search, memo
+        self.n_conv = self.n_mm = 0
+
+    @property
+    def measuring(self) -> bool:
+        return self.search.measuring
+
+    def decide(self, site: ConvSite, incoming: int, allowed_out=None) -> Decision:
+        i, self.n_conv = self.n_conv, self.n_conv + 1
+        if i < len(self.memo.convs):
+            old, d = self.memo.convs[i]
+            if old.weight == site.weight and old.data[1] == site.data[1] and old.groups == site.groups:
+                return d
+        d = self.search.decide(site, incoming, allowed_out)
+        if i >= len(self.memo.convs):
+            self.memo.convs.append((site, d))
+        return d
+
+    def decide_matmul(self, site: MatmulSite) -> MatmulDecision:
+        i, self.n_mm = self.n_mm, self.n_mm + 1
+        if i < len(self.memo.matmuls):
+            old, d = self.memo.matmuls[i]
+            if (old.k, old.n) == (site.k, site.n):
+                return d
+        d = self.search.decide_matmul(site)
+        if i >= len(self.memo.matmuls):
+            self.memo.matmuls.append((site, d))
+        return d
+
+    def save(self) -> None:
+        self.search.save()

@@ -1,0 +1,217 @@
+"""The layout pass on small ONNX graphs: chosen layouts applied, conversions counted before and
+after propagation, weights packed at build time, results equal to onnxruntime."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+from packager.frontend import LoadedModel, TensorInfo, import_relax
+from packager.optimize.layout.propagate import alter_layouts
+from packager.optimize.layout.search import ConvSite, Decision, candidates
+from packager.optimize.pipeline import optimize_graph
+from packager.spec import OptimizeSpec, TargetSpec
+from packager.targets import resolve
+
+RNG = np.random.default_rng(0)
+X86 = resolve(TargetSpec("x86-64", {}, "t"))
+
+
+def _w(*shape):
+    return (RNG.standard_normal(shape) * 0.2).astype(np.float32)
+
+
+def _model(nodes, x_shape, inits, out="y"):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                          [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _conv(x, w, b, y, **attrs):
+    return helper.make_node("Conv", [x, w, b] if b else [x, w], [y], **attrs)
+
+
+class FixedSearch:
+    """Decides every conv's blocks from a list (in topological order), so the tests pin layouts."""
+
+    measuring = False
+
+    def __init__(self, blocks, panels: int = 0):
+        self.blocks = list(blocks)
+        self.panels = panels
+
+    def decide(self, site: ConvSite, incoming: int, allowed_out=None) -> Decision:
+        data_block, out_block = self.blocks.pop(0)
+        data_block = incoming if data_block is None else data_block
+        return Decision(data_block, out_block, *site.weight_blocks(data_block, out_block))
+
+    def decide_matmul(self, site):
+        from packager.optimize.layout.search import MatmulDecision
+        return MatmulDecision(self.panels, {}, False)
+
+    def save(self):
+        pass
+
+
+def _relax(model):
+    shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+    loaded = LoadedModel(None, model, 17, [TensorInfo("x", "float32", shape)], [TensorInfo("y", "float32", ())])
+    return import_relax(loaded, {"x": shape}, {"x": "float32"}), shape
+
+
+def _run(model, blocks, panels=0):
+    """(report, output of the re-laid-out graph, onnxruntime's output)."""
+    mod, shape = _relax(model)
+    laid, report = alter_layouts(mod, X86, search=FixedSearch(blocks, panels))
+    from packager.lowering import legalize
+    from packager.optimize.layout.conv import legalize_conv2d
+    built = relax.build(legalize(laid, {"relax.nn.conv2d": legalize_conv2d}), target="llvm")
+    vm = relax.VirtualMachine(built, tvm.cpu())
+    x = RNG.standard_normal(shape).astype(np.float32)
+    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    return report, got, ref
+
+
+def test_conv_bias_relu_chain_and_residual_need_no_inner_conversions():
+    """conv -> bias -> relu -> conv -> residual add -> relu: the layout flows through the
+    element-wise ops and the add; only the graph input and output are converted."""
+    m = _model([_conv("x", "w1", "b1", "c1", pads=[1] * 4), helper.make_node("Relu", ["c1"], ["r1"]),
+                _conv("r1", "w2", "b2", "c2", pads=[1] * 4), helper.make_node("Add", ["c2", "r1"], ["s"]),
+                helper.make_node("Relu", ["s"], ["y"])],
+               [1, 16, 8, 8], {"w1": _w(32, 16, 3, 3), "b1": _w(32), "w2": _w(32, 32, 3, 3), "b2": _w(32)})
+    report, got, ref = _run(m, [(16, 16), (None, 16)])
+    d = report.details
+    assert d["packed"] == 2 and d["conversions_before"] == 4 and d["conversions_after"] == 2
+    assert d["constants_relaid"] == 4                           # two weights + two biases, folded offline
+    assert [c["layouts"] for c in d["per_conv"]] == [["NCHW16c", "OIHW16i16o", "NCHW16c"]] * 2
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_adjacent_convs_with_different_layouts_get_one_conversion():
+    """ALT Constraint 3: conv (out 16c) -> conv (reads NCHW): exactly one conversion between."""
+    m = _model([_conv("x", "w1", None, "c1"), _conv("c1", "w2", None, "y")],
+               [1, 32, 6, 6], {"w1": _w(64, 32, 1, 1), "w2": _w(64, 64, 1, 1)})
+    report, got, ref = _run(m, [(32, 16), (1, 1)])
+    assert report.details["conversions_after"] == 2             # the graph input, and between the convs
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    report_same, got, ref = _run(m, [(32, 32), (None, 1)])        # second conv reads 32c, writes NCHW
+    assert report_same.details["conversions_after"] == 1
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_blocks_tvm_cannot_convert_fall_back_to_uniform_blocking():
+    """NCHW16c -> NCHW32c has no ConvertLayout rule (TVM: "Invalid layout axis 32b"): the pass
+    falls back to one block for all convs, says so, and stays correct."""
+    m = _model([_conv("x", "w1", None, "c1"), _conv("c1", "w2", None, "y")],
+               [1, 32, 6, 6], {"w1": _w(64, 32, 1, 1), "w2": _w(64, 64, 1, 1)})
+    report, got, ref = _run(m, [(32, 16), (32, 32)])
+    assert "uniform 16-lane blocking" in report.summary and report.details["packed"] == 2
+    assert {tuple(c["layouts"]) for c in report.details["per_conv"]} == {("NCHW16c", "OIHW16i16o", "NCHW16c")}
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_mobilenet_block_depthwise_clip_and_projection():
+    """expand 1x1 -> clip (relu6) -> depthwise 3x3 stride 1 -> clip -> project 1x1 -> + input."""
+    m = _model([_conv("x", "we", "be", "e"), helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+                _conv("e6", "wd", "bd", "d", pads=[1] * 4, group=96), helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+                _conv("d6", "wp", "bp", "p"), helper.make_node("Add", ["p", "x"], ["y"])],
+               [1, 16, 10, 10], {"we": _w(96, 16, 1, 1), "be": _w(96), "wd": _w(96, 1, 3, 3), "bd": _w(96),
+                                 "wp": _w(16, 96, 1, 1), "bp": _w(16), "lo": np.array(0, np.float32),
+                                 "hi": np.array(6, np.float32)})
+    report, got, ref = _run(m, [(16, 32), (None, 32), (None, 16)])
+    assert report.details["packed"] == 3, report.summary
+    assert report.details["per_conv"][1]["layouts"] == ["NCHW32c", "OIHW1i32o", "NCHW32c"]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_concat_and_pooling_keep_the_packed_layout():
+    m = _model([_conv("x", "w1", None, "a", pads=[1] * 4), _conv("x", "w2", None, "b", pads=[1] * 4),
+                helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+                helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+                _conv("p", "w3", None, "y")],
+               [1, 8, 8, 8], {"w1": _w(16, 8, 3, 3), "w2": _w(32, 8, 3, 3), "w3": _w(16, 48, 1, 1)})
+    report, got, ref = _run(m, [(1, 16), (1, 16), (16, 16)])
+    assert report.details["conversions_after"] == 1             # only back to NCHW at the output
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_candidates_follow_the_producer_and_respect_divisibility():
+    site = ConvSite((1, 24, 8, 8), (40, 24, 3, 3), (1, 1), (1,) * 4, (1, 1), 1, "float32")
+    assert candidates(site, 1, 8) == [(1, 1), (1, 8), (8, 1), (8, 8)]         # 40 % 16 != 0
+    assert candidates(site, 8, 8) == [(8, 1), (8, 8)]
+    odd = ConvSite((1, 10, 8, 8), (10, 10, 1, 1), (1, 1), (0,) * 4, (1, 1), 1, "float32")
+    assert candidates(odd, 1, 16) == [(1, 1)]
+
+
+def test_gpu_targets_keep_nchw_and_say_so():
+    mod, _ = _relax(_model([_conv("x", "w1", None, "y")], [1, 16, 4, 4], {"w1": _w(16, 16, 1, 1)}))
+    out, report = alter_layouts(mod, resolve(TargetSpec("h100", {}, "g")))
+    assert out is mod and "NCHW kept" in report.summary
+
+
+def test_analytical_search_packs_convs_on_arm64(tmp_path):
+    """No fixed choices: the joint search itself (Gensor estimates for arm64, deterministic) picks
+    NEON-width blocks for a 64-channel 3x3 conv and the pipeline lowers the packed convs."""
+    m = _model([_conv("x", "w1", "b1", "c1", pads=[1] * 4), helper.make_node("Relu", ["c1"], ["y"])],
+               [1, 64, 14, 14], {"w1": _w(64, 64, 3, 3), "b1": _w(64)})
+    mod, _ = _relax(m)
+    arm = resolve(TargetSpec("arm64", {}, "a"))
+    out, reports = optimize_graph(mod, OptimizeSpec(level=2, database=tmp_path), arm)
+    layout = next(r for r in reports if r.name == "layout")
+    assert layout.details["packed"] == 1, layout.summary
+    (conv,) = layout.details["per_conv"]
+    assert conv["layouts"][2] in ("NCHW4c", "NCHW8c") and len(conv["scores_ms"]) >= 3
+    best = min(conv["scores_ms"].values())
+    assert best <= conv["scores_ms"]["1/1"]                      # never worse than NCHW by its own model
+    assert any("conv2d_packed" in gv.name_hint for gv in out.functions)
+
+
+def test_matmul_weights_in_panels_match():
+    """x @ W + b: W (K x N) stored as (N/n_t) K n_t at build time, the result unchanged."""
+    m = _model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])],
+               [2, 5, 24], {"w": _w(24, 48), "b": _w(48)})
+    report, got, ref = _run(m, [], panels=16)
+    assert report.details["matmuls"] == 1 and report.details["matmuls_packed"] == 1
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    mod, _ = _relax(m)
+    out, _ = alter_layouts(mod, X86, search=FixedSearch([], 16))
+    consts = [b.value.args[1].fields[1] for blk in out["main"].body.blocks for b in blk.bindings
+              if getattr(b.value.op, "name", "") == "relax.call_tir" and "matmul_packed" in b.value.args[0].name_hint]
+    assert consts[0].value.numpy().shape == (3, 24, 16)
+
+
+def test_weight_panels_layout():
+    from packager.optimize.layout.matmul import pack_weight, weight_panels
+    w = _w(6, 32)
+    p = pack_weight(w, 8)
+    assert p.shape == (4, 6, 8)
+    np.testing.assert_array_equal(p[1, 2], w[2, 8:16])
+    np.testing.assert_array_equal(weight_panels(6, 32, 8).invert_np(p), w)
+
+
+def test_conv_meeting_a_packed_tensor_downstream_must_use_its_block():
+    """Residual add of two conv branches: TVM cannot convert NCHW16c <-> NCHW32c, so the conv
+    decided second may only write the first one's block (or NCHW)."""
+    from packager.optimize.layout.propagate import decide_layouts
+
+    class Recording(FixedSearch):
+        def decide(self, site, incoming, allowed_out=None):
+            self.allowed.append(allowed_out)
+            return super().decide(site, incoming, allowed_out)
+
+    m = _model([_conv("x", "w1", None, "a"), helper.make_node("Relu", ["a"], ["ra"]),
+                _conv("x", "w2", None, "b"), helper.make_node("Add", ["ra", "b"], ["y"])],
+               [1, 16, 6, 6], {"w1": _w(32, 16, 1, 1), "w2": _w(32, 16, 1, 1)})
+    mod, _ = _relax(m)
+    search = Recording([(1, 32), (1, 32)])
+    search.allowed = []
+    decide_layouts(mod, search)
+    assert search.allowed == [None, (1, 32)]
