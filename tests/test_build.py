@@ -90,6 +90,7 @@ optimize: {opt}
     "{passes: {fusion: false}}",
     "{passes: {schedule: false}}",
     "{passes: {fastmath: false}}",
+    "{passes: {layout: false}}",
 ])
 def test_each_pass_switch_keeps_results_equal(sample_root, tmp_path, opt):
     spec = write_spec(tmp_path, CNN_SPEC.format(model=sample_root / "cnn" / "model.onnx", opt=opt))
@@ -97,11 +98,25 @@ def test_each_pass_switch_keeps_results_equal(sample_root, tmp_path, opt):
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "dist" / "cnn" / "build_report.json").read_text())
     statuses = {p["pass"]: p["status"] for p in report["graph_passes"] + report["targets"][0]["kernel_passes"]}
-    for name in ("simplify", "fastmath", "fusion", "schedule"):
+    for name in ("simplify", "fastmath", "fusion", "schedule", "layout"):
         off = opt == "{level: 0}" or f"{name}: false" in opt
         assert statuses[name] == ("disabled" if off else "applied"), statuses
     r = run_pack("verify", tmp_path / "dist" / "cnn")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_each_cpu_target_gets_its_own_layouts(packages):
+    """The cnn sample for x86-64 and arm64: one layout pass per target, blocks of that target's
+    vector width (AVX-512 16 / AVX2 8 lanes, or twice that; NEON 4 or 8), conversions counted."""
+    report = json.loads((packages["cnn"] / "build_report.json").read_text())
+    lanes = {"x86-64": {8, 16, 32}, "arm64": {4, 8}}
+    for t in report["targets"]:
+        layout = next(p for p in t["kernel_passes"] if p["pass"] == "layout")
+        assert layout["status"] == "applied" and layout["details"]["packed"] >= 1, layout["summary"]
+        d = layout["details"]
+        assert d["conversions_after"] < d["conversions_before"]
+        blocks = {int(c["layouts"][2][4:-1]) for c in d["per_conv"] if c["layouts"][2] != "NCHW"}
+        assert blocks and blocks <= lanes[t["name"]], (t["name"], blocks)
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):

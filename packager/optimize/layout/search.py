@@ -149,12 +149,13 @@ class LayoutSearch:
         return min(times) if times else (choice.estimate_ms if choice.estimate_ms is not None else float("inf"))
 
     def decide(self, site: ConvSite, incoming: int, allowed_out: tuple[int, ...] | None = None) -> Decision:
-        key = f"layout/{self.gensor.target_key}/{site.key()}/in{incoming}/out{list(allowed_out or [])}"
+        pairs = candidates(site, incoming, self.lanes, allowed_out)
+        key = f"layout/{self.gensor.target_key}/{site.key()}/in{incoming}/{pairs}"
         rec = self.db.get(key, measured_only=self.measuring)
         if rec is not None:
             return Decision.from_record(rec)
         scores = {}
-        for data_block, out_block in candidates(site, incoming, self.lanes, allowed_out):
+        for data_block, out_block in pairs:
             ms = self._score(site, data_block, out_block)
             if data_block != incoming:
                 ms += int(np.prod(site.data)) * 4 * self.conversion_ms_per_byte
@@ -174,14 +175,12 @@ class LayoutSearch:
         target that does not run here keeps row-major weights."""
         if not self.measuring:
             return MatmulDecision(0, {}, False)
-        key = f"layout/{self.gensor.target_key}/{site.key()}"
+        widths = [nt for nt in (0, self.lanes, 2 * self.lanes, 4 * self.lanes) if nt <= site.n]
+        key = f"layout/{self.gensor.target_key}/{site.key()}/{widths}"      # n_t not dividing N: padded
         rec = self.db.get(key, measured_only=True)
         if rec is not None:
             return MatmulDecision(rec["nt"], rec.get("scores", {}), True, reused=True)
-        scores = {}
-        for nt in (0, self.lanes, 2 * self.lanes, 4 * self.lanes):
-            if nt == 0 or site.n % nt == 0:
-                scores[str(nt)] = round(self._score_func(site.kernel(nt)), 4)
+        scores = {str(nt): round(self._score_func(site.kernel(nt)), 4) for nt in widths}
         nt = int(min(scores, key=scores.get))
         self.db.put(key, {"nt": nt, "scores": scores, "measured": True})
         return MatmulDecision(nt, scores, True)
