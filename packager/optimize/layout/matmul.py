@@ -14,16 +14,12 @@ from tvm import relax, te
 from tvm.ir import expr as ir
 
 from .conv import bounded_simplifier
-from .primitives import LayoutSeq, Pad, Reorder, Split
+from .primitives import LayoutSeq, Reorder, Split
 
 
 def weight_panels(k: int, n: int, nt: int) -> LayoutSeq:
-    """K N -> (N/n_t) K n_t: split N, move its outer part first (template with k_t = K). An N
-    that n_t does not divide is padded with zero columns first (ALT's pad primitive); the compute
-    never reads them."""
-    padded = -(-n // nt) * nt
-    pad = (Pad(1, padded),) if padded != n else ()
-    return LayoutSeq((k, n), (*pad, Split(1, (padded // nt, nt)), Reorder((1, 0, 2))))
+    """K N -> (N/n_t) K n_t: split N, move its outer part first (template with k_t = K)."""
+    return LayoutSeq((k, n), (Split(1, (n // nt, nt)), Reorder((1, 0, 2))))
 
 
 def pack_weight(w: np.ndarray, nt: int) -> np.ndarray:

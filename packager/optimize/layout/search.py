@@ -175,8 +175,10 @@ class LayoutSearch:
         target that does not run here keeps row-major weights."""
         if not self.measuring:
             return MatmulDecision(0, {}, False)
-        widths = [nt for nt in (0, self.lanes, 2 * self.lanes, 4 * self.lanes) if nt <= site.n]
-        key = f"layout/{self.gensor.target_key}/{site.key()}/{widths}"      # n_t not dividing N: padded
+        # n_t must divide N: a zero-padded last panel was measured 16x slower on GPT-2's 50257-wide
+        # LM head (the kernel loses its vector split) and is not offered
+        widths = [nt for nt in (0, self.lanes, 2 * self.lanes, 4 * self.lanes) if nt == 0 or site.n % nt == 0]
+        key = f"layout/{self.gensor.target_key}/{site.key()}/{widths}"
         rec = self.db.get(key, measured_only=True)
         if rec is not None:
             return MatmulDecision(rec["nt"], rec.get("scores", {}), True, reused=True)

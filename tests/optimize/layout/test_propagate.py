@@ -195,17 +195,6 @@ def test_weight_panels_layout():
     assert p.shape == (4, 6, 8)
     np.testing.assert_array_equal(p[1, 2], w[2, 8:16])
     np.testing.assert_array_equal(weight_panels(6, 32, 8).invert_np(p), w)
-    odd = _w(6, 20)                                   # 20 columns, n_t = 8: last panel zero-padded
-    p = pack_weight(odd, 8)
-    assert p.shape == (3, 6, 8) and np.all(p[2, :, 4:] == 0)
-    np.testing.assert_array_equal(weight_panels(6, 20, 8).invert_np(p), odd)
-
-
-def test_matmul_panels_with_padding_match():
-    m = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], [3, 24], {"w": _w(24, 37)})
-    report, got, ref = _run(m, [], panels=16)
-    assert report.details["matmuls_packed"] == 1
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
 def test_conv_meeting_a_packed_tensor_downstream_must_use_its_block():
