@@ -11,6 +11,12 @@
 3. Conversions of constants (weights, biases) are folded at build time by FoldConstant after
    legalization: packed weights are stored packed, no layout work at run time.
 4. The packed convs are lowered by conv.legalize_conv2d (TE written over the new layouts).
+5. Matmuls with constant B get B in n_t panels where measurement says so (matmul.py); their
+   A and C keep row-major layouts.
+
+TVM cannot convert one packed block into another (NCHW16c -> NCHW32c): a conv whose output meets
+another packed tensor downstream (residual add, concat) may only use that tensor's block, and if
+ConvertLayout still refuses the choices, every conv gets the vector-width block (or NCHW).
 
 The report lists each conv's chosen layouts and the number of activation conversions: before
 propagation (one in front of and one behind every packed conv) and after.
@@ -30,12 +36,11 @@ from .matmul import matmul_site, pack_matmul_weights
 from .primitives import channel_blocked, conv_weight_blocked
 from .search import ConvSite, Decision, LayoutSearch, ProfileMemo
 
-# Ops through which a channel-blocked layout flows unchanged (ConvertLayout's propagation rules
-# cover them): element-wise, broadcast binary, pooling.
+# Ops through which a channel-blocked layout flows unchanged: element-wise, broadcast binary,
+# pooling; each has a layout rule (FRelaxInferLayout) in TVM 0.27, checked by a test.
 FOLLOW = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
-          "relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu",
-          "relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.leakyrelu", "relax.power", "relax.exp",
-          "relax.nn.prelu", "relax.negative", "relax.sqrt", "relax.nn.hardswish", "relax.nn.hardsigmoid"}
+          "relax.nn.relu", "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu", "relax.nn.max_pool2d",
+          "relax.nn.avg_pool2d", "relax.power", "relax.exp", "relax.nn.prelu", "relax.negative", "relax.sqrt"}
 
 
 def _op(call) -> str | None:

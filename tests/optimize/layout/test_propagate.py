@@ -215,3 +215,11 @@ def test_conv_meeting_a_packed_tensor_downstream_must_use_its_block():
     search.allowed = []
     decide_layouts(mod, search)
     assert search.allowed == [None, (1, 32)]
+
+
+def test_tracked_ops_have_tvm_layout_rules():
+    """The tracker must not expect propagation through an op ConvertLayout cannot carry a layout
+    through (it would then ask for conversions TVM cannot express)."""
+    from packager.optimize.layout.propagate import FOLLOW
+
+    assert all(tvm.ir.Op.get(name).get_attr("FRelaxInferLayout") is not None for name in FOLLOW)
