@@ -47,8 +47,8 @@ def conv2d_packed(data: te.Tensor, weight: te.Tensor, lay: ConvLayouts, channels
                   groups: int, out_dtype: str) -> te.Tensor:
     """conv2d with data NCHW[b]c, weight OIHW[i]i[o]o, output NCHW[o]c (grouped/depthwise included).
 
-    Weight shape: (O/o, (C/g)/i, KH, KW, i, o). Output shape: (N, O/o, OH, OW, o), or NCHW when
-    out_block is 1 (then the weight's o block is 1 too)."""
+    Weight shape: (O/o, (C/g)/i, KH, KW, i, o), or plain OIHW when both its blocks are 1. Output
+    shape: (N, O/o, OH, OW, o), or NCHW when out_block is 1 (then the weight's o block is 1 too)."""
     n = data.shape[0]
     h, w = (data.shape[2], data.shape[3])
     kh, kw = int(weight.shape[2]), int(weight.shape[3])
@@ -68,13 +68,15 @@ def conv2d_packed(data: te.Tensor, weight: te.Tensor, lay: ConvLayouts, channels
     rx = te.reduce_axis((0, kw), name="rx")
 
     reduce_bounds = [(a.var, int(a.dom.extent)) for a in (rco, rci, ry, rx)]
+    plain_weight = len(weight.shape) == 4            # OIHW: blocks (1, 1), e.g. packed depthwise in, NCHW out
 
     def body(nn, o, y, x, bounds):
         s = bounded_simplifier(bounds + reduce_bounds)
         read = _data_reader(data, lay.data_block, s)
         c = (o // og) * cg + rco * wi + rci if groups > 1 else rco * wi + rci
-        return te.sum(read(nn, c, y * sh + ry * dh, x * sw + rx * dw).astype(out_dtype)
-                      * weight[s(o // wo), rco, ry, rx, rci, s(o % wo)].astype(out_dtype), axis=[rco, rci, ry, rx])
+        w = weight[o, rco, ry, rx] if plain_weight else weight[s(o // wo), rco, ry, rx, rci, s(o % wo)]
+        return te.sum(read(nn, c, y * sh + ry * dh, x * sw + rx * dw).astype(out_dtype) * w.astype(out_dtype),
+                      axis=[rco, rci, ry, rx])
 
     if ob == 1:
         return te.compute((n, out_channels, oh, ow),

@@ -78,10 +78,22 @@ class _Tracker:
     def __init__(self, mod: tvm.IRModule):
         self.block_of: dict = {}
         self.users: dict = defaultdict(list)
+        self.producer: dict = {}
         for b in _bindings(mod):
             if isinstance(b.value, relax.Call):
+                self.producer[b.var] = b
                 for a in _args(b.value):
                     self.users[a].append(b)
+
+    def resolve(self, var, depth: int = 0) -> int:
+        """The block of `var`, looking up through element-wise producers not visited yet (a branch
+        decided earlier may reach the meeting point through ops that come later in the walk)."""
+        if var in self.block_of or depth > 32:
+            return self.block_of.get(var, 1)
+        b = self.producer.get(var)
+        if b is None or _op(b.value) not in FOLLOW:
+            return 1
+        return max((self.resolve(a, depth + 1) for a in b.value.args if isinstance(a, relax.Var)), default=1)
 
     def visit(self, b) -> None:
         call, op = b.value, _op(b.value)
@@ -109,7 +121,8 @@ class _Tracker:
                 op = _op(b.value)
                 if op not in FOLLOW and op != "relax.concat":
                     continue
-                found |= {self.block_of[a] for a in _args(b.value) if not a.same_as(v) and self.block_of.get(a, 1) > 1}
+                found |= {blk for a in _args(b.value) if isinstance(a, relax.Var) and not a.same_as(v)
+                          and (blk := self.resolve(a)) > 1}
                 if b.var not in seen:
                     seen.add(b.var)
                     stack.append(b.var)

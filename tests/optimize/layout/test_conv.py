@@ -43,6 +43,7 @@ CASES = {
     "depthwise_stride2_out32": ((1, 64, 10, 10), (64, 1, 3, 3), 2, (1, 1, 1, 1), 1, 64, 32, 32),
     "grouped": ((1, 32, 6, 6), (32, 16, 3, 3), 1, (1, 1, 1, 1), 1, 2, 16, 16),
     "dilated": ((1, 16, 12, 12), (16, 16, 3, 3), 1, (2, 2, 2, 2), 2, 1, 16, 16),
+    "depthwise_packed_in_nchw_out": ((1, 16, 7, 7), (16, 1, 3, 3), 1, (1, 1, 1, 1), 1, 16, 8, 1),
 }
 
 
@@ -54,7 +55,7 @@ def test_packed_conv_equals_nchw_conv(name):
     cg = wshape[1]
     w_in = db if db > 1 and cg % db == 0 else 1
     x_seq = channel_blocked(dshape, 1, db)
-    w_seq = conv_weight_blocked(wshape, w_in, ob)
+    w_seq = conv_weight_blocked(wshape, w_in, ob) if (w_in, ob) != (1, 1) else channel_blocked(wshape, 1, 1)
     xt = te.placeholder(x_seq.shape(), "float32", "x")
     wt = te.placeholder(w_seq.shape(), "float32", "w")
     y = conv2d_packed(xt, wt, ConvLayouts(db, w_in, ob, ob), dshape[1], wshape[0], (stride, stride), pad, (dil, dil),
