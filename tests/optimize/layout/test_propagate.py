@@ -3,9 +3,7 @@ after propagation, weights packed at build time, results equal to onnxruntime.""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime as ort
-import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
