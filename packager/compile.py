@@ -94,14 +94,16 @@ def lower(unit: Unit, opt: OptimizeSpec, targets: list[CpuTarget | CudaTarget]) 
     choose their own layouts); fills unit.lowerings."""
     in_names = [i.name for i in unit.model.inputs]
     out_names = [o.name for o in unit.model.outputs]
+    imported: dict[str, tvm.IRModule] = {}            # one ONNX import per profile, shared by the keys
     for t in targets:
         key = layout_key(t, opt)
         if key in unit.lowerings:
             continue
         graphs, reports, memo = {}, None, ProfileMemo()
         for pname, shapes in unit.profiles:
-            mod = import_relax(unit.model, shapes, unit.dtypes)
-            mod, passes = optimize_graph(mod, opt, t, memo)
+            if pname not in imported:
+                imported[pname] = import_relax(unit.model, shapes, unit.dtypes)
+            mod, passes = optimize_graph(imported[pname], opt, t, memo)
             graphs[pname] = extract_graph(mod, in_names, out_names)
             reports = reports or passes
         unit.lowerings[key], unit.lowering_passes[key] = graphs, reports

@@ -29,12 +29,16 @@ class _SafeTake(relax.PyExprMutator):
         return call
 
 
-def safe_take(mod: tvm.IRModule) -> tvm.IRModule:
-    m = _SafeTake(mod)
+def rewrite_functions(m: relax.PyExprMutator, mod: tvm.IRModule) -> tvm.IRModule:
+    """Run a Relax mutator (constructed over `mod`) on every Relax function of `mod`."""
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
             m.builder_.update_func(gv, m.visit_expr(func))
     return m.builder_.get()
+
+
+def safe_take(mod: tvm.IRModule) -> tvm.IRModule:
+    return rewrite_functions(_SafeTake(mod), mod)
 
 
 def legalize(mod: tvm.IRModule, custom: dict | None = None) -> tvm.IRModule:
@@ -103,7 +107,7 @@ def _tensor_type(ty, what: str):
         raise UserError(f"{what} has symbolic shape {ty.shape}; bind every dynamic dim in the spec") from None
 
 
-def _is_const(e) -> bool:
+def is_const(e) -> bool:
     return isinstance(e, (ir.GenericConst, ir.Constant)) and hasattr(e, "value") and hasattr(e.value, "numpy")
 
 
@@ -124,7 +128,7 @@ def extract_graph(mod: tvm.IRModule, input_names: list[str], output_names: list[
             if e not in env:
                 raise InternalError(f"variable {e} used before definition in main")
             return env[e]
-        if _is_const(e):
+        if is_const(e):
             key = e
             if key not in consts:
                 arr = e.value.numpy()

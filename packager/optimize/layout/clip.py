@@ -8,6 +8,8 @@ import tvm
 import tvm_ffi
 from tvm import relax, s_tir, tirx
 
+from ...lowering import rewrite_functions
+
 BLOCKS = {"T_maximum": relax.op.maximum, "T_minimum": relax.op.minimum}
 
 
@@ -45,8 +47,5 @@ class _ClipAsOps(relax.PyExprMutator):
 
 def clip_as_ops(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     m = _ClipAsOps(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            m.builder_.update_func(gv, m.visit_expr(func))
-    out = relax.transform.DeadCodeElimination()(m.builder_.get())
+    out = relax.transform.DeadCodeElimination()(rewrite_functions(m, mod))
     return out, m.rewritten

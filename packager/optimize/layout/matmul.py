@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 from tvm import relax, te
-from tvm.ir import expr as ir
+
+from ...lowering import is_const, rewrite_functions
 
 from .conv import bounded_simplifier
 from .primitives import LayoutSeq, Reorder, Split
@@ -70,7 +71,7 @@ class MatmulSite:
 
 def matmul_site(call) -> MatmulSite | None:
     """The site of a matmul whose B is a float constant matrix, else None."""
-    if getattr(call.op, "name", None) != "relax.matmul" or not isinstance(call.args[1], (ir.Constant, ir.GenericConst)):
+    if getattr(call.op, "name", None) != "relax.matmul" or not is_const(call.args[1]):
         return None
     a_ty, b_ty = call.args[0].ty, call.args[1].ty
     if getattr(b_ty, "ndim", 0) != 2 or getattr(a_ty, "ndim", 0) < 2 or a_ty.shape is None:
@@ -106,7 +107,4 @@ class PackMatmulWeights(relax.PyExprMutator):
 
 def pack_matmul_weights(mod: tvm.IRModule, widths: list[tuple[object, int]]) -> tuple[tvm.IRModule, int]:
     m = PackMatmulWeights(mod, widths)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            m.builder_.update_func(gv, m.visit_expr(func))
-    return m.builder_.get(), m.packed
+    return rewrite_functions(m, mod), m.packed

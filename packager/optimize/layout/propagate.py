@@ -29,6 +29,7 @@ import tvm
 from tvm import relax
 from tvm.ir import expr as ir
 
+from ...lowering import is_const
 from ...targets import CpuTarget, CudaTarget
 from ..base import PassReport
 from .clip import clip_as_ops
@@ -48,14 +49,10 @@ def _op(call) -> str | None:
 
 
 def _is_plain_conv(call) -> bool:
-    if _op(call) != "relax.nn.conv2d" or not _is_const(call.args[1]):
+    if _op(call) != "relax.nn.conv2d" or not is_const(call.args[1]):
         return False
     a = call.attrs
     return (a.data_layout, a.kernel_layout, a.out_layout or "NCHW") == ("NCHW", "OIHW", "NCHW")
-
-
-def _is_const(e) -> bool:
-    return isinstance(e, (ir.GenericConst, ir.Constant))
 
 
 def _bindings(mod: tvm.IRModule):
@@ -156,7 +153,7 @@ def _count_conversions(mod: tvm.IRModule) -> tuple[int, int]:
     from_consts: set = set()
 
     def constant(e) -> bool:
-        return _is_const(e) or e in from_consts
+        return is_const(e) or e in from_consts
 
     for b in _bindings(mod):
         v = b.value

@@ -25,6 +25,7 @@ from ..schedule.database import TuningDatabase
 from ..schedule.gensor import GensorCpu
 from .conv import ConvLayouts, conv2d_packed
 from .matmul import MatmulSite
+from .primitives import layout_name
 
 SEARCH_TOP_K = 2              # tile plans measured per layout candidate
 
@@ -96,7 +97,6 @@ class Decision:
     reused: bool = False
 
     def layouts(self) -> tuple[str, str, str]:
-        from .primitives import layout_name
         kernel = "OIHW" if (self.w_in, self.w_out) == (1, 1) else f"OIHW{self.w_in}i{self.w_out}o"
         return layout_name("NCHW", self.data_block), kernel, layout_name("NCHW", self.out_block)
 
