@@ -1,4 +1,4 @@
-"""The `pack` command line: build, verify, bench, inspect.
+"""The `pack` command line: build, verify, bench, inspect, conformance.
 
 Errors print one line (what, where, what to do) and exit 2 for bad input, 1 for internal
 failures; `--debug` shows the Python traceback instead.
@@ -86,7 +86,7 @@ def verify(package: Path = typer.Argument(..., help="package folder"),
            rtol: Optional[float] = typer.Option(None, help="relative tolerance (default: the spec's)"),
            atol: Optional[float] = typer.Option(None, help="absolute tolerance (default: the spec's)")):
     """Run every CPU target on random inputs and compare with onnxruntime."""
-    from .verify import verify_package
+    from .tools.verify import verify_package
 
     results = verify_package(package, target or None, model, rtol, atol, log=_log)
     ran = [r for r in results if r.status != "skipped"]
@@ -113,7 +113,7 @@ def bench(package: Path = typer.Argument(..., help="package folder, or a spec to
           top: int = typer.Option(5, help="slowest kernels to show"),
           json_out: Optional[Path] = typer.Option(None, "--json", help="write the report as JSON")):
     """Time the package against onnxruntime (CPU EP), side by side; per-kernel roofline."""
-    from .bench import bench as run_bench
+    from .tools.bench import bench as run_bench
 
     report = run_bench(package, target, threads, iters, rounds, warmup, ablate or [], top, log=_log)
     if json_out:
@@ -124,46 +124,9 @@ def bench(package: Path = typer.Argument(..., help="package folder, or a spec to
 @handle_errors
 def inspect(package: Path = typer.Argument(..., help="package folder")):
     """Summarize a package: targets, profiles, kernels, memory, passes, file integrity."""
-    from .package_info import open_package
+    from .tools.inspect import inspect_package
 
-    pkg = open_package(package)
-    m = pkg.manifest
-    _log(f"package {m['name']} (packager {m['packager_version']}) from {m['source_model']['path']}")
-    for io in ("inputs", "outputs"):
-        for t in m[io]:
-            _log(f"  {io[:-1]:6s} {t['name']}: {t['dtype']} {t['shape']}")
-    for p in m["profiles"]:
-        _log(f"  profile {p['name']}: " + ", ".join(f"{k}{v}" for k, v in p["inputs"].items()))
-    report_path = pkg.root / m.get("build_report", "build_report.json")
-    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
-    for r in report.get("targets", []):
-        arenas = ", ".join(f"{p['name']} {p['arena_bytes'] / 1e6:.2f} MB" for p in r.get("profiles", []))
-        part = f" [part {r['part']}]" if r.get("part") else ""
-        if r.get("kind") == "cuda":
-            cu = r.get("cuda", {})
-            what = (f"CUDA {r['sm']} ({r['arch']} host), {cu.get('compiler', '?')}, "
-                    f"{cu.get('device_functions', '?')} device functions")
-        else:
-            what = f"{r['arch']} {r.get('isa', '')} mcpu={r.get('mcpu', '')}"
-        _log(f"  target {r['name']}{part}: {what}, "
-             f"{r.get('kernels', '?')} kernels, weights {r.get('weights_bytes', 0) / 1e6:.2f} MB, arena {arenas}")
-        if not r.get("part") or r["part"] == "p0":
-            for p in r.get("kernel_passes", []):
-                _log(f"    pass {p['pass']}: {p['status']}: {p['summary']}")
-    for p in report.get("graph_passes", []):
-        _log(f"  pass {p['pass']}: {p['status']}: {p['summary']}")
-    offload = report.get("onnxruntime", {})
-    for n in offload.get("kept_nodes", []):
-        _log(f"  in ONNX Runtime: {n['name'] or '?'} ({n['op_type']}): {n['reason']}")
-    libs = ", ".join(sorted(m.get("ort", {}).get("library", {}))) or "none"
-    _log(f"  ONNX Runtime: {m.get('ort', {}).get('model', '-')} with custom-op library for {libs}")
-    problems = pkg.check_files()
-    total = sum(f["bytes"] for f in m["files"].values())
-    _log(f"  files: {len(m['files'])}, {total / 1e6:.1f} MB, "
-         + ("all sizes and checksums match" if not problems else f"{len(problems)} PROBLEM(S)"))
-    for p in problems:
-        _log(f"    {p}")
-    if problems:
+    if inspect_package(package, _log):
         raise typer.Exit(1)
 
 
@@ -178,7 +141,7 @@ def conformance(op: Optional[List[str]] = typer.Option(None, "--op", help="only 
                 update_expected: bool = typer.Option(False, help="rewrite the expectation file from this run"),
                 readme: Optional[Path] = typer.Option(None, help="rewrite the operator table in this README")):
     """Run ONNX's backend node tests for the claimed operators through the packager and runtime."""
-    from . import conformance as conf
+    from .tools import conformance as conf
 
     cases = conf.collect(set(op) if op else None)
     if per_op:

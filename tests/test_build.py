@@ -199,7 +199,7 @@ def test_opset_range(tmp_path, sample, opset):
 
 @pytest.mark.parametrize("which", ["mobile_block", "attention_block"])
 def test_operator_coverage_models(tmp_path, which):
-    import probe_models
+    from support import probe_models
 
     pkg = _build_and_verify(tmp_path, getattr(probe_models, which)(), "", targets="[x86-64, arm64]"
                             if HAS_QEMU else "[x86-64]")

@@ -149,7 +149,7 @@ def test_failed_build_leaves_nothing_and_keeps_the_old_package(tmp_path, monkeyp
     def boom(*_a, **_k):
         raise InternalError("simulated failure while writing the package")
 
-    monkeypatch.setattr(build_mod, "_readme", boom)
+    monkeypatch.setattr(build_mod, "package_readme", boom)
     with pytest.raises(InternalError):
         build_mod.build(spec, log=lambda _m: None)
     assert (first / "manifest.json").read_text() == before

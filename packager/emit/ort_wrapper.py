@@ -7,9 +7,15 @@ Users then need only: `so.register_custom_ops_library(<pkg>/ort/<arch>/libpackag
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import onnx
 from onnx import helper
+
+from ..frontend.partition import Partition, boundary_value_info
+
+if TYPE_CHECKING:
+    from ..frontend.units import Unit
 
 DOMAIN, OP = "ai.packager", "PackagedModel"
 MAX_IR_VERSION = 10          # every onnxruntime release we support reads IR 10 (ORT 1.31 reads <= 13)
@@ -67,3 +73,19 @@ def _toposort(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.Nod
         done = set(progress)
         pending = [k for k in pending if k not in done]
     return out
+
+
+def wrapper_for(model, units: list[Unit], split: Partition | None, ids: dict[str, str], types) -> onnx.ModelProto:
+    """The whole model as one PackagedModel node, or the kept nodes plus one node per compiled part."""
+    nodes = list(model.proto.graph.node)
+    if split is None:
+        u = units[0]
+        part = PackagedNode(model.path.stem, "..", ids[u.name], [i.name for i in model.inputs],
+                            [o.name for o in model.outputs])
+        return wrapper_model(model.proto, [part], [], [])
+    parts = [PackagedNode(f"packaged_{p.name}", f"../parts/{p.name}", ids[u.name], p.inputs, p.outputs)
+             for p, u in zip(split.parts, units)]
+    produced = [o for p in split.parts for o in p.outputs]
+    graph_outputs = {o.name for o in model.proto.graph.output}
+    return wrapper_model(model.proto, parts, [nodes[k] for k in split.kept],
+                         boundary_value_info([o for o in produced if o not in graph_outputs], types))

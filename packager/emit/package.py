@@ -1,11 +1,10 @@
-"""Writing a package folder atomically, and the manifest that lists (and checksums) its files.
+"""Writing a package folder atomically (the manifest's contents come from manifest.py).
 
 Everything is written into a temporary sibling folder; only a complete package replaces the
 destination, so a failed build leaves no partial output behind (and keeps any older package).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -13,17 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-
-MANIFEST_FORMAT, MANIFEST_VERSION = "packager-package", 1
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
+from .manifest import MANIFEST_FORMAT, MANIFEST_VERSION, sha256_file
 
 class PackageWriter:
     """Stage files under a temporary folder, then move the finished package into place."""

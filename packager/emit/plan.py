@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..lowering import Graph
+from ..codegen.graph import Graph
 from .memory import Lifetime, plan_offsets
 from .weights import WeightStore
 
@@ -79,20 +79,20 @@ def _profile(name: str, graph: Graph, kernel_index: dict[str, int], weights: Wei
 
 def build_plan(target: str, graphs: dict[str, Graph], kernels: list[tuple[str, str, int]], weights: WeightStore,
                input_names: list[str], output_names: list[str], device: str = "cpu",
-               kernel_extra: dict[str, dict] | None = None) -> tuple[dict, list[ProfileStats]]:
+               kernel_fields: dict[str, dict] | None = None, plan_fields: dict | None = None
+               ) -> tuple[dict, list[ProfileStats]]:
     """The plan document for one target. `kernels` is [(name, symbol, num_args)] in table order;
-    `kernel_extra` adds device-specific fields per kernel name (CUDA launches)."""
+    the backend adds fields per kernel name (GPU launches) and to the plan (its module file)."""
     kernel_index = {name: i for i, (name, _, _) in enumerate(kernels)}
     profiles, stats = [], []
     for pname, graph in graphs.items():
         doc, st = _profile(pname, graph, kernel_index, weights, input_names, output_names)
         profiles.append(doc)
         stats.append(st)
-    extra = kernel_extra or {}
+    extra = kernel_fields or {}
     plan = {"format": PLAN_FORMAT, "version": PLAN_VERSION, "target": target, "device": device,
             "weights": {"file": "weights.bin", "bytes": weights.size},
             "kernels": [{"name": n, "symbol": s, "num_args": a, **extra.get(n, {})} for n, s, a in kernels],
             "profiles": profiles}
-    if device == "cuda":
-        plan["module"] = "kernels.fatbin"
+    plan.update(plan_fields or {})
     return plan, stats

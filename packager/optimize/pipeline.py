@@ -1,101 +1,129 @@
-"""The pass pipeline: which passes run (spec switches + level), in what order, and the report.
+"""The pass pipeline as data: every pass is an entry (name = its spec switch, the function, what
+the report says when it does not run), a target kind's pipeline is an ordered list of entries
+(packager/codegen/<kind>.py names its lists), and one loop applies them, times them and reports
+each as applied / disabled / not implemented.
 
-Graph passes run once on Relax; kernel passes run per target on the fused PrimFuncs.
-Techniques that are not implemented yet are reported as such, never as applied.
+Graph passes run on the Relax IRModule (per shape profile); kernel passes run per target on the
+kernel table (PrimFuncs). A new technique is one module plus one entry in a list.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import tvm
 
-from ..lowering import legalize
 from ..spec import OptimizeSpec
-from ..targets import CpuTarget, CudaTarget
+from ..targets import Target
 from .base import PassReport
-from .cpu_schedule import schedule_kernels
 from .fastmath import fastmath
 from .fusion import fuse
-from .gpu_schedule import schedule_kernels_gpu
 from .layout.conv import legalize_conv2d
-from .layout.propagate import alter_layouts
+from .layout.propagate import alter_layouts, keep_nchw
 from .layout.search import ProfileMemo
-from .schedule.gensor import schedule_kernels_gensor
+from .relax_util import legalize
+from .schedule.passes import schedule_cpu, schedule_gpu
 from .simplify import simplify
 
-# Passes named in the spec that this version does not implement, and what they will be.
+
+@dataclass
+class PassContext:
+    """What a pass may read besides its IR: the target (None for target-free graph passes), the
+    optimize section of the spec, and the layout choices shared by a model's shape profiles."""
+
+    target: Target | None
+    opt: OptimizeSpec
+    layout_memo: ProfileMemo | None = None
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pipeline entry. `run` is None for a technique this version does not implement."""
+
+    name: str
+    run: Callable[[Any, PassContext], tuple[Any, PassReport | None]] | None
+    off: str = ""                  # report line when switched off ("": nothing reported)
+    switch: Callable[[OptimizeSpec], bool] | None = None   # default: optimize.passes.<name> / level
+    needs_target: bool = False     # skipped (and said) when the graph passes run without a target
+    per_target: bool = False       # its output depends on the target: targets do not share its result
+
+    def enabled(self, opt: OptimizeSpec) -> bool:
+        return self.switch(opt) if self.switch else opt.enabled(self.name)
+
+
+# Graph passes (Relax IRModule -> Relax IRModule).
+SIMPLIFY = Pass("simplify", lambda mod, ctx: simplify(mod), off="off in the spec")
+FASTMATH = Pass("fastmath", lambda mod, ctx: fastmath(mod), off="off in the spec: exact libm exp/erf/tanh")
+LAYOUT = Pass("layout", lambda mod, ctx: alter_layouts(mod, ctx.target, ctx.opt.database, ctx.opt.measure,
+                                                      memo=ctx.layout_memo),
+              off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True, per_target=True)
+LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
+                        off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True)
+# Graph ops -> PrimFuncs: not an optimization (always on, not reported). Packed-layout convs get
+# the layout package's compute, plain NCHW convs TVM's own legalization.
+LEGALIZE = Pass("legalize", lambda mod, ctx: (legalize(mod, {"relax.nn.conv2d": legalize_conv2d}), None),
+                switch=lambda opt: True)
+FUSION = Pass("fusion", lambda mod, ctx: fuse(mod), off="off in the spec: one kernel per graph op")
+DERIVE = Pass("derive", None)
+REUSE = Pass("reuse", None)
+TUNING = Pass("tuning", None, switch=lambda opt: opt.level >= 3 or bool(opt.trials))
 NOT_IMPLEMENTED = {
-    "derive": "EinNet derivation-based rewrites",
-    "reuse": "ETO schedule reuse across operators",
+    "derive": "EinNet derivation-based rewrites: not part of this version; skipped",
+    "reuse": "ETO schedule reuse across operators: not part of this version; skipped",
+    "tuning": "measured tuning (level 3 / tuning.trials) is not part of this version; skipped",
 }
 
-
-def _timed(fn, *args):
-    t0 = time.perf_counter()
-    mod, report = fn(*args)
-    report.seconds = time.perf_counter() - t0
-    return mod, report
+# Kernel passes (kernel table -> kernel table), per target.
+SCHEDULE_CPU = Pass("schedule", schedule_cpu, off="off in the spec: kernels are TVM's naive loops")
+SCHEDULE_GPU = Pass("schedule", schedule_gpu, switch=lambda opt: True)   # reads the switch itself
 
 
-def layout_key(target: CpuTarget | CudaTarget | None, opt: OptimizeSpec) -> str:
-    """Targets with the same key share one lowering: layouts are chosen per CPU target."""
-    return target.name if opt.enabled("layout") and isinstance(target, CpuTarget) else "nchw"
+def graph_pipeline(layout: Pass) -> list[Pass]:
+    """The graph passes every target kind runs, with its own layout pass."""
+    return [SIMPLIFY, FASTMATH, layout, LEGALIZE, FUSION, DERIVE, REUSE, TUNING]
 
 
-def optimize_graph(mod: tvm.IRModule, opt: OptimizeSpec, target: CpuTarget | CudaTarget | None = None,
-                   layout_memo: ProfileMemo | None = None) -> tuple[tvm.IRModule, list[PassReport]]:
-    """Relax in -> legalized (and, if enabled, simplified, re-laid-out and fused) Relax + PrimFuncs
-    out. The layout pass needs the target (vector width, scheduler); without one it is skipped.
-    `layout_memo` makes every shape profile of a model use the first profile's layouts."""
+def run_passes(ir: Any, passes: list[Pass], ctx: PassContext) -> tuple[Any, list[PassReport]]:
+    """Apply the enabled passes in order; every pass that is off, not implemented or cannot run
+    without a target gets its report line instead."""
     reports: list[PassReport] = []
-    if opt.enabled("simplify"):
-        mod, r = _timed(simplify, mod)
-        reports.append(r)
-    else:
-        reports.append(PassReport("simplify", "disabled", "off in the spec"))
-    if opt.enabled("fastmath"):
-        mod, r = _timed(fastmath, mod)
-        reports.append(r)
-    else:
-        reports.append(PassReport("fastmath", "disabled", "off in the spec: exact libm exp/erf/tanh"))
-    custom = None
-    if opt.enabled("layout") and target is not None:
-        mod, r = _timed(lambda m: alter_layouts(m, target, opt.database, opt.measure, memo=layout_memo), mod)
-        reports.append(r)
-        custom = {"relax.nn.conv2d": legalize_conv2d} if r.details.get("packed") else None
-    elif opt.enabled("layout"):
-        reports.append(PassReport("layout", "disabled", "no target given (graph passes without a target)"))
-    else:
-        reports.append(PassReport("layout", "disabled", "off in the spec: ONNX layouts (NCHW) everywhere"))
-    mod = legalize(mod, custom)
-    if opt.enabled("fusion"):
-        mod, r = _timed(fuse, mod)
-        reports.append(r)
-    else:
-        reports.append(PassReport("fusion", "disabled", "off in the spec: one kernel per graph op"))
-    for name, what in NOT_IMPLEMENTED.items():
-        if opt.enabled(name):
-            reports.append(PassReport(name, "not implemented", f"{what}: not part of this version; skipped"))
-    if opt.level >= 3 or opt.trials:
-        reports.append(PassReport("tuning", "not implemented",
-                                  "measured tuning (level 3 / tuning.trials) is not part of this version; skipped"))
-    return mod, reports
+    for p in passes:
+        if not p.enabled(ctx.opt):
+            if p.off:
+                reports.append(PassReport(p.name, "disabled", p.off))
+        elif p.run is None:
+            reports.append(PassReport(p.name, "not implemented", NOT_IMPLEMENTED[p.name]))
+        elif p.needs_target and ctx.target is None:
+            reports.append(PassReport(p.name, "disabled", "no target given (graph passes without a target)"))
+        else:
+            t0 = time.perf_counter()
+            ir, report = p.run(ir, ctx)
+            if report is not None:
+                report.seconds = time.perf_counter() - t0
+                reports.append(report)
+    return ir, reports
 
 
-def optimize_kernels(kernels: dict, target: CpuTarget | CudaTarget, opt: OptimizeSpec) -> tuple[dict, list[PassReport]]:
-    """Per-target kernel passes (PrimFunc in -> PrimFunc out)."""
-    if isinstance(target, CudaTarget):
-        t0 = time.perf_counter()
-        out, report = schedule_kernels_gpu(kernels, target, full=opt.enabled("schedule"),
-                                           gensor=opt.scheduler == "gensor", database=opt.database)
-        report.seconds = time.perf_counter() - t0
-        return out, [report]
-    if not opt.enabled("schedule"):
-        return kernels, [PassReport("schedule", "disabled", "off in the spec: kernels are TVM's naive loops")]
-    t0 = time.perf_counter()
-    if opt.scheduler == "gensor":
-        out, report = schedule_kernels_gensor(kernels, target, opt.database, opt.measure, opt.top_k)
-    else:
-        out, report = schedule_kernels(kernels, target)
-    report.seconds = time.perf_counter() - t0
-    return out, [report]
+def pipeline_key(target: Target, passes: list[Pass], opt: OptimizeSpec) -> str:
+    """Targets with the same key get the same graph-pass result, so they share one run: a target
+    with an enabled target-dependent pass has its own."""
+    per_target = [p.name for p in passes if p.per_target and p.enabled(opt)]
+    return f"target:{target.name}" if per_target else "shared"
+
+
+def optimize_graph(mod: tvm.IRModule, opt: OptimizeSpec, target: Target | None = None,
+                   layout_memo: ProfileMemo | None = None) -> tuple[tvm.IRModule, list[PassReport]]:
+    """Relax in -> legalized (and, as enabled, simplified, re-laid-out and fused) Relax + PrimFuncs
+    out, through the target kind's graph pipeline (the CPU one without a target)."""
+    from ..codegen.backend import backend_for
+
+    passes = backend_for(target).graph_passes() if target is not None else graph_pipeline(LAYOUT)
+    return run_passes(mod, passes, PassContext(target, opt, layout_memo))
+
+
+def optimize_kernels(kernels: dict, target: Target, opt: OptimizeSpec) -> tuple[dict, list[PassReport]]:
+    """Per-target kernel passes (PrimFunc table in -> PrimFunc table out)."""
+    from ..codegen.backend import backend_for
+
+    return run_passes(kernels, backend_for(target).kernel_passes(), PassContext(target, opt))

@@ -101,7 +101,7 @@ def test_missing_package_folder_fails_at_session_creation(packages, tmp_path):
 
 @pytest.fixture(scope="module")
 def partial_pkg(tmp_path_factory) -> Path:
-    import probe_models
+    from support import probe_models
 
     root = tmp_path_factory.mktemp("partial")
     save_model(probe_models.partial_offload_model(), root / "model.onnx")
@@ -162,7 +162,7 @@ def test_keep_ops_leaves_chosen_ops_to_onnxruntime(sample_root, tmp_path):
 
 
 def test_cpp_program_through_the_ort_cpp_api(packages, cnn_input, tmp_path):
-    from packager.ort_headers import ort_headers
+    from packager.emit.ort_headers import ort_headers
 
     include, why = ort_headers()
     assert include is not None, why

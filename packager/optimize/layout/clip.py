@@ -8,7 +8,7 @@ import tvm
 import tvm_ffi
 from tvm import relax, s_tir, tirx
 
-from ...lowering import rewrite_functions
+from ..relax_util import rewrite_functions
 
 BLOCKS = {"T_maximum": relax.op.maximum, "T_minimum": relax.op.minimum}
 

@@ -12,7 +12,7 @@ import numpy as np
 import tvm
 from tvm import relax, te
 
-from ...lowering import is_const, rewrite_functions
+from ..relax_util import is_const, rewrite_functions
 
 from .conv import bounded_simplifier
 from .primitives import LayoutSeq, Reorder, Split

@@ -29,8 +29,8 @@ import tvm
 from tvm import relax
 from tvm.ir import expr as ir
 
-from ...lowering import is_const
-from ...targets import CpuTarget, CudaTarget
+from ..relax_util import is_const
+from ...targets import Target
 from ..base import PassReport
 from .clip import clip_as_ops
 from .matmul import matmul_site, pack_matmul_weights
@@ -234,18 +234,20 @@ def _conv_details(decisions) -> list[dict]:
     return out
 
 
-def alter_layouts(mod: tvm.IRModule, target: CpuTarget | CudaTarget | None, database=None,
+def keep_nchw(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, PassReport]:
+    """The layout pass of GPU targets: ONNX layouts stay, and the report says why."""
+    return mod, PassReport("layout", "applied", f"{target.name}: NCHW kept for every conv (GPU default: W innermost is "
+                           "the threadIdx.x axis of the CUDA schedules, so loads coalesce); channel-blocked "
+                           "GPU layouts and weight panels are not searched in this version", {"convs": 0, "packed": 0})
+
+
+def alter_layouts(mod: tvm.IRModule, target: Target, database=None,
                   measure: bool = True, search=None, memo: ProfileMemo | None = None
                   ) -> tuple[tvm.IRModule, PassReport]:
     """Relax (NCHW) in -> Relax with per-conv packed layouts, propagated conversions and packed
     matmul weights out. `search` (tests) replaces the joint search: anything with
     decide(site, incoming), decide_matmul(site), save() and `measuring`. `memo` carries the
     first shape profile's choices to the others."""
-    if not isinstance(target, CpuTarget):
-        what = f"{target.name}: " if target is not None else ""
-        return mod, PassReport("layout", "applied", f"{what}NCHW kept for every conv (GPU default: W innermost is "
-                               "the threadIdx.x axis of the CUDA schedules, so loads coalesce); channel-blocked "
-                               "GPU layouts and weight panels are not searched in this version", {"convs": 0, "packed": 0})
     mod, clips = clip_as_ops(mod)
     search = search or LayoutSearch(target, database, measure)
     if memo is not None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tvm import relax, te
 
-from ...targets import CpuTarget
+from ...targets import Target
 from ..schedule.database import TuningDatabase
 from ..schedule.gensor import GensorCpu
 from .conv import ConvLayouts, conv2d_packed
@@ -125,7 +125,7 @@ def candidates(site: ConvSite, incoming: int, lanes: int, allowed_out: tuple[int
 class LayoutSearch:
     """Scores layout candidates with Gensor (same database, same hardware model)."""
 
-    def __init__(self, target: CpuTarget, database, measure: bool):
+    def __init__(self, target: Target, database, measure: bool):
         self.db = TuningDatabase(database)
         self.gensor = GensorCpu(target, self.db, measure, SEARCH_TOP_K)
         self.lanes = target.vector_lanes_f32

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from ..cpu_schedule import PARALLEL_MIN_WORK, Anchor, CpuRules
+from .rules_cpu import CpuRules
+from .tir_util import PARALLEL_MIN_WORK, Anchor
 from .plan import TilePlan
 
 

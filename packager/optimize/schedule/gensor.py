@@ -15,15 +15,13 @@ from dataclasses import dataclass, replace
 
 from tvm import s_tir, tirx
 
-from ...targets import CpuTarget, CudaTarget, can_run_here
+from ...targets import Target, can_run_here
 from ..base import PassReport
-from ..cpu_schedule import CpuRules, _is_reduction
+from .rules_cpu import CpuRules
 from .cpu_lower import lower_cpu
 from .cpu_model import CpuSpace
 from .database import TuningDatabase
-from .gpu_lower import lower_gpu
-from .gpu_model import GpuSpace
-from .hardware import cpu_hardware, gpu_hardware
+from .hardware import cpu_hardware
 from .measure import time_candidates
 from .plan import TilePlan
 from .walk import construct
@@ -71,16 +69,16 @@ class Choice:
         return ", ".join(parts)
 
 
-def _target_key(t: CpuTarget, hw) -> str:
+def _target_key(t: Target, hw) -> str:
     return f"{t.arch}/{t.isa}/{t.mcpu}/{hw.cores}c/{hw.level('L1').capacity}/{hw.level('L2').capacity}"
 
 
-def _seed(key: str) -> int:
+def seed_of(key: str) -> int:
     return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
 
 
 class GensorCpu:
-    def __init__(self, target: CpuTarget, db: TuningDatabase, measure: bool, top_k: int):
+    def __init__(self, target: Target, db: TuningDatabase, measure: bool, top_k: int):
         self.target, self.db = target, db
         self.rules = CpuRules(target)
         self.hw = cpu_hardware(target)
@@ -111,7 +109,7 @@ class GensorCpu:
         vec_name = anchor.vec[0].var.name if anchor.vec else None
         wl = replace(wl, vector_axis=wl.axes.index(vec_name) if vec_name in wl.axes else -1, key=key)
         space = CpuSpace(wl, self.hw)
-        ranked = construct(space, _seed(key), restarts=RESTARTS)
+        ranked = construct(space, seed_of(key), restarts=RESTARTS)
         plans = [(est, space.to_plan(st)) for est, st in ranked[:self.top_k if self.measure else 1]]
         choice = self._choose(func, plans, len(ranked))
         self.db.put(key, choice.record())
@@ -149,7 +147,7 @@ class GensorCpu:
         return self.rules.schedule(func)[0]
 
 
-def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: CpuTarget, database=None,
+def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, database=None,
                             measure: bool = True, top_k: int = 6) -> tuple[dict, PassReport]:
     """The `schedule` pass (scheduler: gensor) for one CPU target."""
     db = TuningDatabase(database)
@@ -175,52 +173,3 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: CpuTarget
                f"L2 {g.hw.level('L2').capacity >> 10} KB; {time.perf_counter() - t0:.1f} s")
     details = {"scheduler": "gensor", "rules": counts, "kernels": per_kernel, "database": str(db.path)}
     return out, PassReport("schedule", "applied", summary, details)
-
-
-GPU_TRIES = 8                 # ranked plans tried before a kernel falls back to dlight
-
-
-class GensorGpu:
-    """Construction for CUDA targets: analytical only (no GPU is assumed at build time); the
-    best-ranked plan that the CUDA template accepts wins."""
-
-    def __init__(self, target: CudaTarget, db: TuningDatabase):
-        self.target, self.db = target, db
-        self.hw = gpu_hardware(target)
-        self.target_key = f"cuda/{target.sm}/{target.name}"
-
-    def schedule(self, func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, Choice] | None:
-        """The scheduled kernel and its choice, or None (no single reduction anchor, or no plan
-        fits the template): the caller uses dlight's rules."""
-        sch = s_tir.Schedule(func)
-        blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
-        anchors = [b for b in blocks if _is_reduction(sch, b)]
-        if len(anchors) != 1:
-            return None
-        try:
-            wl = analyze(sch, anchors[0], "")
-        except Exception:  # noqa: BLE001 - symbolic/empty extents, unusual regions: dlight takes it
-            return None
-        key = func_key(func, self.target_key)
-        rec = self.db.get(key)
-        if rec is not None and rec.get("plan"):
-            choice = Choice.from_record(rec)
-            try:
-                return lower_gpu(func, choice.plan, self.target), choice
-            except Exception:  # noqa: BLE001 - stale record: construct again
-                pass
-        space = GpuSpace(replace(wl, key=key), self.hw)
-        try:
-            ranked = construct(space, _seed(key), restarts=RESTARTS)
-        except Exception:  # noqa: BLE001 - degenerate iteration space (e.g. a 0-d output): dlight takes it
-            return None
-        for est, st in ranked[:GPU_TRIES]:
-            plan = space.to_plan(st)
-            try:
-                out = lower_gpu(func, plan, self.target)
-            except Exception:  # noqa: BLE001 - the template refuses this plan: next one
-                continue
-            choice = Choice("gensor", plan, est * 1e3, candidates=len(ranked))
-            self.db.put(key, choice.record())
-            return out, choice
-        return None

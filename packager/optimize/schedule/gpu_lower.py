@@ -17,8 +17,8 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
-from ...targets import CudaTarget
-from ..cpu_schedule import _has_if_then_else, _is_reduction
+from ...targets import Target
+from .tir_util import has_if_then_else, is_reduction
 from .plan import GPU_LEVELS, REDUCE, SPATIAL, TilePlan
 
 # Static __shared__ arrays are limited to 48 KB on every architecture (more needs dynamic
@@ -47,7 +47,7 @@ def _fuse(sch: s_tir.Schedule, loops: list):
 def _split_kernel(sch: s_tir.Schedule) -> tuple:
     """(anchor, producers, consumers) in block order; exactly one reduction block."""
     blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
-    reductions = [i for i, b in enumerate(blocks) if _is_reduction(sch, b)]
+    reductions = [i for i, b in enumerate(blocks) if is_reduction(sch, b)]
     if len(reductions) != 1:
         raise GpuLowerError(f"needs exactly one reduction block, found {len(reductions)}")
     pos = reductions[0]
@@ -108,7 +108,7 @@ def _vector_lanes(sch: s_tir.Schedule, block, inner: list, n: int, threads: int)
     return 1
 
 
-def lower_gpu(func: tirx.PrimFunc, plan: TilePlan, target: CudaTarget) -> tirx.PrimFunc:
+def lower_gpu(func: tirx.PrimFunc, plan: TilePlan, target: Target) -> tirx.PrimFunc:
     """Schedule `func` (producers, one reduction anchor, element-wise consumers) for CUDA as
     `plan` says. Raises (GpuLowerError or a TVM schedule error) when the kernel or the plan does
     not fit: more threads per block than the target allows (1024), over 48 KB of static shared
@@ -177,7 +177,7 @@ def lower_gpu(func: tirx.PrimFunc, plan: TilePlan, target: CudaTarget) -> tirx.P
         for lp in inner:
             n *= _extent(sch, lp)
         smem += n * max(sch.get(s).writes[0].source.dtype.bits // 8, 1)
-        lanes = _vector_lanes(sch, s, inner, n, threads) if not _has_if_then_else(sch.get(s).body) else 1
+        lanes = _vector_lanes(sch, s, inner, n, threads) if not has_if_then_else(sch.get(s).body) else 1
         fused = _fuse(sch, inner)
         if lanes > 1:
             _, t, vec = sch.split(fused, [None, threads, lanes])

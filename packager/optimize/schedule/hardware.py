@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ...targets import CpuTarget, CudaTarget, can_run_here
+from ...targets import Target, can_run_here
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ CPU_NOMINAL = {
 }
 
 
-def cpu_hardware(t: CpuTarget) -> Hardware:
+def cpu_hardware(t: Target) -> Hardware:
     """CPU levels DRAM -> L2 -> L1 -> registers. Cores and caches come from this machine when the
     target runs here, else from the nominal table above."""
     row = CPU_NOMINAL[t.isa]
@@ -93,7 +93,7 @@ def cpu_hardware(t: CpuTarget) -> Hardware:
         cores=cores, flops_per_cycle=t.flops_per_cycle, ghz=ghz, lanes=lanes, vector_registers=row["vregs"])
 
 
-def gpu_hardware(t: CudaTarget) -> Hardware:
+def gpu_hardware(t: Target) -> Hardware:
     """GPU levels DRAM -> shared memory -> registers (L = 2, as in the paper). Latencies are the
     usual microbenchmark figures (DRAM ~500, shared ~25 cycles); shared memory moves 32 banks x
     4 B per cycle per SM; DRAM bandwidth per SM is the datasheet figure spread over the SMs."""
@@ -108,7 +108,3 @@ def gpu_hardware(t: CudaTarget) -> Hardware:
          MemLevel("shared", 48 * 1024, 25.0, 128.0),
          MemLevel("reg", 255 * 4, 1.0, 512.0)),
         cores=sms, flops_per_cycle=flops, ghz=ghz)
-
-
-def hardware_for(t: CpuTarget | CudaTarget) -> Hardware:
-    return gpu_hardware(t) if isinstance(t, CudaTarget) else cpu_hardware(t)

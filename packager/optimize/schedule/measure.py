@@ -11,7 +11,7 @@ import numpy as np
 import tvm
 from tvm import tirx
 
-from ...targets import CpuTarget
+from ...targets import Target
 
 MIN_SECONDS = 0.02            # each timing repeat runs the kernel at least this long
 
@@ -26,7 +26,7 @@ def _args(func: tirx.PrimFunc, rng: np.random.Generator) -> list:
     return out
 
 
-def time_candidates(funcs: list[tirx.PrimFunc], target: CpuTarget, repeat: int = 3) -> list[float | None]:
+def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3) -> list[float | None]:
     """Seconds per run for each candidate (None: wrong result or failed), same order."""
     mod = tvm.IRModule({f"c{i}": f.with_attr("global_symbol", f"c{i}") for i, f in enumerate(funcs)})
     lib = tvm.tirx.build(mod, target=tvm.target.Target(target.llvm_target()))

@@ -94,9 +94,9 @@ def _access(region, iter_vars: list, is_output: bool) -> Access:
 
 
 def _flops(block) -> int:
-    from ...kernel_cost import _float_ops
+    from ..kernel_cost import float_ops
     body = block.body
-    return max(_float_ops(body.value), 1) if isinstance(body, tirx.BufferStore) else 1
+    return max(float_ops(body.value), 1) if isinstance(body, tirx.BufferStore) else 1
 
 
 def analyze(sch: s_tir.Schedule, anchor, func_key: str) -> Workload:

@@ -12,8 +12,8 @@ import tvm
 import tvm_ffi
 from tvm import s_tir
 
-from kernel_cases import CASES, case, host_target, kernels_of, random_args, run_kernel, w
-from packager.optimize.cpu_schedule import CpuRules
+from support.kernel_cases import CASES, case, host_target, kernels_of, random_args, run_kernel, w
+from packager.optimize.schedule.rules_cpu import CpuRules
 from packager.optimize.schedule.cpu_lower import lower_cpu
 from packager.optimize.schedule.cpu_model import CpuSpace
 from packager.optimize.schedule.database import TuningDatabase
@@ -207,8 +207,8 @@ def test_gpu_walk_respects_the_limits(name):
 
 
 def test_gpu_pass_places_conv_and_matmul_with_gensor(tmp_path):
-    from packager.cuda_codegen import lower_cuda
-    from packager.optimize.gpu_schedule import schedule_kernels_gpu
+    from packager.codegen.cuda_source import generate_cuda
+    from packager.optimize.schedule.rules_gpu import schedule_kernels_gpu
     from packager.targets import CUDA_TABLE
 
     kernels = {f"{n}_{k}": f for n in ("conv3x3", "C1", "M3", "softmax_last")
@@ -218,7 +218,7 @@ def test_gpu_pass_places_conv_and_matmul_with_gensor(tmp_path):
         chosen = report.details["kernels"]
         assert all(v.startswith("gensor") for k, v in chosen.items() if not k.startswith("softmax")), chosen
         assert not chosen[next(k for k in chosen if k.startswith("softmax"))].startswith("gensor")
-        cm = lower_cuda(out, CUDA_TABLE[gpu])
+        cm = generate_cuda(out, CUDA_TABLE[gpu])
         assert "__shared__" in cm.source
     rules_only, report = schedule_kernels_gpu(kernels, CUDA_TABLE["h100"], gensor=False)
     assert "gensor" not in report.summary.lower() and not any(v.startswith("gensor") for v in report.details["kernels"].values())

@@ -15,11 +15,12 @@ import tvm
 from onnx import helper, numpy_helper
 from tvm import s_tir, tirx
 
-from kernel_cases import case, kernels_of, w
+from support.kernel_cases import case, kernels_of, w
 
-from packager.cuda_codegen import compile_fatbin, lower_cuda
+from packager.codegen.cuda_source import generate_cuda
+from packager.codegen.cuda_toolchain import compile_fatbin
 from packager.errors import UserError
-from packager.optimize.gpu_schedule import unbound_blocks
+from packager.optimize.schedule.rules_gpu import unbound_blocks
 from packager.optimize.schedule.gpu_lower import GpuLowerError, lower_gpu
 from packager.optimize.schedule.plan import GPU_LEVELS, REDUCE, SPATIAL, TilePlan
 from packager.spec import TargetSpec
@@ -137,7 +138,7 @@ def test_bound_and_lowered_for_every_target(name):
     assert unbound_blocks(out) == []
     assert "vthread" in out.script()
     for t in TARGETS:
-        mod = lower_cuda({k: out}, CUDA_TABLE[t])
+        mod = generate_cuda({k: out}, CUDA_TABLE[t])
         assert "__shared__" in mod.source
         assert 0 < shared_bytes(mod.source) <= 48 * 1024
         launches = mod.kernels[k].launches
@@ -162,15 +163,15 @@ def test_more_than_three_vthread_axes_are_fused():
     assert out.script().count('thread="vthread.x"') == 1 and "vthread.y" not in out.script()
     args = [RNG.standard_normal([int(d) for d in p.shape]).astype("float32") for p in func.params]
     np.testing.assert_allclose(run_cpu(serialized(out), args), run_cpu(func, args), rtol=1e-5, atol=1e-5)
-    assert lower_cuda({k: out}, CUDA_TABLE["h100"]).kernels[k].launches[0].block == [launch_shape(plan)[1], 1, 1]
+    assert generate_cuda({k: out}, CUDA_TABLE["h100"]).kernels[k].launches[0].block == [launch_shape(plan)[1], 1, 1]
 
 
 def test_aligned_copies_are_vectorized():
     k, func = kernel("matmul")
-    source = lower_cuda({k: lower_gpu(func, make_plan(func), CUDA_TABLE["a100"])}, CUDA_TABLE["a100"]).source
+    source = generate_cuda({k: lower_gpu(func, make_plan(func), CUDA_TABLE["a100"])}, CUDA_TABLE["a100"]).source
     assert "float4" in source
     k, func = kernel("conv_stride2")              # padded halo loads: never vectorized (misaligned)
-    source = lower_cuda({k: lower_gpu(func, make_plan(func), CUDA_TABLE["a100"])}, CUDA_TABLE["a100"]).source
+    source = generate_cuda({k: lower_gpu(func, make_plan(func), CUDA_TABLE["a100"])}, CUDA_TABLE["a100"]).source
     assert "float4" not in source
 
 
@@ -181,7 +182,7 @@ def test_compiles(target, tmp_path):
     for name in sorted(CASES):
         k, func = kernel(name)
         kernels[f"{name}_{k}"] = lower_gpu(func, make_plan(func), CUDA_TABLE[target])
-    mod = lower_cuda(kernels, CUDA_TABLE[target])
+    mod = generate_cuda(kernels, CUDA_TABLE[target])
     try:
         compile_fatbin(mod.source, CUDA_TABLE[target].sm, tmp_path / "k.fatbin")
     except UserError as e:                        # nvcc or the NVRTC wheels not installed

@@ -1,0 +1,114 @@
+"""The CPU backend (x86-64, ARM64): kernels -> one shared object per target, run by packrt-run
+natively or under qemu-user.
+
+TVM's LLVM backend compiles every PrimFunc into one object file for the target triple; the
+target's C compiler links it with the runtime glue (error sink, barrier) into kernels.so. The
+result needs only libc/libm: no libtvm, no symbols from the process that loads it.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..errors import InternalError
+from ..targets import ARCHES, CpuTarget, Toolchain, host_arch, host_cpu_flags, host_ghz
+from .backend import Compiled
+from .tools import run_tool
+
+QEMU_SYSROOT = {"aarch64": "/usr/aarch64-linux-gnu"}
+
+
+def symbol_of(kernel: str) -> str:
+    """The exported C symbol of a kernel built with global_symbol=kernel (TVM-FFI packed ABI)."""
+    return f"__tvm_ffi_{kernel}"
+
+
+def build_object(kernels: dict, target: CpuTarget, out: Path) -> None:
+    """Compile all kernels of a target into one ELF object file."""
+    import tvm
+
+    mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in kernels.items()})
+    try:
+        lib = tvm.tirx.build(mod, target=tvm.target.Target(target.llvm_target()))
+    except Exception as e:  # noqa: BLE001 - TVM raises many error kinds from codegen
+        lines = str(e).strip().splitlines()
+        raise InternalError(f"code generation for target '{target.name}' failed: "
+                            f"{lines[-1] if lines else type(e).__name__}") from None
+    lib.write_to_file(str(out))
+
+
+def link_kernels(obj: Path, target: CpuTarget, out: Path) -> None:
+    """Link the kernels object and the glue into a self-contained kernels.so."""
+    from ..emit.runtime import data_dir
+
+    tc = Toolchain.for_arch(target.arch)
+    glue_src = data_dir("runtime_cpp") / "kernel_glue" / "packrt_kernel_glue.c"
+    glue_obj = obj.with_name("glue.o")
+    run_tool([tc.cc, "-O2", "-fPIC", "-std=c11", "-c", str(glue_src), "-o", str(glue_obj)], "compiling the kernel glue")
+    # -Bsymbolic: the kernels' hook variables bind inside the library even if the host process
+    # (e.g. Python with TVM imported) defines the same names.
+    run_tool([tc.cc, "-shared", "-fPIC", "-Wl,-Bsymbolic", "-Wl,-z,noexecstack", "-Wl,--no-undefined", "-s",
+              "-o", str(out), str(obj), str(glue_obj), "-lm"], f"linking kernels for '{target.name}'")
+    glue_obj.unlink()
+
+
+class CpuBackend:
+    kind = "cpu"
+
+    def graph_passes(self) -> list:
+        from ..optimize import pipeline
+        return pipeline.graph_pipeline(pipeline.LAYOUT)
+
+    def kernel_passes(self) -> list:
+        from ..optimize import pipeline
+        return [pipeline.SCHEDULE_CPU]
+
+    def check_toolchain(self, targets: list[CpuTarget]) -> None:
+        for arch in sorted({t.arch for t in targets}):
+            Toolchain.for_arch(arch)
+
+    def compile(self, kernels: dict, target: CpuTarget, folder: str, w) -> Compiled:
+        obj = w.path(f"{folder}/kernels.o")
+        build_object(kernels, target, obj)
+        link_kernels(obj, target, w.path(f"{folder}/kernels.so"))
+        obj.unlink()
+        return Compiled([(name, symbol_of(name), len(f.params)) for name, f in kernels.items()])
+
+    def plan_fields(self) -> dict[str, Any]:
+        return {}
+
+    def manifest_files(self, folder: str) -> dict[str, str]:
+        return {"kernels": f"{folder}/kernels.so"}
+
+    def readme_cell(self, target: CpuTarget) -> str:
+        return f"{target.isa} / {target.mcpu}"
+
+    def inspect_line(self, report: dict[str, Any]) -> str:
+        return f"{report['arch']} {report.get('isa', '')} mcpu={report.get('mcpu', '')}"
+
+    def runner(self, pkg, target: dict[str, Any]) -> tuple[list[str] | None, str]:
+        arch = target["arch"]
+        cli = str(pkg.cli(arch))
+        if arch == host_arch():
+            missing = set(target.get("cpu_features", [])) - host_cpu_flags()
+            if missing:
+                return None, f"this CPU lacks {' '.join(sorted(missing))}"
+            return [cli], ""
+        qemu = shutil.which(f"qemu-{arch}") or shutil.which(f"qemu-{arch}-static")
+        if qemu is None:
+            return None, f"needs qemu-{arch} to run {arch} code here (Debian/Ubuntu: apt-get install qemu-user)"
+        sysroot = QEMU_SYSROOT.get(arch, f"/usr/{ARCHES[arch]}")
+        if not Path(sysroot).is_dir():
+            return None, f"needs the {arch} C library in {sysroot} (apt-get install g++-{ARCHES[arch]})"
+        return [qemu, "-L", sysroot, cli], ""
+
+    def reference_on_gpu(self) -> bool:
+        return False
+
+    def roofline_peaks(self, target: dict[str, Any], threads: int) -> tuple[float, float]:
+        return (target.get("flops_per_cycle", 16) * host_ghz() * threads,
+                target.get("dram_gbs_per_core", 6.0) * threads)
+
+
+BACKEND = CpuBackend()

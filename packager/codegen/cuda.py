@@ -1,0 +1,73 @@
+"""The CUDA backend (a100, v100, orin, h100, any sm_XX): kernels -> CUDA C + one fatbin per target,
+built offline; packrt-run runs it on a local GPU of the same or a newer architecture."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..targets import CudaTarget, host_arch, local_cuda_sm
+from .backend import Compiled
+from .cuda_source import generate_cuda
+from .cuda_toolchain import check_cuda_toolchain, compile_fatbin
+
+
+class CudaBackend:
+    kind = "cuda"
+
+    def graph_passes(self) -> list:
+        from ..optimize import pipeline
+        return pipeline.graph_pipeline(pipeline.LAYOUT_KEEP_NCHW)
+
+    def kernel_passes(self) -> list:
+        from ..optimize import pipeline
+        return [pipeline.SCHEDULE_GPU]
+
+    def check_toolchain(self, targets: list[CudaTarget]) -> None:
+        check_cuda_toolchain(min(t.sm_number for t in targets))
+
+    def compile(self, kernels: dict, target: CudaTarget, folder: str, w) -> Compiled:
+        cm = generate_cuda(kernels, target)
+        w.write_text(f"{folder}/kernels.cu", cm.source)
+        compiler = compile_fatbin(cm.source, target.sm, w.path(f"{folder}/kernels.fatbin"))
+        launches = {name: {"launches": [ln.as_dict() for ln in k.launches], "workspace": k.workspace}
+                    for name, k in cm.kernels.items()}
+        table = [(name, cm.kernels[name].launches[0].function, len(f.params)) for name, f in kernels.items()]
+        info = {"compiler": compiler, "device_functions": sum(len(k.launches) for k in cm.kernels.values()),
+                "source_bytes": len(cm.source)}
+        return Compiled(table, launches, {"cuda": info}, f", {compiler} for {target.sm}")
+
+    def plan_fields(self) -> dict[str, Any]:
+        return {"module": "kernels.fatbin"}
+
+    def manifest_files(self, folder: str) -> dict[str, str]:
+        return {"kernels": f"{folder}/kernels.fatbin", "source": f"{folder}/kernels.cu"}
+
+    def readme_cell(self, target: CudaTarget) -> str:
+        return f"{target.sm} (kernels.fatbin + kernels.cu)"
+
+    def inspect_line(self, report: dict[str, Any]) -> str:
+        cu = report.get("cuda", {})
+        return (f"CUDA {report['sm']} ({report['arch']} host), {cu.get('compiler', '?')}, "
+                f"{cu.get('device_functions', '?')} device functions")
+
+    def runner(self, pkg, target: dict[str, Any]) -> tuple[list[str] | None, str]:
+        arch = target["arch"]
+        cli = str(pkg.cli(arch))
+        if arch != host_arch():
+            return None, f"its runtime is built for an {arch} host (e.g. the Jetson itself), this machine is {host_arch()}"
+        sm, why = local_cuda_sm()
+        if sm is None:
+            return None, why
+        want = int(str(target["sm"]).split("_")[1])
+        if sm < want:
+            return None, f"needs a GPU of {target['sm']} or newer, this one is sm_{sm}"
+        return [cli], ""
+
+    def reference_on_gpu(self) -> bool:
+        return True
+
+    def roofline_peaks(self, target: dict[str, Any], threads: int) -> tuple[float, float]:
+        """Datasheet peaks of the GPU (threads do not apply)."""
+        return target.get("fp32_tflops", 10.0) * 1e3, target.get("dram_gbs", 1000.0)
+
+
+BACKEND = CudaBackend()

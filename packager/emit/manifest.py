@@ -1,0 +1,162 @@
+"""manifest.json: the one module that owns its schema, writer and reader side by side.
+
+Schema (format "packager-package", version 1), at the package root:
+  name, id (build identity, checked by the ORT op), packager_version,
+  source_model {path, sha256, bytes, opset}, spec (as written),
+  inputs / outputs [{name, dtype, shape}], profiles [{name, inputs {name: shape}, outputs {name: shape}}],
+  targets [{name, kind, arch, ..., path, plan, weights, kernels (+ source for CUDA)}]   (whole models)
+  parts [{name, path, inputs, outputs}]                    (split models: each part is a sub-package
+                                                            with its own manifest.json of the same form)
+  ort {model, library {arch: path}, domain, op}, runtime {arch: {cli, library, static_library, example,
+  include}}, runtime_source, verify {rtol, atol}, build_report,
+  files {relative path: {bytes, sha256}}   (every file below the manifest's folder but itself)
+Paths are relative to the manifest's folder. The C++ runtime reads the same fields
+(runtime_cpp/src/package.cpp).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__
+from ..errors import UserError
+
+if TYPE_CHECKING:
+    from ..frontend.units import Unit
+    from ..spec import Spec
+    from ..targets import Target
+
+MANIFEST_FORMAT, MANIFEST_VERSION = "packager-package", 1
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ---- writer -------------------------------------------------------------------------------------
+
+def target_entries(targets: list[Target]) -> list[dict]:
+    """The manifest's target entries (paths relative to the unit's own folder)."""
+    from ..codegen.backend import backend_for
+
+    out = []
+    for t in targets:
+        d = f"targets/{t.name}"
+        out.append({"name": t.name, **t.describe(), "path": d, "plan": f"{d}/plan.json", "weights": f"{d}/weights.bin",
+                    **backend_for(t).manifest_files(d)})
+    return out
+
+
+def profile_entries(unit: Unit) -> list[dict]:
+    out = []
+    for pname, shapes in unit.profiles:
+        g = unit.graphs[pname]
+        out.append({"name": pname, "inputs": {k: list(v) for k, v in shapes.items()},
+                    "outputs": {o.name: list(g.tensors[t].shape) for o, t in zip(unit.model.outputs, g.outputs)}})
+    return out
+
+
+def io_entries(model, dtypes: dict[str, str]) -> dict[str, list[dict]]:
+    return {"inputs": [{"name": i.name, "dtype": dtypes[i.name], "shape": list(i.shape)} for i in model.inputs],
+            "outputs": [{"name": o.name, "dtype": o.dtype, "shape": list(o.shape)} for o in model.outputs]}
+
+
+def unit_manifest(spec: Spec, unit: Unit, targets: list[Target], package_id: str) -> dict:
+    """A compiled part's manifest (a sub-package the runtime opens on its own)."""
+    return {"name": f"{spec.name}.{unit.name}" if unit.name else spec.name, "id": package_id,
+            "packager_version": __version__, **io_entries(unit.model, unit.dtypes),
+            "profiles": profile_entries(unit), "targets": target_entries(targets),
+            "verify": {"rtol": spec.verify.rtol, "atol": spec.verify.atol}}
+
+
+def package_manifest(spec: Spec, model, dtypes: dict[str, str], units: list[Unit], split, targets: list[Target],
+                     package_id: str, model_sha: str, runtime: dict, ort_libs: dict) -> dict:
+    """The root manifest (the writer adds format, version and files)."""
+    from ..frontend import profile_shapes
+
+    manifest = {
+        "name": spec.name, "id": package_id, "packager_version": __version__,
+        "source_model": {"path": str(spec.model), "sha256": model_sha, "bytes": spec.model.stat().st_size,
+                         "opset": model.opset},
+        "spec": spec.raw, **io_entries(model, dtypes),
+        "profiles": [{"name": p.name, "inputs": {k: list(v) for k, v in profile_shapes(model, p).items()}}
+                     for p in spec.profiles] if split is not None else profile_entries(units[0]),
+        "ort": {"model": "ort/model.onnx", "library": ort_libs, "domain": "ai.packager", "op": "PackagedModel"},
+        "runtime": runtime, "runtime_source": "runtime/src",
+        "verify": {"rtol": spec.verify.rtol, "atol": spec.verify.atol},
+        "build_report": "build_report.json",
+    }
+    if split is not None:
+        manifest["parts"] = [{"name": u.name, "path": u.rel, "inputs": p.inputs, "outputs": p.outputs}
+                             for u, p in zip(units, split.parts)]
+    else:
+        manifest["targets"] = target_entries(targets)
+    return manifest
+
+
+# ---- reader -------------------------------------------------------------------------------------
+
+@dataclass
+class PackageInfo:
+    root: Path
+    manifest: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.manifest["name"]
+
+    @property
+    def targets(self) -> list[dict[str, Any]]:
+        return self.manifest["targets"]
+
+    def target(self, name: str) -> dict[str, Any]:
+        for t in self.targets:
+            if t["name"] == name:
+                return t
+        raise UserError(f"{self.root}: no target '{name}' (targets: {', '.join(t['name'] for t in self.targets)})")
+
+    def cli(self, arch: str) -> Path:
+        entry = self.manifest.get("runtime", {}).get(arch)
+        if not entry:
+            raise UserError(f"{self.root}: the package has no runtime for {arch}")
+        return self.root / entry["cli"]
+
+    def check_files(self) -> list[str]:
+        """Problems with the package's files (missing, wrong size, wrong sha256); empty if intact."""
+        problems = []
+        for rel, f in self.manifest.get("files", {}).items():
+            p = self.root / rel
+            if not p.is_file():
+                problems.append(f"{rel}: missing")
+            elif p.stat().st_size != f["bytes"]:
+                problems.append(f"{rel}: {p.stat().st_size} bytes, manifest says {f['bytes']}")
+            elif sha256_file(p) != f["sha256"]:
+                problems.append(f"{rel}: sha256 mismatch")
+        return problems
+
+
+def output_file(name: str) -> str:
+    """The .npy file name packrt-run writes for output `name` (same rule as tools/packrt_run.cpp)."""
+    return (re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "output") + ".npy"
+
+
+def open_package(path: str | Path) -> PackageInfo:
+    root = Path(path).resolve()
+    mf = root / "manifest.json"
+    if not mf.is_file():
+        raise UserError(f"{root}: not a package (no manifest.json); build one with `pack build SPEC`")
+    try:
+        manifest = json.loads(mf.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{mf}: not valid JSON ({e})") from None
+    if manifest.get("format") != MANIFEST_FORMAT or manifest.get("version") != MANIFEST_VERSION:
+        raise UserError(f"{mf}: not a version-{MANIFEST_VERSION} packager manifest")
+    return PackageInfo(root, manifest)

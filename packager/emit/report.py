@@ -1,0 +1,29 @@
+"""build_report.json: what every pass did (per target for kernel passes), what runs where, timings."""
+from __future__ import annotations
+
+from .. import __version__
+from ..frontend.partition import Partition
+from ..frontend.units import Unit
+from ..spec import PASS_NAMES, Spec
+
+
+def build_report(spec: Spec, model, units: list[Unit], split: Partition | None, stage_times: dict[str, float],
+                 seconds: float, ort_note: str) -> dict:
+    return {
+        "package": spec.name, "packager_version": __version__, "model": str(spec.model),
+        "optimize": {"level": spec.optimize.level, "passes": {p: spec.optimize.enabled(p) for p in PASS_NAMES}},
+        "graph_passes": [p.as_dict() for p in units[0].graph_passes],
+        "targets": [dict(r, part=u.name) if u.name else r for u in units for r in u.target_reports],
+        "onnxruntime": offload_report(model, split, units) | ({"note": ort_note} if ort_note else {}),
+        "stages_seconds": stage_times, "seconds": round(seconds, 3)}
+
+
+def offload_report(model, split: Partition | None, units: list[Unit]) -> dict:
+    """What runs where: compiled parts and every node left to ONNX Runtime with the reason."""
+    nodes = list(model.proto.graph.node)
+    if split is None:
+        return {"offloaded": "whole model", "kept_nodes": []}
+    return {"offloaded": [{"part": u.name, "nodes": len(p.nodes), "op_types": sorted({nodes[k].op_type for k in p.nodes}),
+                           "inputs": p.inputs, "outputs": p.outputs} for u, p in zip(units, split.parts)],
+            "kept_nodes": [{"name": nodes[k].name, "op_type": nodes[k].op_type, "reason": split.reasons[k]}
+                           for k in split.kept]}

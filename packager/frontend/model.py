@@ -1,0 +1,266 @@
+"""ONNX in: load the file, check it, and bind its shapes from the spec.
+
+Everything a user can get wrong about the model (file, opset, operators, shapes, dtypes) is
+caught here, before any compilation, and reported with the node or input it concerns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from ..errors import UnsupportedConfigError, UnsupportedOpsError, UserError
+from ..spec import Profile, Spec, spec_error
+
+OPSET_MIN, OPSET_MAX = 11, 21
+
+# Operators the packager compiles: they lower to static-shape TIR kernels with no runtime
+# library calls. Ops the frontend knows but that need data-dependent shapes or TVM runtime
+# functions (NonZero, Unique, TopK, NonMaxSuppression, Resize, sequences, ...) are not listed,
+# nor IsInf (TVM's importer ignores detect_negative/detect_positive and gives wrong results),
+# CumSum (no CPU lowering), Cosh/Sinh (LLVM has no intrinsic for them in TVM 0.27) or Mish (TVM's
+# float32 softplus loses the small values ONNX's tests check near x = -10).
+SUPPORTED_OPS = frozenset("""
+Abs Acos Acosh Add And ArgMax ArgMin Asin Asinh Atan Atanh AveragePool BatchNormalization
+Cast CastLike Ceil Clip Concat Constant ConstantOfShape Conv ConvTranspose Cos
+DepthToSpace Div Dropout Einsum Elu Equal Erf Exp Expand Flatten Floor Gather GatherElements
+Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual GroupNormalization HardSigmoid
+HardSwish Identity InstanceNormalization IsNaN LayerNormalization LeakyRelu Less
+LessOrEqual Log LogSoftmax MatMul Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow PRelu
+Range Reciprocal ReduceL1 ReduceL2 ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd
+ReduceSum ReduceSumSquare Relu Reshape Round Selu Shape Shrink Sigmoid Sign Sin Size Slice
+Softmax Softplus Softsign SpaceToDepth Split Sqrt Squeeze Sub Sum Tan Tanh ThresholdedRelu Tile
+Transpose Trilu Unsqueeze Where Xor
+""".split())
+
+ONNX_DTYPES = {
+    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.DOUBLE: "float64",
+    onnx.TensorProto.INT8: "int8", onnx.TensorProto.INT16: "int16", onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.INT64: "int64", onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.BOOL: "bool",
+}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]     # as declared in the model (symbolic dims are strings)
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    proto: onnx.ModelProto
+    opset: int
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    label: str = ""                  # how messages name it (a part of a model: "model.onnx [part p0]")
+
+    def __str__(self) -> str:
+        return self.label or str(self.path)
+
+
+def load_model(path: Path) -> LoadedModel:
+    """Load and check an ONNX file (external data next to it is fine)."""
+    if not path.is_file():
+        raise UserError(f"{path}: model file not found")
+    try:
+        proto = onnx.load(str(path), load_external_data=True)
+    except Exception as e:  # protobuf decode errors, missing external data files
+        raise UserError(f"{path}: not a readable ONNX model ({first_line(e)}); "
+                        "check that the file is complete and its external data files sit next to it") from None
+    try:
+        onnx.checker.check_model(str(path))   # path form: works for models over 2 GB too
+    except Exception as e:
+        raise UserError(f"{path}: ONNX checker rejected the model: {first_line(e)}") from None
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or not OPSET_MIN <= opset <= OPSET_MAX:
+        raise UserError(f"{path}: default-domain opset {opset} is outside the supported range "
+                        f"{OPSET_MIN}-{OPSET_MAX}; convert it with onnx.version_converter.convert_version")
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [_tensor_info(v, path) for v in proto.graph.input if v.name not in inits]
+    outputs = [_tensor_info(v, path) for v in proto.graph.output]
+    return LoadedModel(path, proto, opset, inputs, outputs)
+
+
+def first_line(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:300]
+
+
+def _tensor_info(v: onnx.ValueInfoProto, path: Path) -> TensorInfo:
+    tt = v.type.tensor_type
+    if not v.type.HasField("tensor_type"):
+        raise UserError(f"{path}: graph input/output '{v.name}' is not a tensor; only tensor I/O is supported")
+    dtype = ONNX_DTYPES.get(tt.elem_type)
+    if dtype is None:
+        raise UserError(f"{path}: graph input/output '{v.name}' has element type "
+                        f"{onnx.TensorProto.DataType.Name(tt.elem_type)}, which is not supported")
+    dims: list[int | str] = []
+    for i, d in enumerate(tt.shape.dim):
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or f"{v.name}_dim{i}")
+    return TensorInfo(v.name, dtype, tuple(dims))
+
+
+def check_operators(model: LoadedModel) -> None:
+    """Raise one error that lists every unsupported operator type with its node names."""
+    bad: dict[str, list[str]] = {}
+    for i, node in enumerate(model.proto.graph.node):
+        domain = node.domain if node.domain not in ("", "ai.onnx") else ""
+        key = node.op_type if not domain else f"{domain}.{node.op_type}"
+        if domain or node.op_type not in SUPPORTED_OPS:
+            bad.setdefault(key, []).append(node.name or f"#{i}")
+    if bad:
+        raise UnsupportedOpsError(str(model), bad)
+
+
+# Operands that must be compile-time constants (initializers, Constant nodes, or arithmetic on
+# Shape/Size of tensors), never graph-input data: most decide output *shapes*, which are static
+# per profile; Pad's constant_value is one TVM's importer needs as a constant too.
+STATIC_OPERANDS = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3), "Split": (1,),
+    "Squeeze": (1,), "Unsqueeze": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "CumSum": (1,),
+    "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,),
+    "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,),
+}
+SHAPE_ONLY_OPS = {"Shape", "Size"}           # their outputs depend on shapes, not values
+
+
+def unsupported_configuration(node: onnx.NodeProto) -> str | None:
+    """Why a supported op used this way cannot be compiled (training-time behaviour, outputs or
+    attributes TVM's importer does not implement), or None."""
+    extra_outputs = [o for o in node.output[1:] if o]
+    attrs = {a.name: a for a in node.attribute}
+    op = node.op_type
+    if op == "BatchNormalization" and (extra_outputs or ("training_mode" in attrs and attrs["training_mode"].i)):
+        return "is in training mode; export the model for inference"
+    if op == "Dropout" and len(node.input) > 2 and node.input[2]:
+        return "has a training_mode input (training-time dropout)"
+    if op == "MaxPool" and extra_outputs:
+        return "uses the optional Indices output"
+    if op == "ConvTranspose" and "output_shape" in attrs:
+        return "sets output_shape, which TVM's importer ignores; give pads/output_padding instead"
+    if op == "Reshape" and "allowzero" in attrs and attrs["allowzero"].i:
+        return "uses allowzero=1"
+    return None
+
+
+def runtime_values(nodes, seeds: set[str], opaque: set[int] = frozenset()) -> set[str]:
+    """Tensors whose values are known only at run time: the `seeds`, everything computed from
+    them (Shape/Size see only shapes, which are static), and all outputs of the `opaque` nodes."""
+    dynamic = set(seeds)
+    for k, node in enumerate(nodes):
+        if k in opaque or (node.op_type not in SHAPE_ONLY_OPS and any(i in dynamic for i in node.input)):
+            dynamic.update(o for o in node.output if o)
+    return dynamic
+
+
+def check_configurations(model: LoadedModel) -> None:
+    """Reject supported ops used in ways that cannot be compiled ahead of time, naming the node:
+    static operands computed from input data, and the configurations above."""
+    graph = model.proto.graph
+    data_dependent = runtime_values(graph.node, {i.name for i in model.inputs})
+    problems = []
+    for k, node in enumerate(graph.node):
+        name = node.name or f"#{k}"
+        for idx in STATIC_OPERANDS.get(node.op_type, ()):
+            if idx < len(node.input) and node.input[idx] in data_dependent:
+                problems.append(f"node {name} ({node.op_type}) takes input #{idx} '{node.input[idx]}' from the "
+                                "model's input data, so its output shape is only known at run time; "
+                                "make that operand a constant")
+        why = unsupported_configuration(node)
+        if why:
+            problems.append(f"node {name} ({node.op_type}) {why}")
+    if problems:
+        raise UnsupportedConfigError(f"{model}: " + "; ".join(problems[:5]) +
+                                     (f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""))
+
+
+def bind_profiles(spec: Spec, model: LoadedModel) -> dict[str, str]:
+    """Check the spec's inputs against the model; return the dtype of every input.
+
+    Every model input must appear in every profile with the model's rank, matching static
+    dims, and one size per symbolic dim name (shared names must agree across inputs).
+    """
+    names = [i.name for i in model.inputs]
+    dtypes: dict[str, str] = {}
+    for extra in set(spec.inputs) - set(names):
+        raise spec_error(spec, f"inputs.{extra}", f"the model has no input '{extra}' (its inputs: {', '.join(names)})")
+    for info in model.inputs:
+        declared = spec.inputs.get(info.name)
+        if declared is None:
+            if all(isinstance(d, int) for d in info.shape):
+                dtypes[info.name] = info.dtype
+                continue
+            dyn = [str(d) for d in info.shape if not isinstance(d, int)]
+            raise spec_error(spec, "inputs", f"input '{info.name}' has dynamic dims {dyn}: bind them with "
+                             f"inputs: {{{info.name}: {{shape: [...]}}}}")
+        if declared.dtype and declared.dtype != info.dtype:
+            raise spec_error(spec, f"inputs.{info.name}.dtype",
+                             f"the model declares {info.dtype} for '{info.name}', the spec says {declared.dtype}")
+        dtypes[info.name] = info.dtype
+    for k, prof in enumerate(spec.profiles):
+        where = "inputs" if k == 0 else f"profiles[{k - 1}].inputs"
+        sym: dict[str, tuple[int, str]] = {}
+        for info in model.inputs:
+            shape = prof.shapes.get(info.name, tuple(info.shape))
+            p = f"{where}.{info.name}.shape"
+            if len(shape) != len(info.shape):
+                raise spec_error(spec, p, f"input '{info.name}' has rank {len(info.shape)} in the model "
+                                 f"{list(info.shape)}, the spec gives {list(shape)}")
+            for axis, (want, got) in enumerate(zip(info.shape, shape)):
+                if isinstance(want, int) and want != got:
+                    raise spec_error(spec, p, f"dim {axis} of '{info.name}' is fixed to {want} in the model, "
+                                     f"the spec gives {got}")
+                if isinstance(want, str):
+                    if want in sym and sym[want][0] != got:
+                        raise spec_error(spec, p, f"dynamic dim '{want}' is {got} here but {sym[want][0]} "
+                                         f"for {sym[want][1]}; inputs sharing a dim name must agree")
+                    sym.setdefault(want, (got, info.name))
+    return dtypes
+
+
+def profile_shapes(model: LoadedModel, prof: Profile) -> dict[str, tuple[int, ...]]:
+    return {i.name: tuple(prof.shapes.get(i.name, i.shape)) for i in model.inputs}  # type: ignore[arg-type]
+
+
+def infer_shapes(model: LoadedModel, shapes: dict[str, tuple[int, ...]], strict: bool = True) -> onnx.ModelProto:
+    """Bind the input dims and run ONNX shape inference, naming the node on failure. Not strict:
+    ops without inference (custom domains) leave their outputs unknown instead of failing."""
+    bound = onnx.ModelProto()
+    bound.CopyFrom(model.proto)
+    for v in bound.graph.input:
+        if v.name in shapes:
+            dims = v.type.tensor_type.shape.dim
+            for d, size in zip(dims, shapes[v.name]):
+                d.Clear()
+                d.dim_value = size
+    try:
+        return onnx.shape_inference.infer_shapes(bound, strict_mode=strict, data_prop=True)
+    except Exception as e:
+        # A declared shape that ONNX's own inference disputes (it has known gaps, e.g. ceil-mode
+        # pooling) is not fatal: TVM infers shapes again on import. Anything else is.
+        if strict and "existing shape differ" in str(e):
+            return infer_shapes(model, shapes, strict=False)
+        raise UserError(f"{model}: shape inference failed with inputs {shapes}: {first_line(e)}") from None
+
+
+def random_inputs(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str],
+                  seed: int = 0) -> dict[str, np.ndarray]:
+    """Deterministic test inputs: normal floats, small non-negative integers, random bools."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for info in model.inputs:
+        shape, dt = shapes[info.name], dtypes[info.name]
+        if dt.startswith("float"):
+            out[info.name] = rng.standard_normal(shape).astype(dt)
+        elif dt == "bool":
+            out[info.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            out[info.name] = rng.integers(0, 4, shape).astype(dt)
+    return out

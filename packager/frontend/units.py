@@ -1,0 +1,65 @@
+"""What gets compiled: the whole model as one unit, or (partial offload) one unit per compiled
+part, each with its shape profiles and, once the graph passes ran, its kernel graphs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..errors import UserError
+from ..spec import Spec
+from .model import LoadedModel, profile_shapes
+from .partition import Partition, part_loaded, partition, tensor_types
+
+if TYPE_CHECKING:
+    from ..codegen.graph import Graph
+    from ..optimize.base import PassReport
+
+
+@dataclass
+class Unit:
+    """A model to compile and where its files go inside the package."""
+
+    name: str                                     # "" for the whole model, "p0", ... for parts
+    rel: str                                      # folder inside the package ("" or "parts/p0")
+    model: LoadedModel
+    profiles: list[tuple[str, dict[str, tuple[int, ...]]]]   # (profile name, input shapes)
+    dtypes: dict[str, str]
+    # per pipeline key (optimize.pipeline.pipeline_key: targets whose graph passes give the same
+    # result share one): profile name -> kernel graph, and the graph passes' reports
+    graphs_by_key: dict[str, dict[str, Graph]] = field(default_factory=dict)
+    reports_by_key: dict[str, list[PassReport]] = field(default_factory=dict)
+    target_reports: list[dict] = field(default_factory=list)
+
+    @property
+    def graphs(self) -> dict[str, Graph]:
+        """Any key's graphs (all share the ONNX inputs and outputs)."""
+        return next(iter(self.graphs_by_key.values()))
+
+    @property
+    def graph_passes(self) -> list[PassReport]:
+        """Target-independent graph passes (the layout pass is reported per target)."""
+        return [p for p in next(iter(self.reports_by_key.values())) if p.name != "layout"]
+
+    def path(self, rel: str) -> str:
+        return f"{self.rel}/{rel}" if self.rel else rel
+
+
+def split_units(spec: Spec, model: LoadedModel, dtypes: dict[str, str]) -> tuple[list[Unit], Partition | None, list]:
+    """The whole model as one unit, or (partial offload) one unit per compiled part; with the
+    partition and, per profile, every tensor's inferred dtype and shape."""
+    profiles = [(p.name, profile_shapes(model, p)) for p in spec.profiles]
+    if not spec.onnxruntime.partial:
+        return [Unit("", "", model, profiles, dtypes)], None, []
+    types = [tensor_types(model, shapes) for _, shapes in profiles]
+    split = partition(model, types, spec.onnxruntime.keep_ops, spec.onnxruntime.keep_nodes)
+    if split.whole:
+        return [Unit("", "", model, profiles, dtypes)], None, types
+    if not split.parts:
+        raise UserError(f"{spec.model}: nothing left to compile: every node stays in ONNX Runtime "
+                        f"({len(split.kept)} node(s)); check onnxruntime.keep_ops / keep_nodes")
+    units = []
+    for part in split.parts:
+        sub = part_loaded(model, part, types)
+        shapes = [(pname, {i: tuple(t[i][1]) for i in part.inputs}) for (pname, _), t in zip(profiles, types)]
+        units.append(Unit(part.name, f"parts/{part.name}", sub, shapes, {i: types[0][i][0] for i in part.inputs}))
+    return units, split, types

@@ -1,0 +1,62 @@
+"""Work and compulsory traffic of a kernel, read from its (unscheduled) TIR.
+
+FLOPs: for every block, the iteration-domain size times the floating-point arithmetic nodes in
+the value it stores (a multiply-accumulate counts 2; exp, tanh, ... count 1; index arithmetic is
+integer and not counted). Bytes: every parameter buffer read or written once, the minimum
+traffic to memory. Together they place a kernel on the roofline.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+from tvm.ir import expr as ir
+
+ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Max, tirx.Min)
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    flops: int
+    bytes: int
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else 0.0
+
+
+def float_ops(value) -> int:
+    count = [0]
+
+    def visit(node):
+        ty = getattr(node, "ty", None)
+        if str(getattr(ty, "dtype", "")).startswith(("float", "bfloat")):
+            count[0] += 1
+
+    tvm_ffi.structural_walk(value, ((*ARITH, ir.Call), visit), order="post")
+    return count[0]
+
+
+def kernel_cost(func: tirx.PrimFunc) -> KernelCost:
+    flops = 0
+    blocks: list = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, blocks.append), order="post")
+    for blk in blocks:
+        if not blk.iter_vars or not isinstance(blk.body, tirx.BufferStore):
+            continue
+        domain = 1
+        for iv in blk.iter_vars:
+            ext = iv.dom.extent
+            if not isinstance(ext, tirx.IntImm):
+                break
+            domain *= int(ext)
+        else:
+            flops += domain * float_ops(blk.body.value)
+    nbytes = 0
+    for p in func.params:
+        shape = [int(d) for d in p.shape]
+        nbytes += int(np.prod(shape, dtype=np.int64)) * tvm.DataType(str(p.dtype)).bits // 8
+    return KernelCost(flops, nbytes)

@@ -1,0 +1,116 @@
+"""TIR helpers the schedules share (rule-based CPU and GPU, Gensor's CPU and GPU lowering): loop
+extents, factor choices, block kinds, and the records a schedule leaves for the report."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm_ffi
+from tvm import s_tir, tirx
+from tvm.ir import expr as ir
+
+# Below this many loop iterations a kernel runs on one thread: a parallel launch costs more.
+PARALLEL_MIN_WORK = 1 << 16
+# Padding stages inside conv kernels are pure copies but serialize the kernel (Amdahl): split
+# them across threads from a lower size.
+PARALLEL_MIN_COPY = 1 << 13
+
+
+@dataclass
+class KernelSchedule:
+    """What the pass did to one kernel (for the build report)."""
+
+    rule: str
+    parallel: int = 1              # extent of the parallel loop (1: serial)
+    vector: int = 1                # lanes of the innermost vectorized loop
+    register_tile: int = 1         # extent of the unrolled register-tile loop
+    note: str = ""
+
+    def summary(self) -> str:
+        parts = [self.rule]
+        if self.parallel > 1:
+            parts.append(f"parallel {self.parallel}")
+        if self.vector > 1:
+            parts.append(f"vector {self.vector}")
+        if self.register_tile > 1:
+            parts.append(f"regtile {self.register_tile}")
+        return ", ".join(parts)
+
+
+@dataclass
+class Anchor:
+    """A one-reduction kernel prepared for tiling (see CpuRules.prepare_anchor)."""
+
+    block: object                  # the reduction block (conv, matmul, pooling)
+    staged: list                   # producer blocks kept as their own stage (padding)
+    consumers: list                # element-wise epilogue blocks
+    spatial: list                  # (iter var, loop), big-operand loops first
+    reduce: list                   # (iter var, loop)
+    vec: tuple | None              # (iter var, loop) of the vector axis
+    reg: tuple | None              # (iter var, loop) of the rule's register-tile axis
+    extents: dict                  # iter var -> extent
+    lanes: int
+    note: str = ""
+
+    @property
+    def work(self) -> int:
+        n = 1
+        for e in self.extents.values():
+            n *= e
+        return n
+
+
+class RuleMismatch(Exception):
+    """The rule does not apply to this kernel."""
+
+
+def free_vars(expr) -> set:
+    found: set = set()
+    tvm_ffi.structural_walk(expr, (tirx.Var, found.add), order="post")
+    return found
+
+
+def has_if_then_else(stmt) -> bool:
+    hit: list = []
+
+    def visit(call):
+        if getattr(call.op, "name", "").endswith("if_then_else"):
+            hit.append(call)
+
+    tvm_ffi.structural_walk(stmt, (ir.Call, visit), order="post")
+    return bool(hit)
+
+
+def loop_extent(sch: s_tir.Schedule, loop) -> int:
+    ext = sch.get(loop).extent
+    if not isinstance(ext, tirx.IntImm):
+        raise RuleMismatch("symbolic loop extent")
+    return int(ext)
+
+
+def best_factor(n: int, cap: int, multiple: int = 1) -> int:
+    """Largest divisor of n that is <= cap, preferring multiples of `multiple`."""
+    divisors = [d for d in range(1, min(n, cap) + 1) if n % d == 0]
+    aligned = [d for d in divisors if d % multiple == 0]
+    return max(aligned or divisors)
+
+
+def vector_factor(n: int, lanes: int) -> int:
+    """Vector loop length for an axis of extent n: whole vectors (one or two registers) when they
+    divide n, else the largest divisor that fits one register, else (a prime-like extent) one
+    register with a predicated tail. Odd lengths like 28 or 29 lanes make LLVM split and
+    shuffle vectors (9x slower measured on a ResNet conv)."""
+    for d in (2 * lanes, lanes):
+        if n % d == 0:
+            return d
+    best = best_factor(n, lanes)
+    return best if best >= lanes // 2 or n < lanes else lanes
+
+
+def split_last_axis(stride: int):
+    """Index map (..., w) -> (..., w % stride, w // stride); the stride is closed over because
+    transform_layout treats every lambda parameter as an index."""
+    return lambda *i: (*i[:-1], i[-1] % stride, i[-1] // stride)
+
+
+def is_reduction(sch: s_tir.Schedule, block) -> bool:
+    return any(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars)

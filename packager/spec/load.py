@@ -1,0 +1,247 @@
+"""YAML -> Spec: read the file, check every field, and fail with the file, line and field path
+(``targets[1].isa``) and what to write instead, because a deployment engineer fixes specs from
+error messages."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import UserError
+from .model import (DTYPES, LEVEL_PASSES, NAME_RE, PASS_NAMES, InputSpec, OptimizeSpec, OrtSpec, Profile, Spec,
+                    TargetSpec, VerifySpec)
+
+
+class _Reader:
+    """Walks the parsed YAML, remembering line numbers so errors can point at them."""
+
+    def __init__(self, path: Path, text: str):
+        self.path = path
+        try:
+            self.data = yaml.safe_load(text)
+            node = yaml.compose(text)
+        except yaml.YAMLError as e:
+            line = getattr(getattr(e, "problem_mark", None), "line", None)
+            where = f":{line + 1}" if line is not None else ""
+            raise UserError(f"{path}{where}: not valid YAML: {getattr(e, 'problem', None) or e}") from None
+        self.lines: dict[str, int] = {}
+        if node is not None:
+            self._index(node, "")
+
+    def _index(self, node: yaml.Node, path: str) -> None:
+        """Remember the line of every field path; reject duplicate keys (YAML silently keeps the last)."""
+        self.lines[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for k, v in node.value:
+                sub = f"{path}.{k.value}" if path else str(k.value)
+                if k.value in seen:
+                    self.lines[sub] = k.start_mark.line + 1
+                    self.fail(sub, "duplicate key")
+                seen.add(k.value)
+                self._index(v, sub)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                self._index(v, f"{path}[{i}]")
+
+    def fail(self, path: str, msg: str) -> None:
+        line = self.lines.get(path)
+        while line is None and path:
+            path_parent = re.sub(r"(\.[^.\[\]]+|\[\d+\])$", "", path)
+            if path_parent == path:
+                break
+            path = path_parent
+            line = self.lines.get(path)
+        loc = f"{self.path}:{line}" if line else str(self.path)
+        raise UserError(f"{loc}: {path or 'spec'}: {msg}")
+
+    def mapping(self, value: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
+        if not isinstance(value, dict):
+            self.fail(path, f"expected a mapping with keys {', '.join(allowed)}")
+        for key in value:
+            if key not in allowed:
+                hint = _closest(str(key), allowed)
+                self.fail(f"{path}.{key}" if path else str(key),
+                          f"unknown key '{key}'" + (f" (did you mean '{hint}'?)" if hint else "")
+                          + f"; allowed: {', '.join(allowed)}")
+        for key in required:
+            if key not in value:
+                self.fail(path, f"missing required key '{key}'")
+        return value
+
+    def shape(self, value: Any, path: str) -> tuple[int, ...]:
+        if not isinstance(value, list):
+            self.fail(path, "expected a list of dimension sizes, e.g. [1, 3, 224, 224]")
+        for i, d in enumerate(value):
+            if isinstance(d, str):
+                self.fail(f"{path}[{i}]", f"dynamic dimension '{d}' is not bound: give its size as an integer")
+            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
+                self.fail(f"{path}[{i}]", f"dimension must be a non-negative integer, got {d!r}")
+        return tuple(value)
+
+
+def _closest(word: str, options: tuple[str, ...]) -> str | None:
+    """The option a typo most likely meant: similar spelling, ties broken by a shared prefix."""
+    import difflib
+    import os.path
+
+    def score(opt: str) -> tuple[float, float]:
+        prefix = len(os.path.commonprefix([word.lower(), opt.lower()]))
+        return prefix / max(len(word), 1), difflib.SequenceMatcher(None, word, opt).ratio()
+
+    best = max(options, key=score, default=None)
+    return best if best is not None and (score(best)[1] >= 0.6 or score(best)[0] >= 0.5) else None
+
+
+def _number(r: _Reader, value: Any, path: str, lo: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < lo:
+        r.fail(path, f"expected a number >= {lo}, got {value!r}")
+    return float(value)
+
+
+def load_spec(path: str | Path, output_override: str | Path | None = None) -> Spec:
+    """Read and validate a spec file; raises UserError naming the file, line and field."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: spec file not found")
+    r = _Reader(path, path.read_text())
+    top = r.mapping(r.data, "", ("name", "model", "output", "inputs", "profiles", "targets", "optimize", "verify",
+                                 "onnxruntime"), required=("name", "model", "targets"))
+    base = path.resolve().parent
+    name, model, output = _files(r, top, base, output_override)
+    inputs = _inputs(r, top)
+    profiles = _profiles(r, top, inputs)
+    targets = _targets(r, top)
+    optimize = _optimize(r, top, base)
+    raw_verify = r.mapping(top.get("verify") or {}, "verify", ("rtol", "atol"))
+    verify = VerifySpec(_number(r, raw_verify.get("rtol", 1e-4), "verify.rtol"),
+                        _number(r, raw_verify.get("atol", 1e-5), "verify.atol"))
+    ort = _onnxruntime(r, top)
+    return Spec(path.resolve(), name, model, output, inputs, profiles, targets, optimize, verify, ort, top, r)
+
+
+def _files(r: _Reader, top: dict, base: Path, output_override) -> tuple[str, Path, Path]:
+    """name, model file and output folder (relative to the spec; --output relative to the cwd)."""
+    name = top["name"]
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        r.fail("name", f"package name must match {NAME_RE.pattern}, got {name!r}")
+    if not isinstance(top["model"], str):
+        r.fail("model", "expected the path of an ONNX file")
+    model = (base / Path(top["model"]).expanduser()).resolve()
+    if not model.is_file():
+        r.fail("model", f"model file not found: {model}")
+    out = output_override if output_override is not None else top.get("output", f"dist/{name}")
+    if not isinstance(out, (str, Path)):
+        r.fail("output", "expected a folder path")
+    output = (Path(out).expanduser() if output_override is not None else base / Path(out).expanduser()).resolve()
+    return name, model, output
+
+
+def _inputs(r: _Reader, top: dict) -> dict[str, InputSpec]:
+    inputs: dict[str, InputSpec] = {}
+    raw_inputs = top.get("inputs") or {}
+    if not isinstance(raw_inputs, dict):
+        r.fail("inputs", "expected a mapping: input name -> {dtype, shape}")
+    for iname, ival in raw_inputs.items():
+        p = f"inputs.{iname}"
+        ival = r.mapping(ival, p, ("dtype", "shape"), required=("shape",))
+        dtype = ival.get("dtype")
+        if dtype is not None and dtype not in DTYPES:
+            r.fail(f"{p}.dtype", f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+        inputs[str(iname)] = InputSpec(str(iname), dtype, r.shape(ival["shape"], f"{p}.shape"))
+    return inputs
+
+
+def _profiles(r: _Reader, top: dict, inputs: dict[str, InputSpec]) -> list[Profile]:
+    """The default profile (the inputs' shapes) and every named one (shapes it overrides)."""
+    profiles = [Profile("default", {n: i.shape for n, i in inputs.items()})]
+    raw_profiles = top.get("profiles") or []
+    if not isinstance(raw_profiles, list):
+        r.fail("profiles", "expected a list of {name, inputs}")
+    for k, prof in enumerate(raw_profiles):
+        p = f"profiles[{k}]"
+        prof = r.mapping(prof, p, ("name", "inputs"), required=("name", "inputs"))
+        pname = prof["name"]
+        if not isinstance(pname, str) or not NAME_RE.match(pname):
+            r.fail(f"{p}.name", f"profile name must match {NAME_RE.pattern}")
+        if pname in {q.name for q in profiles}:
+            r.fail(f"{p}.name", f"duplicate profile name '{pname}'")
+        pin = r.mapping(prof["inputs"], f"{p}.inputs", tuple(inputs) or ("<inputs>",))
+        shapes = {n: i.shape for n, i in inputs.items()}
+        for iname, ival in pin.items():
+            ival = r.mapping(ival, f"{p}.inputs.{iname}", ("shape",), required=("shape",))
+            shapes[iname] = r.shape(ival["shape"], f"{p}.inputs.{iname}.shape")
+        profiles.append(Profile(pname, shapes))
+    return profiles
+
+
+def _targets(r: _Reader, top: dict) -> list[TargetSpec]:
+    """Target entries as written (packager/targets resolves them against the hardware table)."""
+    raw_targets = top["targets"]
+    if not isinstance(raw_targets, list) or not raw_targets:
+        r.fail("targets", "expected a non-empty list of targets, e.g. [x86-64, arm64]")
+    targets: list[TargetSpec] = []
+    for k, t in enumerate(raw_targets):
+        p = f"targets[{k}]"
+        if isinstance(t, str):
+            targets.append(TargetSpec(t, {}, p))
+        else:
+            t = r.mapping(t, p, ("name", "kind", "arch", "isa", "mcpu", "mattr", "sm", "host_arch"), required=("name",))
+            targets.append(TargetSpec(str(t["name"]), {k2: v for k2, v in t.items() if k2 != "name"}, p))
+        if targets[-1].name in {x.name for x in targets[:-1]}:
+            r.fail(p, f"target '{targets[-1].name}' is listed twice")
+    return targets
+
+
+def _optimize(r: _Reader, top: dict, base: Path) -> OptimizeSpec:
+    raw_opt = r.mapping(top.get("optimize") or {}, "optimize", ("level", "passes", "scheduler", "tuning"))
+    level = raw_opt.get("level", 2)
+    if level not in LEVEL_PASSES:
+        r.fail("optimize.level", f"expected 0, 1, 2 or 3, got {level!r}")
+    passes = r.mapping(raw_opt.get("passes") or {}, "optimize.passes", PASS_NAMES)
+    for pname, on in passes.items():
+        if not isinstance(on, bool):
+            r.fail(f"optimize.passes.{pname}", f"expected true or false, got {on!r}")
+    scheduler = raw_opt.get("scheduler", "gensor")
+    if scheduler not in ("gensor", "rules"):
+        r.fail("optimize.scheduler", f"expected gensor or rules, got {scheduler!r}")
+    tuning = r.mapping(raw_opt.get("tuning") or {}, "optimize.tuning", ("trials", "database", "measure", "top_k"))
+    counts = {}
+    for key, default in (("trials", 0), ("top_k", 6)):
+        value = tuning.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            r.fail(f"optimize.tuning.{key}", f"expected a non-negative integer, got {value!r}")
+        counts[key] = value
+    measure = tuning.get("measure", True)
+    if not isinstance(measure, bool):
+        r.fail("optimize.tuning.measure", f"expected true or false, got {measure!r}")
+    db = tuning.get("database")
+    if db is not None and not isinstance(db, str):
+        r.fail("optimize.tuning.database", "expected a folder path")
+    db_path = (base / Path(db).expanduser()) if db else None
+    return OptimizeSpec(level, dict(passes), counts["trials"], db_path, scheduler, measure, counts["top_k"])
+
+
+def _onnxruntime(r: _Reader, top: dict) -> OrtSpec:
+    raw_ort = r.mapping(top.get("onnxruntime") or {}, "onnxruntime", ("fallback", "keep_ops", "keep_nodes"))
+    fallback = raw_ort.get("fallback", False)
+    if not isinstance(fallback, bool):
+        r.fail("onnxruntime.fallback", f"expected true or false, got {fallback!r}")
+    keep = {}
+    for key in ("keep_ops", "keep_nodes"):
+        value = raw_ort.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            r.fail(f"onnxruntime.{key}", "expected a list of names")
+        keep[key] = tuple(value)
+    return OrtSpec(fallback, keep["keep_ops"], keep["keep_nodes"])
+
+
+def spec_error(spec: Spec, field_path: str, msg: str) -> UserError:
+    """A UserError located at `field_path` of the spec (with its line when known)."""
+    try:
+        spec.reader.fail(field_path, msg)
+    except UserError as e:
+        return e
+    raise AssertionError("unreachable")

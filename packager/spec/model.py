@@ -1,0 +1,95 @@
+"""The deployment spec as typed objects (what load.py produces from the YAML): the rest of the
+packager reads only these."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+DTYPES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+PASS_NAMES = ("simplify", "fastmath", "fusion", "schedule", "derive", "layout", "reuse")
+# Which passes each optimize.level turns on by default (a `passes:` entry overrides it).
+# Level 1 ("safe") keeps results bit-identical to TVM's exact math; level 2 adds approximations.
+LEVEL_PASSES = {
+    0: set(),
+    1: {"simplify", "fusion", "schedule"},
+    2: {"simplify", "fastmath", "fusion", "schedule", "derive", "layout", "reuse"},
+    3: {"simplify", "fastmath", "fusion", "schedule", "derive", "layout", "reuse"},
+}
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    dtype: str | None          # None: take the model's dtype
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One set of static input shapes; each profile is compiled to its own plan."""
+
+    name: str
+    shapes: dict[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A target as written in the spec; `targets.resolve` turns it into a concrete target."""
+
+    name: str
+    fields: dict[str, Any]
+    where: str                 # "targets[2]" for error messages
+
+
+@dataclass(frozen=True)
+class OptimizeSpec:
+    level: int = 2
+    passes: dict[str, bool] = field(default_factory=dict)
+    trials: int = 0
+    database: Path | None = None
+    scheduler: str = "gensor"          # "gensor" (construction-based) | "rules" (the spine's rule-based)
+    measure: bool = True               # time the top-k schedules when the target runs on this machine
+    top_k: int = 6                     # candidates measured per kernel
+
+    def enabled(self, name: str) -> bool:
+        """Whether pass `name` runs: an explicit switch wins over the level's default."""
+        return self.passes.get(name, name in LEVEL_PASSES[self.level])
+
+
+@dataclass(frozen=True)
+class OrtSpec:
+    """What runs in ONNX Runtime instead of being compiled (partial offload)."""
+
+    fallback: bool = False             # unsupported ops stay in ONNX Runtime instead of failing the build
+    keep_ops: tuple[str, ...] = ()     # op types always left to ONNX Runtime
+    keep_nodes: tuple[str, ...] = ()   # node names always left to ONNX Runtime
+
+    @property
+    def partial(self) -> bool:
+        return self.fallback or bool(self.keep_ops) or bool(self.keep_nodes)
+
+
+@dataclass(frozen=True)
+class VerifySpec:
+    rtol: float = 1e-4
+    atol: float = 1e-5
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: Path
+    name: str
+    model: Path
+    output: Path
+    inputs: dict[str, InputSpec]
+    profiles: list[Profile]
+    targets: list[TargetSpec]
+    optimize: OptimizeSpec
+    verify: VerifySpec
+    onnxruntime: OrtSpec
+    raw: dict[str, Any]
+    reader: Any = field(repr=False, compare=False)

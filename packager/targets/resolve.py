@@ -1,0 +1,128 @@
+"""A spec's `targets:` entries -> concrete targets of the hardware table (or custom ones), with
+errors that point at the spec's line and field."""
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from ..errors import UserError
+from ..spec import Spec, TargetSpec, spec_error
+from .host import detected_x86_isa, host_arch, host_cpu_name
+from .table import (ARCH_ALIASES, ARCHES, ARM_ISA, CPU_NAMES, CUDA_SM_RANGE, CUDA_TABLE, X86_ISA, CpuTarget,
+                    CudaTarget, Target)
+
+
+Fail = Callable[..., UserError]
+CPU_DEFAULTS = {"x86-64": ("x86_64", None), "x86-avx2": ("x86_64", "avx2"),
+                "x86-avx512": ("x86_64", "avx512"), "arm64": ("aarch64", "neon")}
+
+
+def resolve(ts: TargetSpec, spec: Spec | None = None) -> Target:
+    """Turn one spec entry into a concrete target, or raise a UserError pointing at it."""
+
+    def fail(msg: str, sub: str = "") -> UserError:
+        where = ts.where + (f".{sub}" if sub else "")
+        return spec_error(spec, where, msg) if spec else UserError(f"{where}: {msg}")
+
+    fields = dict(ts.fields)
+    kind = fields.pop("kind", None) or _implied_kind(ts.name, fields, fail)
+    if kind == "cuda":
+        return _cuda(ts.name, fields, fail)
+    if kind == "cpu":
+        return _cpu(ts.name, fields, fail)
+    raise fail(f"unknown kind '{kind}'; expected cpu or cuda", "kind")
+
+
+def _implied_kind(name: str, f: dict, fail: Fail) -> str:
+    """A bare name (or an entry without `kind`): a table row's kind, or what its fields imply."""
+    kind = "cuda" if (name in CUDA_TABLE or "sm" in f or str(f.get("arch", "")).startswith("sm_")) else "cpu"
+    if kind == "cpu" and name not in CPU_NAMES and "arch" not in f:
+        known = ", ".join(list(CPU_NAMES) + list(CUDA_TABLE))
+        raise fail(f"unknown target '{name}'; known targets: {known} "
+                   "(or give kind/arch/isa for a custom CPU target)")
+    return kind
+
+
+def _cuda(name: str, f: dict, fail: Fail) -> CudaTarget:
+    base = CUDA_TABLE.get(name)
+    arch_field = f.pop("arch", None)
+    sm = str(f.pop("sm", arch_field) or (base.sm if base else ""))
+    if not sm:
+        raise fail("a custom CUDA target needs `arch: sm_XX`, e.g. arch: sm_86", "arch")
+    m = re.fullmatch(r"sm_(\d+)", sm)
+    if not m or not CUDA_SM_RANGE[0] <= int(m.group(1)) <= CUDA_SM_RANGE[1]:
+        raise fail(f"unknown CUDA architecture {sm!r}; expected sm_70 ... sm_{CUDA_SM_RANGE[1]} (e.g. sm_86)", "arch")
+    host = ARCH_ALIASES.get(str(f.pop("host_arch", base.arch if base else "x86_64")).lower())
+    if host is None:
+        raise fail("unknown host_arch; expected x86-64 or arm64", "host_arch")
+    if f:
+        raise fail(f"key(s) {', '.join(sorted(f))} do not apply to a CUDA target (kind, arch, host_arch)")
+    facts = dict(base.facts) if base and base.sm == sm else {}
+    return CudaTarget(name, sm, host, facts)
+
+
+def _cpu(name: str, f: dict, fail: Fail) -> CpuTarget:
+    default_arch, default_isa = CPU_DEFAULTS.get(name, (None, None))
+    arch_raw = f.pop("arch", default_arch)
+    arch = ARCH_ALIASES.get(str(arch_raw).lower()) if arch_raw else None
+    if arch is None:
+        raise fail(f"unknown arch {arch_raw!r}; expected x86-64 or arm64", "arch")
+    isa = f.pop("isa", default_isa)
+    mcpu = f.pop("mcpu", None)
+    mattr = f.pop("mattr", [])
+    if not isinstance(mattr, list) or not all(isinstance(a, str) for a in mattr):
+        raise fail("expected a list of LLVM attributes, e.g. ['+avx2']", "mattr")
+    if f:
+        raise fail(f"unknown key(s) {', '.join(sorted(f))} for a CPU target")
+    mcpu = _mcpu(mcpu, arch, fail)
+    return _x86(name, isa, mcpu, tuple(mattr), fail) if arch == "x86_64" else _arm(name, isa, mcpu, tuple(mattr), fail)
+
+
+def _mcpu(mcpu: str | None, arch: str, fail: Fail) -> str | None:
+    """`native` becomes this machine's LLVM CPU name; any name is checked with LLVM."""
+    if mcpu == "native":
+        if arch != host_arch():
+            raise fail(f"mcpu: native names this {host_arch()} machine's CPU, but the target is {arch}", "mcpu")
+        mcpu = host_cpu_name()
+    if mcpu is not None:
+        _check_mcpu(str(mcpu), arch, fail)
+    return mcpu
+
+
+def _x86(name: str, isa: str | None, mcpu: str | None, mattr: tuple[str, ...], fail: Fail) -> CpuTarget:
+    if isa is None:
+        isa = detected_x86_isa()
+        if isa is None:
+            raise fail("cannot detect AVX2/AVX-512 on this build host; set isa: avx2 or isa: avx512", "isa")
+    if isa not in X86_ISA:
+        raise fail(f"unknown x86 ISA {isa!r}; expected one of {', '.join(X86_ISA)}", "isa")
+    row = X86_ISA[isa]
+    return CpuTarget(name, "x86_64", isa, mcpu or row["mcpu"], mattr, row["vector_bits"], row["features"],
+                     row["flops_per_cycle"], row["dram_gbs_per_core"])
+
+
+def _arm(name: str, isa: str | None, mcpu: str | None, mattr: tuple[str, ...], fail: Fail) -> CpuTarget:
+    isa = isa or "neon"
+    if isa not in ARM_ISA:
+        raise fail(f"unknown ARM ISA {isa!r}; expected neon", "isa")
+    row = ARM_ISA[isa]
+    return CpuTarget(name, "aarch64", isa, mcpu or row["mcpu"], mattr or ("+neon",),
+                     row["vector_bits"], row["features"], row["flops_per_cycle"], row["dram_gbs_per_core"])
+
+
+def _check_mcpu(mcpu: str, arch: str, fail) -> None:
+    import tvm  # noqa: F401  (registers the codegen functions)
+    import tvm.target.codegen as codegen
+    if not codegen.llvm_is_valid_cpu(mcpu, ARCHES[arch]):
+        raise fail(f"LLVM does not know CPU '{mcpu}' for {arch}", "mcpu")
+
+
+def resolve_all(spec: Spec, only: list[str] | None = None) -> list[Target]:
+    """All targets of the spec (or the ones named by --target), resolved."""
+    names = [t.name for t in spec.targets]
+    for n in only or []:
+        if n not in names:
+            raise UserError(f"--target {n}: not in {spec.path} (its targets: {', '.join(names)})")
+    return [resolve(t, spec) for t in spec.targets if not only or t.name in only]
+
+

@@ -1,0 +1,125 @@
+"""The hardware table: every target the packager knows, as data.
+
+CPU rows carry what code generation and the rule-based scheduler need (LLVM triple/cpu/attrs,
+vector width, the CPU features the runtime must find before it runs the kernels). GPU rows carry
+the datasheet facts the GPU schedules and cost reports need; their kernels are CUDA C compiled
+offline (packager/codegen/cuda.py). Which backend serves a row is its `kind`
+(packager/codegen/backend.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+ARCHES = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
+ARCH_ALIASES = {"x86-64": "x86_64", "x86_64": "x86_64", "amd64": "x86_64",
+                "arm64": "aarch64", "aarch64": "aarch64"}
+
+# /proc/cpuinfo flags the runtime checks before it runs a target's kernels.
+# flops_per_cycle: fp32 peak per core = FMA pipes x lanes x 2 (two 256/512-bit FMA pipes on
+# Haswell+ / Zen 4-5 / Skylake-SP, two 128-bit NEON FMA pipes on Cortex-A7x/Neoverse N1).
+# dram_gbs_per_core: nominal share of DRAM bandwidth one core can draw (about 8 DDR4/DDR5 channels
+# over 32-64 cores on servers); only used to place kernels on the roofline in `pack bench`.
+X86_ISA = {
+    "avx2": {"mcpu": "x86-64-v3", "vector_bits": 256, "flops_per_cycle": 32, "dram_gbs_per_core": 10.0,
+             "features": ("avx2", "fma", "f16c", "bmi2")},
+    "avx512": {"mcpu": "x86-64-v4", "vector_bits": 512, "flops_per_cycle": 64, "dram_gbs_per_core": 10.0,
+               "features": ("avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")},
+}
+ARM_ISA = {"neon": {"mcpu": "generic", "vector_bits": 128, "flops_per_cycle": 16, "dram_gbs_per_core": 6.0,
+                    "features": ("asimd",)}}
+
+
+@dataclass(frozen=True)
+class CpuTarget:
+    """A CPU target: LLVM code generation plus the facts the schedule and runtime need."""
+
+    name: str
+    arch: str                      # "x86_64" | "aarch64"
+    isa: str                       # "avx2" | "avx512" | "neon"
+    mcpu: str
+    mattr: tuple[str, ...] = ()
+    vector_bits: int = 128
+    features: tuple[str, ...] = ()
+    flops_per_cycle: int = 16          # fp32, per core (see the ISA tables)
+    dram_gbs_per_core: float = 6.0
+    kind: str = "cpu"
+
+    @property
+    def triple(self) -> str:
+        return ARCHES[self.arch]
+
+    @property
+    def vector_lanes_f32(self) -> int:
+        return self.vector_bits // 32
+
+    def llvm_target(self) -> dict[str, Any]:
+        """The TVM target dict (TVM 0.27 takes dicts; never 'native', which silently becomes generic)."""
+        t: dict[str, Any] = {"kind": "llvm", "mtriple": self.triple, "mcpu": self.mcpu}
+        if self.mattr:
+            t["mattr"] = list(self.mattr)
+        return t
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "cpu", "arch": self.arch, "isa": self.isa, "mcpu": self.mcpu,
+                "mattr": list(self.mattr), "vector_bits": self.vector_bits, "cpu_features": list(self.features),
+                "flops_per_cycle": self.flops_per_cycle, "dram_gbs_per_core": self.dram_gbs_per_core}
+
+
+@dataclass(frozen=True)
+class CudaTarget:
+    """A CUDA target: device code for one SM architecture plus the host CPU architecture that
+    runs the runtime (x86-64 servers; Jetson Orin is an aarch64 host)."""
+
+    name: str
+    sm: str                        # "sm_80"
+    arch: str = "x86_64"           # host CPU architecture of the runtime
+    facts: dict[str, Any] = field(default_factory=dict)
+    kind: str = "cuda"
+
+    @property
+    def sm_number(self) -> int:
+        return int(self.sm.split("_")[1])
+
+    def tvm_target(self) -> dict[str, Any]:
+        """TVM's CUDA target (shared memory stays at the portable 48 KB static limit)."""
+        t: dict[str, Any] = {"kind": "cuda", "arch": self.sm}
+        if "max_threads_per_block" in self.facts:
+            t["max_num_threads"] = self.facts["max_threads_per_block"]
+        return t
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "cuda", "sm": self.sm, "arch": self.arch, **self.facts}
+
+
+def _gpu(sms: int, smem_block_kb: int, smem_sm_kb: int, regs_sm: int, l2_mb: float, dram_gbs: float,
+         fp32_tflops: float, fp16_tflops: float, clock_mhz: int) -> dict[str, Any]:
+    return {"sms": sms, "smem_per_block_kb": smem_block_kb, "smem_per_sm_kb": smem_sm_kb,
+            "registers_per_sm": regs_sm, "max_threads_per_block": 1024, "warp_size": 32, "l2_mb": l2_mb,
+            "dram_gbs": dram_gbs, "fp32_tflops": fp32_tflops, "fp16_tensor_tflops": fp16_tflops,
+            "boost_clock_mhz": clock_mhz}
+
+
+# GPU rows (vendor figures; fp16 = dense tensor-core peak):
+# A100 SXM4 40GB: NVIDIA A100 datasheet + Ampere GA100 whitepaper (108 SMs, 164 KB smem/SM, 163 KB
+#   opt-in per block, 40 MB L2, 1555 GB/s HBM2, 19.5 TF fp32, 312 TF fp16, 1410 MHz).
+# V100 SXM2 16GB: Volta GV100 whitepaper (80 SMs, 96 KB smem per SM and per block, 6 MB L2,
+#   900 GB/s, 15.7 TF fp32, 125 TF fp16, 1530 MHz).
+# Jetson AGX Orin 64GB: Jetson AGX Orin datasheet / Ampere GA10B (2 GPCs, 16 SMs, 164 KB smem/SM,
+#   4 MB L2, 204.8 GB/s LPDDR5 shared with the CPU, 5.3 TF fp32, 85 TF fp16 dense at 1300 MHz).
+# H100 SXM5 80GB: NVIDIA H100 datasheet + Hopper whitepaper (132 SMs, 228 KB smem/SM, 227 KB per
+#   block, 50 MB L2, 3350 GB/s HBM3, 67 TF fp32, 989 TF fp16 dense, 1980 MHz).
+# All four: 64K 32-bit registers per SM, 1024 threads per block.
+CUDA_TABLE = {
+    "a100": CudaTarget("a100", "sm_80", facts=_gpu(108, 163, 164, 65536, 40, 1555, 19.5, 312, 1410)),
+    "v100": CudaTarget("v100", "sm_70", facts=_gpu(80, 96, 96, 65536, 6, 900, 15.7, 125, 1530)),
+    "orin": CudaTarget("orin", "sm_87", arch="aarch64", facts=_gpu(16, 163, 164, 65536, 4, 204.8, 5.3, 85, 1300)),
+    "h100": CudaTarget("h100", "sm_90", facts=_gpu(132, 227, 228, 65536, 50, 3350, 67, 989, 1980)),
+}
+# Architectures the offline compilers can target: nvcc (CUDA 13) from sm_75; NVRTC (CUDA 12
+# wheels) for Volta sm_70/sm_72.
+CUDA_SM_RANGE = (70, 120)
+CPU_NAMES = ("x86-64", "x86-avx2", "x86-avx512", "arm64")
+
+# Any row of the table; code outside targets/ and the backends uses this, never the classes.
+Target = Union[CpuTarget, CudaTarget]

@@ -1,0 +1,1 @@
+"""Tools around packages: verify, bench, conformance, inspect, and the local runners they share."""

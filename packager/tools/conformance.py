@@ -1,0 +1,259 @@
+"""`pack conformance`: ONNX's backend node test cases through the packager and our runtime.
+
+The onnx wheel ships the generators of its node tests (`collect_testcases()`: each a model plus
+input and expected output arrays). For every case whose operators the packager claims, the case
+is built for this machine's x86-64 target, run by packrt-run, and compared with the expected
+outputs at the case's own tolerance.
+
+Two adaptations, both semantics-preserving: a case written at an opset outside 11-21 is moved to
+the nearest supported opset when every operator's contract (attributes, inputs, outputs) is the
+same there (opset 22 re-versioned many operators only to add bfloat16); and inputs that are
+shape operands (Reshape's shape, Slice's starts, a Reduce's axes, ...) become initializers with the
+test's values, since the packager compiles static shapes (a deployed model has them constant).
+Cases with element types the packager does not support are skipped, not failed.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import multiprocessing
+import shutil
+import subprocess
+import tempfile
+import warnings
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..errors import PackagerError, UnsupportedConfigError
+from ..frontend.model import ONNX_DTYPES, OPSET_MAX, OPSET_MIN, STATIC_OPERANDS, SUPPORTED_OPS
+
+
+COMPOSITE = "(composite)"
+
+
+@dataclass
+class CaseResult:
+    name: str
+    op: str
+    status: str                    # "pass" | "fail" | "unsupported" | "skipped"
+    detail: str = ""
+
+
+def main_op(model: onnx.ModelProto) -> str:
+    """The operator a case tests. Cases built from several operators (ONNX's expanded function
+    tests of composite ops such as Attention) are grouped as COMPOSITE."""
+    ops = {n.op_type for n in model.graph.node}
+    return ops.pop() if len(ops) == 1 else COMPOSITE
+
+
+def collect(ops: set[str] | None = None) -> list:
+    """Node test cases whose every node is an operator the packager claims (default domain)."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = collect_testcases()
+    out = []
+    for c in cases:
+        nodes = c.model.graph.node
+        if not nodes or any(n.domain not in ("", "ai.onnx") or n.op_type not in SUPPORTED_OPS for n in nodes):
+            continue
+        if ops and not {n.op_type for n in nodes} & ops:
+            continue
+        out.append(c)
+    return sorted(out, key=lambda c: c.name)
+
+
+def _same_contract(node: onnx.NodeProto, old, new) -> bool:
+    """Whether `node` means the same under two schema versions: same inputs/outputs, and every
+    attribute it sets exists in both (an attribute added later, left at its default, does not
+    change the node; opset 22 re-versioned many ops only to add bfloat16)."""
+    ios = [[(p.name, p.option) for p in list(s.inputs) + list(s.outputs)] for s in (old, new)]
+    return ios[0] == ios[1] and all(a.name in old.attributes and a.name in new.attributes for a in node.attribute)
+
+
+def _retarget_opset(model: onnx.ModelProto) -> str | None:
+    """Move the model into opsets 11-21 if every node means the same there; returns why not."""
+    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if version is None:
+        return "no default-domain opset"
+    target = min(max(version, OPSET_MIN), OPSET_MAX)
+    if target == version:
+        return None
+    for node in model.graph.node:
+        try:
+            old, new = onnx.defs.get_schema(node.op_type, target), onnx.defs.get_schema(node.op_type, version)
+        except Exception:  # noqa: BLE001 - schema missing at the target opset
+            return f"{node.op_type} does not exist at opset {target}"
+        if not _same_contract(node, old, new):
+            return f"{node.op_type} at opset {version} differs from opset {target}"
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            o.version = target
+    return None
+
+
+def prepare(case) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[np.ndarray]] | str:
+    """The case's model (adapted as described above), inputs and expected outputs, or a skip reason."""
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)
+    why = _retarget_opset(model)
+    if why:
+        return why
+    inputs_arr, expected = ([numpy_helper.to_array(a) if isinstance(a, onnx.TensorProto) else np.asarray(a)
+                             for a in arrays] for arrays in case.data_sets[0])
+    inits = {i.name for i in model.graph.initializer}
+    graph_inputs = [v for v in model.graph.input if v.name not in inits]
+    feeds = {v.name: np.asarray(a) for v, a in zip(graph_inputs, inputs_arr)}
+    for v in list(model.graph.input) + list(model.graph.output):
+        elem = v.type.tensor_type.elem_type if v.type.HasField("tensor_type") else None
+        if elem not in ONNX_DTYPES:
+            return f"element type {onnx.TensorProto.DataType.Name(elem) if elem else 'non-tensor'} not supported"
+    constant = {n.input[i] for n in model.graph.node for i in STATIC_OPERANDS.get(n.op_type, ())
+                if i < len(n.input) and n.input[i] in feeds}
+    for name in constant:
+        model.graph.initializer.append(numpy_helper.from_array(feeds.pop(name), name))
+    keep = [v for v in model.graph.input if v.name not in constant]
+    del model.graph.input[:]
+    model.graph.input.extend(keep)
+    return model, feeds, [np.asarray(e) for e in expected]
+
+
+def _spec(folder: Path, feeds: dict[str, np.ndarray]) -> Path:
+    lines = ["name: case", "model: model.onnx", "targets: [x86-64]", "inputs:" if feeds else "inputs: {}"]
+    lines += [f"  '{n}': {{shape: {list(a.shape)}}}" for n, a in feeds.items()]
+    (folder / "spec.yaml").write_text("\n".join(lines) + "\n")
+    return folder / "spec.yaml"
+
+
+def run_case(case, cli: str, work: Path) -> CaseResult:
+    from ..build import build
+    from ..emit.manifest import output_file
+    from ..spec import load_spec
+
+    op = main_op(case.model)
+    prepared = prepare(case)
+    if isinstance(prepared, str):
+        return CaseResult(case.name, op, "skipped", prepared)
+    model, feeds, expected = prepared
+    folder = work / case.name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    onnx.save(model, str(folder / "model.onnx"))
+    try:
+        pkg = build(load_spec(_spec(folder, feeds)), log=lambda _m: None, bundle_runtime=False)
+    except UnsupportedConfigError as e:
+        return CaseResult(case.name, op, "unsupported", str(e).split(": ", 1)[-1][:300])
+    except PackagerError as e:
+        msg = str(e).split(": ", 1)[-1]
+        status = "skipped" if "element type" in msg else "fail"
+        return CaseResult(case.name, op, status, f"build: {msg[:300]}")
+    except Exception as e:  # noqa: BLE001 - any crash is a failed case, reported
+        return CaseResult(case.name, op, "fail", f"build crashed: {type(e).__name__}: {str(e)[:300]}")
+    args = []
+    for i, (name, arr) in enumerate(feeds.items()):
+        np.save(folder / f"in{i}.npy", arr)
+        args += ["--input", f"{name}={folder / f'in{i}.npy'}"]
+    r = subprocess.run([cli, str(pkg), *args, "--output-dir", str(folder), "--iters", "1", "--warmup", "0",
+                        "--threads", "1"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return CaseResult(case.name, op, "fail", f"run: {r.stderr.strip()[-300:]}")
+    for out, want in zip(model.graph.output, expected):
+        got = np.load(folder / output_file(out.name))
+        try:
+            if want.dtype.kind in "fc":
+                np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol)
+            else:
+                np.testing.assert_array_equal(got, want)
+        except AssertionError as e:
+            lines = [ln for ln in str(e).splitlines() if ln.strip()]
+            return CaseResult(case.name, op, "fail", f"output {out.name}: {' '.join(lines[1:3])[:300]}")
+    shutil.rmtree(folder, ignore_errors=True)
+    return CaseResult(case.name, op, "pass")
+
+
+@functools.lru_cache(maxsize=1)
+def _cases_by_name() -> dict:
+    return {c.name: c for c in collect()}
+
+
+def _worker(args) -> dict:
+    name, cli, work = args
+    return asdict(run_case(_cases_by_name()[name], cli, Path(work)))
+
+
+def run(names: list[str], jobs: int = 2, progress=None) -> list[CaseResult]:
+    from ..emit.runtime import build_runtime
+    from ..targets import host_arch
+
+    cli = str(build_runtime(host_arch()) / "bin" / "packrt-run")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="pack-conformance-") as work:
+        tasks = [(n, cli, work) for n in names]
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(max(1, jobs)) as pool:
+            for k, r in enumerate(pool.imap_unordered(_worker, tasks, chunksize=4)):
+                results.append(CaseResult(**r))
+                if progress:
+                    progress(k + 1, len(tasks), results[-1])
+    return sorted(results, key=lambda r: r.name)
+
+
+STATUSES = ("pass", "fail", "unsupported", "skipped")
+
+
+def per_op(results: list[CaseResult]) -> dict[str, dict[str, int]]:
+    table: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATUSES, 0))
+    for r in results:
+        table[r.op][r.status] += 1
+    return dict(sorted(table.items(), key=lambda kv: (kv[0] == COMPOSITE, kv[0])))
+
+
+def pass_rate(counts: dict[str, int]) -> float | None:
+    """Passed over passed + failed: unsupported configurations (rejected with a clear error) and
+    skipped cases (element types or opsets outside the packager's range) are reported, not rated."""
+    ran = counts["pass"] + counts["fail"]
+    return counts["pass"] / ran if ran else None
+
+
+def markdown_table(results: list[CaseResult]) -> str:
+    """The README's operator table: per operator, cases passed / failed / rejected / skipped."""
+    rows = ["| operator | passed | failed | unsupported config | skipped | pass rate |",
+            "|---|---:|---:|---:|---:|---:|"]
+    total = dict.fromkeys(STATUSES, 0)
+    for op, c in per_op(results).items():
+        rate = pass_rate(c)
+        rows.append(f"| {op} | {c['pass']} | {c['fail']} | {c['unsupported']} | {c['skipped']} | "
+                    f"{'-' if rate is None else f'{100 * rate:.0f}%'} |")
+        for k in STATUSES:
+            total[k] += c[k]
+    rate = pass_rate(total)
+    rows.append(f"| **all** | {total['pass']} | {total['fail']} | {total['unsupported']} | {total['skipped']} | "
+                f"{'-' if rate is None else f'{100 * rate:.1f}%'} |")
+    return "\n".join(rows)
+
+
+README_BEGIN, README_END = "<!-- conformance:begin -->", "<!-- conformance:end -->"
+
+
+def update_readme(path: Path, table: str) -> None:
+    """Replace the text between the conformance markers in a README with `table`."""
+    text = path.read_text()
+    if README_BEGIN not in text or README_END not in text:
+        raise PackagerError(f"{path} has no {README_BEGIN} ... {README_END} section to update")
+    head, rest = text.split(README_BEGIN, 1)
+    tail = rest.split(README_END, 1)[1]
+    path.write_text(f"{head}{README_BEGIN}\n{table}\n{README_END}{tail}")
+
+
+def load_expected(path: Path) -> dict[str, str]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def write_expected(path: Path, results: list[CaseResult]) -> None:
+    path.write_text(json.dumps({r.name: r.status for r in results}, indent=1, sort_keys=True) + "\n")

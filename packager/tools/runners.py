@@ -1,0 +1,116 @@
+"""Running a package on this machine: packrt-run for one target (natively, under qemu, on the local
+GPU: the target's backend says how), onnxruntime on the source model as the reference, and the
+package's ORT wrapper model. verify, bench and conformance share these."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from ..codegen.backend import backend_for
+from ..emit.manifest import PackageInfo, open_package, output_file, sha256_file
+from ..errors import InternalError, UserError
+from ..targets import host_arch, local_cuda_sm
+
+
+def runner_command(pkg: PackageInfo, target: dict) -> tuple[list[str] | None, str]:
+    """How to execute packrt-run for `target` on this host: the command prefix, or None and why not."""
+    return backend_for(target).runner(pkg, target)
+
+
+def run_package(cmd: list[str], folder: Path, target: str, inputs: dict[str, np.ndarray], outputs: list[str],
+                work: Path, extra: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Run packrt-run on the package (or part) in `folder`; returns the outputs by name."""
+    work.mkdir(parents=True, exist_ok=True)
+    args = []
+    for i, (name, arr) in enumerate(inputs.items()):
+        f = work / f"input{i}.npy"
+        np.save(f, arr)
+        args += ["--input", f"{name}={f}"]
+    out_dir = work / "out"
+    out_dir.mkdir(exist_ok=True)
+    r = subprocess.run([*cmd, str(folder), "--target", target, *args, "--output-dir", str(out_dir),
+                        "--warmup", "0", "--iters", "1", *(extra or [])], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise InternalError(f"packrt-run failed for target '{target}' (exit {r.returncode}): "
+                            f"{(r.stderr or r.stdout).strip()[-1500:]}")
+    return {name: np.load(out_dir / output_file(name)) for name in outputs}
+
+
+def ort_session(model: str | bytes, threads: int = 0, library: Path | None = None, cuda: bool = False):
+    """An onnxruntime session (quiet logs) on the CPU EP, or with `cuda` on the CUDA EP (an error
+    if onnxruntime cannot use it: it would fall back to the CPU silently); `library`: our
+    custom-op library, registered with the same thread count for the packaged parts."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+    if library is not None:
+        if threads:
+            so.add_session_config_entry("ai.packager.num_threads", str(threads))
+        so.register_custom_ops_library(str(library))
+    if not cuda:
+        return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(model, so, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    if "CUDAExecutionProvider" not in sess.get_providers():
+        raise UserError("onnxruntime cannot use its CUDA execution provider here (install onnxruntime-gpu with a "
+                        "matching CUDA runtime)")
+    return sess
+
+
+def cuda_ep_available() -> bool:
+    import onnxruntime as ort
+    return "CUDAExecutionProvider" in ort.get_available_providers() and local_cuda_sm()[0] is not None
+
+
+def _run_all(sess, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, inputs)))
+
+
+def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray], extra: list[str] = (),
+                      cuda: bool = False) -> dict[str, np.ndarray]:
+    """onnxruntime (CPU EP, or CUDA EP) on the source model; `extra` intermediate tensors are returned too."""
+    try:
+        model: str | bytes = str(model_path)
+        if extra:
+            proto = onnx.load(str(model_path))
+            have = {o.name for o in proto.graph.output}
+            proto.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in extra if n not in have)
+            model = proto.SerializeToString()
+        return _run_all(ort_session(model, cuda=cuda), inputs)
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+        raise InternalError(f"onnxruntime, the reference, cannot run {model_path}: {str(e).strip()[:500]}") from None
+
+
+def wrapper_outputs(pkg: PackageInfo, inputs: dict[str, np.ndarray], cuda: bool = False) -> dict[str, np.ndarray] | str:
+    """ort/model.onnx in onnxruntime (CPU or CUDA EP) with the package's custom-op library, or why
+    it cannot run."""
+    lib = pkg.manifest.get("ort", {}).get("library", {}).get(host_arch())
+    if not lib:
+        return f"no custom-op library for {host_arch()} in the package"
+    sess = ort_session(str(pkg.root / pkg.manifest["ort"]["model"]), library=pkg.root / lib, cuda=cuda)
+    return _run_all(sess, inputs)
+
+
+def find_model(pkg: PackageInfo, override: Path | None) -> Path:
+    src = pkg.manifest["source_model"]
+    path = Path(override) if override else Path(src["path"])
+    if not path.is_file():
+        raise UserError(f"source model {path} not found; pass --model PATH to the ONNX file the package was built from")
+    if sha256_file(path) != src["sha256"]:
+        raise UserError(f"{path} is not the model this package was built from (sha256 differs); "
+                        "pass --model PATH to the original file")
+    return path
+
+
+def units_of(pkg: PackageInfo) -> list[tuple[str, PackageInfo]]:
+    """(part name, its package info): the package itself, or each compiled part."""
+    if "parts" in pkg.manifest:
+        return [(p["name"], open_package(pkg.root / p["path"])) for p in pkg.manifest["parts"]]
+    return [("", pkg)]

@@ -1,0 +1,93 @@
+"""Partial offload: which nodes stay in ONNX Runtime, and parts that never form a cycle."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from packager.frontend import LoadedModel, TensorInfo
+from packager.frontend.partition import partition, part_model, tensor_types
+
+F = TensorProto.FLOAT
+
+
+def loaded(nodes, inputs, outputs, inits=(), opset=17) -> LoadedModel:
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, F, s) for n, s in inputs.items()],
+                          [helper.make_tensor_value_info(n, F, None) for n in outputs], list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return LoadedModel(None, m, opset, [TensorInfo(n, "float32", tuple(s)) for n, s in inputs.items()],
+                       [TensorInfo(n, "float32", ()) for n in outputs])
+
+
+def split(model, **keep):
+    types = [tensor_types(model, {i.name: i.shape for i in model.inputs})]
+    return partition(model, types, keep.get("ops", ()), keep.get("nodes", ())), types
+
+
+def names(model, ks):
+    return [model.proto.graph.node[k].name for k in ks]
+
+
+def test_whole_model_is_one_part():
+    m = loaded([helper.make_node("Relu", ["x"], ["a"], name="r"), helper.make_node("Neg", ["a"], ["y"], name="n")],
+               {"x": [2, 3]}, ["y"])
+    p, _ = split(m)
+    assert p.whole and names(m, p.parts[0].nodes) == ["r", "n"]
+
+
+def test_diamond_through_a_kept_node_is_split_without_a_cycle():
+    # a -> b(kept) -> d and a -> c -> d: {a, c, d} in one part would need b's output inside and
+    # would feed b from inside: a cycle. The parts must be {a(, c)} and {d}.
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="a"),
+             helper.make_node("Sigmoid", ["a"], ["b"], name="b"),
+             helper.make_node("Neg", ["a"], ["c"], name="c"),
+             helper.make_node("Add", ["b", "c"], ["y"], name="d")]
+    m = loaded(nodes, {"x": [4]}, ["y"])
+    p, _ = split(m, nodes=["b"])
+    assert names(m, p.kept) == ["b"]
+    groups = [set(names(m, part.nodes)) for part in p.parts]
+    assert {"a", "c"} in groups and {"d"} in groups
+    for part in p.parts:
+        if "d" in names(m, part.nodes):
+            assert set(part.inputs) == {"b", "c"}
+
+
+def test_keep_ops_and_unsupported_ops_stay_in_ort_with_reasons():
+    k = numpy_helper.from_array(np.array([2], np.int64), "k")
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("TopK", ["a", "k"], ["v", "i"], name="topk", axis=1),
+             helper.make_node("Softmax", ["v"], ["s"], name="softmax", axis=1),
+             helper.make_node("Neg", ["s"], ["y"], name="neg")]
+    m = loaded(nodes, {"x": [3, 5]}, ["y"], [k])
+    p, _ = split(m, ops=["Softmax"])
+    assert names(m, p.kept) == ["topk", "softmax"]
+    assert p.reasons[1] == "operator not supported by the packager"
+    assert p.reasons[2] == "listed in onnxruntime.keep_ops"
+    assert [names(m, part.nodes) for part in p.parts] == [["relu"], ["neg"]]
+
+
+def test_shape_operand_from_a_kept_node_keeps_its_consumer():
+    # Shape of a kept node's output is fine (static), but its *values* as a Reshape shape are not.
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("Abs", ["shape_src"], ["shape_vals"], name="abs_kept"),
+             helper.make_node("Cast", ["shape_vals"], ["shape_i"], name="cast", to=TensorProto.INT64),
+             helper.make_node("Reshape", ["a", "shape_i"], ["y"], name="reshape")]
+    m = loaded(nodes, {"x": [2, 6], "shape_src": [2]}, ["y"])
+    p, _ = split(m, nodes=["abs_kept"])
+    assert "reshape" in names(m, p.kept)
+    assert "only known at run time" in p.reasons[3] or "no static shape" in p.reasons[3]
+
+
+def test_part_model_is_a_valid_standalone_model():
+    k = numpy_helper.from_array(np.array([2], np.int64), "k")
+    w = numpy_helper.from_array(np.ones((5, 4), np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"], name="mm"),
+             helper.make_node("TopK", ["a", "k"], ["v", "i"], name="topk", axis=1),
+             helper.make_node("Relu", ["v"], ["y"], name="relu")]
+    m = loaded(nodes, {"x": [3, 5]}, ["y"], [k, w])
+    p, types = split(m)
+    first = part_model(m, p.parts[0], types)
+    onnx.checker.check_model(first, full_check=True)
+    assert [i.name for i in first.graph.input] == ["x"] and [o.name for o in first.graph.output] == ["a"]
+    assert [i.name for i in first.graph.initializer] == ["w"]

@@ -1,0 +1,74 @@
+"""The hardware table and how spec entries resolve to concrete targets."""
+from __future__ import annotations
+
+import pytest
+
+from packager import targets as T
+from packager.targets import host as H
+from packager.targets import toolchain as TC
+from packager.errors import UserError
+from packager.spec import TargetSpec
+
+
+def r(name, **fields):
+    return T.resolve(TargetSpec(name, fields, "targets[0]"))
+
+
+def test_named_cpu_targets():
+    avx2 = r("x86-avx2")
+    assert (avx2.arch, avx2.isa, avx2.mcpu, avx2.vector_bits) == ("x86_64", "avx2", "x86-64-v3", 256)
+    assert avx2.llvm_target() == {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "x86-64-v3"}
+    avx512 = r("x86-avx512")
+    assert "avx512f" in avx512.features and avx512.vector_lanes_f32 == 16
+    arm = r("arm64")
+    assert arm.llvm_target() == {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "generic", "mattr": ["+neon"]}
+
+
+def test_x86_64_detects_the_build_hosts_isa(monkeypatch):
+    monkeypatch.setattr(H, "host_arch", lambda: "x86_64")
+    monkeypatch.setattr(H, "host_cpu_flags", lambda: frozenset(T.X86_ISA["avx512"]["features"]))
+    assert r("x86-64").isa == "avx512"
+    monkeypatch.setattr(H, "host_cpu_flags", lambda: frozenset(T.X86_ISA["avx2"]["features"]))
+    assert r("x86-64").isa == "avx2"
+    monkeypatch.setattr(H, "host_cpu_flags", lambda: frozenset({"sse2"}))
+    with pytest.raises(UserError, match="set isa: avx2 or isa: avx512"):
+        r("x86-64")
+
+
+def test_custom_targets_and_native_cpu():
+    a78 = r("orin-cpu", kind="cpu", arch="arm64", mcpu="cortex-a78ae")
+    assert a78.arch == "aarch64" and a78.mcpu == "cortex-a78ae"
+    if T.host_arch() == "x86_64":
+        native = r("mine", kind="cpu", arch="x86-64", mcpu="native")
+        assert native.mcpu not in ("native", "generic", "")
+        with pytest.raises(UserError, match="mcpu: native names this x86_64 machine"):
+            r("other", kind="cpu", arch="arm64", mcpu="native")
+
+
+@pytest.mark.parametrize("name,fields,msg", [
+    ("x86-65", {}, "unknown target 'x86-65'"),
+    ("t", {"kind": "cpu", "arch": "riscv"}, "unknown arch 'riscv'"),
+    ("t", {"kind": "cpu", "arch": "x86-64", "isa": "sse9"}, "unknown x86 ISA 'sse9'"),
+    ("t", {"kind": "cpu", "arch": "arm64", "mcpu": "pentium9000"}, "LLVM does not know CPU 'pentium9000'"),
+    ("t", {"kind": "tpu"}, "unknown kind 'tpu'"),
+    ("t", {"kind": "cuda"}, "needs `arch: sm_XX`"),
+    ("a100", {"isa": "avx2"}, "do not apply to a CUDA target"),
+    ("t", {"kind": "cpu", "arch": "x86-64", "mattr": "+avx2"}, "expected a list of LLVM attributes"),
+])
+def test_target_errors(name, fields, msg):
+    with pytest.raises(UserError, match=msg) as e:
+        r(name, **fields)
+    assert "targets[0]" in str(e.value)
+
+
+def test_cuda_rows():
+    assert r("a100").sm == "sm_80" and r("v100").sm == "sm_70" and r("h100").sm == "sm_90"
+    orin = r("orin")
+    assert orin.sm == "sm_87" and orin.arch == "aarch64"
+    assert r("mygpu", kind="cuda", sm="sm_86").sm == "sm_86"
+
+
+def test_missing_cross_compiler_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(TC.shutil, "which", lambda tool: None)
+    with pytest.raises(UserError, match="apt-get install g\\+\\+-aarch64-linux-gnu"):
+        T.Toolchain.for_arch("aarch64" if T.host_arch() != "aarch64" else "x86_64")

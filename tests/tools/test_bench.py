@@ -1,0 +1,57 @@
+"""`pack bench` runs end to end and reports what it promises (timings are never asserted)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import run_pack
+from packager.frontend import LoadedModel, TensorInfo, import_relax
+from packager.optimize.kernel_cost import kernel_cost
+from packager.codegen.graph import extract_graph
+from packager.optimize.pipeline import optimize_graph
+from packager.spec import OptimizeSpec
+
+
+@pytest.mark.slow
+def test_bench_reports_ratio_memory_ablation_and_roofline(packages, tmp_path):
+    out = tmp_path / "bench.json"
+    r = run_pack("bench", packages["mlp"], "--threads", "2", "--iters", "3", "--rounds", "1", "--warmup", "1",
+                 "--ablate", "fusion", "--json", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(out.read_text())
+    assert report["threads"] == 2 and [p["profile"] for p in report["profiles"]] == ["default", "batch16"]
+    prof = report["profiles"][1]
+    assert [v["variant"] for v in prof["variants"]] == ["ours", "no fusion"]
+    for v in prof["variants"]:
+        assert v["median_ms"] > 0 and v["ratio_median"] > 0 and v["peak_mb"] > 0 and v["build_s"] > 0
+    assert prof["onnxruntime"]["median_ms"] > 0
+    top = prof["kernels"][0]
+    assert top["kernel"].startswith("fused_matmul") and top["gflops"] > 0 and top["roofline_fraction"] > 0
+    assert "top kernels (batch16)" in r.stdout
+
+
+def test_bench_rejects_unknown_ablation(packages):
+    r = run_pack("bench", packages["mlp"], "--iters", "1", "--rounds", "1", "--ablate", "magic")
+    assert r.returncode == 2 and "unknown pass" in r.stderr
+
+
+def test_kernel_cost_counts_matmul_work_and_traffic():
+    m, k, n = 8, 32, 16
+    g = helper.make_graph([helper.make_node("Gemm", ["a", "b", "c"], ["y"])], "g",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [m, k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+                          [numpy_helper.from_array(np.ones((k, n), np.float32), "b"),
+                           numpy_helper.from_array(np.ones(n, np.float32), "c")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    loaded = LoadedModel(None, model, 17, [TensorInfo("a", "float32", (m, k))], [TensorInfo("y", "float32", ())])
+    mod, _ = optimize_graph(import_relax(loaded, {"a": (m, k)}, {"a": "float32"}), OptimizeSpec(level=1))
+    graph = extract_graph(mod, ["a"], ["y"])
+    (func,) = graph.kernels.values()
+    cost = kernel_cost(func)
+    assert cost.flops == 2 * m * n * k + m * n                    # multiply-accumulate + bias add
+    assert cost.bytes == 4 * (m * k + k * n + n + m * n)
+    onnx.checker.check_model(model)
