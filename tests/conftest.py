@@ -18,6 +18,20 @@ from make_samples import SAMPLES, write_samples  # noqa: E402
 HAS_QEMU = shutil.which("qemu-aarch64") is not None and Path("/usr/aarch64-linux-gnu").is_dir()
 
 
+# Fixtures that build whole packages: a test using one is not in the fast tier.
+PACKAGE_FIXTURES = {"packages", "cuda_packages"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items) -> None:
+    """Tiers: `slow` builds whole packages, `gpu` needs a GPU, `fast` is everything else (no
+    package is built: `pytest -m fast` runs in a few minutes)."""
+    for item in items:
+        if not any(item.get_closest_marker(m) for m in ("slow", "gpu")) and \
+                not PACKAGE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.fast)
+
+
 def run_pack(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the `pack` CLI in a subprocess (as a user would)."""
     return subprocess.run([sys.executable, "-m", "packager.cli", *map(str, args)],

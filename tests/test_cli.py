@@ -136,6 +136,7 @@ def test_output_folder_that_is_not_a_package_is_not_replaced(tmp_path):
     assert (tmp_path / "dist" / "m" / "precious.txt").read_text() == "user data"
 
 
+@pytest.mark.slow
 def test_failed_build_leaves_nothing_and_keeps_the_old_package(tmp_path, monkeypatch):
     from packager import build as build_mod
     from packager.errors import InternalError
@@ -166,6 +167,7 @@ def test_inspect_and_verify_reject_non_packages(tmp_path):
     assert_clean_error(run_pack("verify", tmp_path), 2, "not a package")
 
 
+@pytest.mark.slow
 def test_build_then_inspect(tmp_path):
     save_model(tiny_model(), tmp_path / "model.onnx")
     r = run_pack("build", write_spec(tmp_path, SPEC))

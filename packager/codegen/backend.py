@@ -1,10 +1,10 @@
 """What a device kind is, answered in one place: the Backend interface and the table of backends.
 
-Every question whose answer depends on the kind of device (its graph and kernel pipelines, its
-toolchain, how kernels become the target's artifact, what the plan and manifest say about them,
+Every question whose answer depends on the kind of device (its toolchain, how kernels become the target's artifact, what the plan and manifest say about them,
 how verify and bench run it, where its roofline is) is a method here; the build, the emitters
 and the tools ask the backend of a target's `kind` and never branch on it. Adding a device kind
-is one module with a `BACKEND` object plus a row in `BACKEND_MODULES`.
+is one module with a `BACKEND` object plus a row in `BACKEND_MODULES` and a row in
+optimize/pipeline.py's `PIPELINES` (its graph and kernel passes).
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
     from ..emit.manifest import PackageInfo
     from ..emit.package import PackageWriter
-    from ..optimize.pipeline import Pass
     from ..targets import Target
 
 # kind -> module holding its BACKEND (imported on first use: `pack verify` needs no TVM).
@@ -38,12 +37,6 @@ class Compiled:
 
 class Backend(Protocol):
     kind: str
-
-    def graph_passes(self) -> list[Pass]:
-        """This kind's graph pipeline (Relax -> Relax + PrimFuncs)."""
-
-    def kernel_passes(self) -> list[Pass]:
-        """This kind's kernel pipeline (PrimFunc table -> PrimFunc table), per target."""
 
     def check_toolchain(self, targets: list[Target]) -> None:
         """Fail with a UserError before anything is compiled if these targets cannot be built here."""

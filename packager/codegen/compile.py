@@ -18,7 +18,7 @@ from ..emit.weights import WeightStore
 from ..frontend import import_relax
 from ..frontend.units import Unit
 from ..optimize.layout.search import ProfileMemo
-from ..optimize.pipeline import optimize_graph, optimize_kernels, pipeline_key
+from ..optimize.pipeline import graph_passes, optimize_graph, optimize_kernels, pipeline_key
 from ..spec import OptimizeSpec
 from ..targets import Target
 from .backend import backend_for
@@ -29,7 +29,7 @@ Log = Callable[[str], None]
 
 
 def graph_key(target: Target, opt: OptimizeSpec) -> str:
-    return pipeline_key(target, backend_for(target).graph_passes(), opt)
+    return pipeline_key(target, graph_passes(target), opt)
 
 
 def optimize_unit(unit: Unit, opt: OptimizeSpec, targets: list[Target]) -> None:

@@ -56,14 +56,6 @@ def link_kernels(obj: Path, target: CpuTarget, out: Path) -> None:
 class CpuBackend:
     kind = "cpu"
 
-    def graph_passes(self) -> list:
-        from ..optimize import pipeline
-        return pipeline.graph_pipeline(pipeline.LAYOUT)
-
-    def kernel_passes(self) -> list:
-        from ..optimize import pipeline
-        return [pipeline.SCHEDULE_CPU]
-
     def check_toolchain(self, targets: list[CpuTarget]) -> None:
         for arch in sorted({t.arch for t in targets}):
             Toolchain.for_arch(arch)

@@ -13,14 +13,6 @@ from .cuda_toolchain import check_cuda_toolchain, compile_fatbin
 class CudaBackend:
     kind = "cuda"
 
-    def graph_passes(self) -> list:
-        from ..optimize import pipeline
-        return pipeline.graph_pipeline(pipeline.LAYOUT_KEEP_NCHW)
-
-    def kernel_passes(self) -> list:
-        from ..optimize import pipeline
-        return [pipeline.SCHEDULE_GPU]
-
     def check_toolchain(self, targets: list[CudaTarget]) -> None:
         check_cuda_toolchain(min(t.sm_number for t in targets))
 

@@ -1,6 +1,6 @@
 """The pass pipeline as data: every pass is an entry (name = its spec switch, the function, what
 the report says when it does not run), a target kind's pipeline is an ordered list of entries
-(packager/codegen/<kind>.py names its lists), and one loop applies them, times them and reports
+(PIPELINES, one row per backend kind), and one loop applies them, times them and reports
 each as applied / disabled / not implemented.
 
 Graph passes run on the Relax IRModule (per shape profile); kernel passes run per target on the
@@ -84,6 +84,18 @@ def graph_pipeline(layout: Pass) -> list[Pass]:
     return [SIMPLIFY, FASTMATH, layout, LEGALIZE, FUSION, DERIVE, REUSE, TUNING]
 
 
+# Per target kind (a backend's `kind`): its graph passes and its kernel passes, in order.
+PIPELINES: dict[str, tuple[list[Pass], list[Pass]]] = {
+    "cpu": (graph_pipeline(LAYOUT), [SCHEDULE_CPU]),
+    "cuda": (graph_pipeline(LAYOUT_KEEP_NCHW), [SCHEDULE_GPU]),
+}
+
+
+def graph_passes(target: Target | None) -> list[Pass]:
+    """A target kind's graph pipeline (the CPU one for graph passes run without a target)."""
+    return PIPELINES[target.kind if target is not None else "cpu"][0]
+
+
 def run_passes(ir: Any, passes: list[Pass], ctx: PassContext) -> tuple[Any, list[PassReport]]:
     """Apply the enabled passes in order; every pass that is off, not implemented or cannot run
     without a target gets its report line instead."""
@@ -116,14 +128,9 @@ def optimize_graph(mod: tvm.IRModule, opt: OptimizeSpec, target: Target | None =
                    layout_memo: ProfileMemo | None = None) -> tuple[tvm.IRModule, list[PassReport]]:
     """Relax in -> legalized (and, as enabled, simplified, re-laid-out and fused) Relax + PrimFuncs
     out, through the target kind's graph pipeline (the CPU one without a target)."""
-    from ..codegen.backend import backend_for
-
-    passes = backend_for(target).graph_passes() if target is not None else graph_pipeline(LAYOUT)
-    return run_passes(mod, passes, PassContext(target, opt, layout_memo))
+    return run_passes(mod, graph_passes(target), PassContext(target, opt, layout_memo))
 
 
 def optimize_kernels(kernels: dict, target: Target, opt: OptimizeSpec) -> tuple[dict, list[PassReport]]:
     """Per-target kernel passes (PrimFunc table in -> PrimFunc table out)."""
-    from ..codegen.backend import backend_for
-
-    return run_passes(kernels, backend_for(target).kernel_passes(), PassContext(target, opt))
+    return run_passes(kernels, PIPELINES[target.kind][1], PassContext(target, opt))

@@ -48,6 +48,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rewritten_models_match_onnxruntime(tmp_path, name):
     m = CASES[name]

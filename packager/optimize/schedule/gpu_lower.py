@@ -123,8 +123,19 @@ def lower_gpu(func: tirx.PrimFunc, plan: TilePlan, target: Target) -> tirx.PrimF
     _check_plan(sch, anchor, loops, plan)
     reads = [r.source.name for r in sch.get(anchor).reads
              if not r.source.same_as(sch.get(anchor).writes[0].source)]
+    bx, tx, ro_loops, threads = _tile_and_bind(sch, loops, plan, max_threads)
+    _accumulate_in_registers(sch, anchor, tx, consumers)
+    _stage_in_shared_memory(sch, anchor, reads, producers, ro_loops[-1], threads, max_shared)
+    sch.annotate(bx, "pragma_auto_unroll_max_step", UNROLL_MAX_STEP)
+    sch.annotate(bx, "pragma_unroll_explicit", 1)
+    sch.decompose_reduction(anchor, ro_loops[0])
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
 
-    # Tile: [blocks, vthreads, threads, inner] per spatial axis, [outer, chunk] per reduction.
+
+def _tile_and_bind(sch: s_tir.Schedule, loops: list, plan: TilePlan, max_threads: int) -> tuple:
+    """Tile: [blocks, vthreads, threads, inner] per spatial axis, [outer, chunk] per reduction;
+    bind blocks, vthreads and threads. Returns (block loop, thread loop, outer reduction loops,
+    threads per block)."""
     b_loops, v_loops, t_loops, i_loops, ro_loops, ri_loops, v_ext = [], [], [], [], [], [], []
     threads = 1
     for d, lp in enumerate(loops):
@@ -149,8 +160,11 @@ def lower_gpu(func: tirx.PrimFunc, plan: TilePlan, target: Target) -> tirx.PrimF
         sch.bind(lp, tag)
     tx = _fuse(sch, t_loops)
     sch.bind(tx, "threadIdx.x")
+    return bx, tx, ro_loops, threads
 
-    # Registers: accumulate locally, apply the element-wise consumers while writing back.
+
+def _accumulate_in_registers(sch: s_tir.Schedule, anchor, tx, consumers: list) -> None:
+    """Accumulate locally, apply the element-wise consumers while writing back."""
     writeback = sch.cache_write(anchor, 0, "local")
     sch.reverse_compute_at(writeback, tx, preserve_unit_loops=True)
     for c in consumers[:-1]:
@@ -158,16 +172,20 @@ def lower_gpu(func: tirx.PrimFunc, plan: TilePlan, target: Target) -> tirx.PrimF
     if consumers:
         sch.reverse_compute_inline(consumers[-1])
 
-    # Shared memory: each input's tile per outer reduction step, loaded by all threads.
+
+def _stage_in_shared_memory(sch: s_tir.Schedule, anchor, reads: list[str], producers: list, outer_reduction,
+                            threads: int, max_shared: int) -> None:
+    """Each input's tile per outer reduction step, loaded by all threads (vectorized where the
+    layout allows); producers (padding) are applied by the load."""
     staged = []
     for name in reads:
         idx = next(k for k, r in enumerate(sch.get(anchor).reads) if r.source.name == name)
         s = sch.cache_read(anchor, idx, "shared")
-        sch.compute_at(s, ro_loops[-1], preserve_unit_loops=True)
+        sch.compute_at(s, outer_reduction, preserve_unit_loops=True)
         staged.append(s)
-    for p in reversed(producers):              # padding is applied by the shared-memory load
+    for p in reversed(producers):
         sch.compute_inline(p)
-    at = sch.get(ro_loops[-1]).loop_var       # stable while the loop's body changes
+    at = sch.get(outer_reduction).loop_var     # stable while the loop's body changes
     smem = 0
     for s in staged:
         s_loops = sch.get_loops(s)
@@ -187,8 +205,3 @@ def lower_gpu(func: tirx.PrimFunc, plan: TilePlan, target: Target) -> tirx.PrimF
         sch.bind(t, "threadIdx.x")
     if smem > max_shared:
         raise GpuLowerError(f"{smem} bytes of shared memory per block (static limit {max_shared})")
-
-    sch.annotate(bx, "pragma_auto_unroll_max_step", UNROLL_MAX_STEP)
-    sch.annotate(bx, "pragma_unroll_explicit", 1)
-    sch.decompose_reduction(anchor, ro_loops[0])
-    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
