@@ -60,8 +60,24 @@ def compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tupl
     return float(np.nanmax(diff, initial=0)), float(np.nanmax(rel, initial=0)), ok
 
 
+@dataclass
+class _Run:
+    """One verify run: the package, its units, the tolerances and where reference outputs come from."""
+
+    pkg: object
+    units: list
+    model_path: Path
+    rtol: float
+    atol: float
+    boundary: list[str]
+    gpu_ref: bool
+    work: Path
+
+
 def verify_package(path: Path, targets: list[str] | None = None, model: Path | None = None,
                    rtol: float | None = None, atol: float | None = None, log=print) -> list[TargetResult]:
+    """Run every target (or the named ones) on seeded inputs per profile, and the ORT wrapper
+    model, against onnxruntime; prints one line per output and returns the results."""
     pkg = open_package(path)
     model_path = find_model(pkg, model)
     tol = pkg.manifest.get("verify", {})
@@ -72,47 +88,65 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
     units = units_of(pkg)
     boundary = [] if len(units) == 1 and not units[0][0] else sorted(
         {t["name"] for _, u in units for t in u.manifest["inputs"] + u.manifest["outputs"]})
+    has_gpu = any(backend_for(t).reference_on_gpu() for _, u in units for t in u.manifest["targets"])
     results: list[TargetResult] = []
-    has_cuda = any(backend_for(t).reference_on_gpu() for _, u in units for t in u.manifest["targets"])
-    gpu_ref = has_cuda and cuda_ep_available()
     with tempfile.TemporaryDirectory(prefix="pack-verify-") as tmp:
+        run = _Run(pkg, units, model_path, rtol, atol, boundary, has_gpu and cuda_ep_available(), Path(tmp))
         for k, prof in enumerate(pkg.manifest["profiles"]):
-            shapes = {n: tuple(s) for n, s in prof["inputs"].items()}
-            inputs = random_inputs(loaded, shapes, dtypes, seed=k)
+            inputs = random_inputs(loaded, {n: tuple(s) for n, s in prof["inputs"].items()}, dtypes, seed=k)
             cpu_ref = reference_outputs(model_path, inputs, boundary)
-            cuda_ref = reference_outputs(model_path, inputs, boundary, cuda=True) if gpu_ref else cpu_ref
-            for part, unit in units:
-                names = [t["name"] for t in unit.manifest["targets"]]
-                for name in targets or names:
-                    if name not in names:
-                        raise UserError(f"{unit.root}: no target '{name}' (targets: {', '.join(names)})")
-                    t = unit.target(name)
-                    ref = cuda_ref if backend_for(t).reference_on_gpu() else cpu_ref
-                    cmd, why = runner_command(pkg, t)
-                    if cmd is None:
-                        results.append(TargetResult(name, prof["name"], "skipped", why, part=part))
-                        continue
-                    feeds = {i["name"]: ref[i["name"]] if i["name"] in ref else inputs[i["name"]]
-                             for i in unit.manifest["inputs"]}
-                    outs = [o["name"] for o in unit.manifest["outputs"]]
-                    ours = run_package(cmd, unit.root, name, feeds, outs, Path(tmp) / f"{part}-{name}-{k}")
-                    checks = [OutputCheck(n, *compare(ours[n], ref[n], rtol, atol)) for n in outs]
-                    results.append(TargetResult(name, prof["name"], "pass" if all(c.ok for c in checks) else "fail",
-                                                outputs=checks, part=part))
+            gpu_ref = reference_outputs(model_path, inputs, boundary, cuda=True) if run.gpu_ref else cpu_ref
+            results += _check_targets(run, targets, prof["name"], k, inputs, cpu_ref, gpu_ref)
             if not targets:
-                for row, on_cuda, ref in ((ORT_CHECK, False, cpu_ref), (ORT_CHECK + "-cuda", True, cuda_ref)):
-                    if on_cuda and not gpu_ref:
-                        continue
-                    got = wrapper_outputs(pkg, inputs, cuda=on_cuda)
-                    if isinstance(got, str):
-                        results.append(TargetResult(row, prof["name"], "skipped", got))
-                        continue
-                    checks = [OutputCheck(o["name"], *compare(got[o["name"]], ref[o["name"]], rtol, atol))
-                              for o in pkg.manifest["outputs"]]
-                    results.append(TargetResult(row, prof["name"], "pass" if all(c.ok for c in checks)
-                                                else "fail", outputs=checks))
+                results += _check_wrapper(run, prof["name"], inputs, cpu_ref, gpu_ref)
+    _print(log, pkg.name, rtol, atol, run.gpu_ref, results)
+    return results
+
+
+def _check_targets(run: _Run, targets: list[str] | None, profile: str, k: int, inputs: dict,
+                   cpu_ref: dict, gpu_ref: dict) -> list[TargetResult]:
+    """Each unit's targets (every part on its own, fed the reference's boundary tensors)."""
+    results = []
+    for part, unit in run.units:
+        names = [t["name"] for t in unit.manifest["targets"]]
+        for name in targets or names:
+            if name not in names:
+                raise UserError(f"{unit.root}: no target '{name}' (targets: {', '.join(names)})")
+            t = unit.target(name)
+            ref = gpu_ref if backend_for(t).reference_on_gpu() else cpu_ref
+            cmd, why = runner_command(run.pkg, t)
+            if cmd is None:
+                results.append(TargetResult(name, profile, "skipped", why, part=part))
+                continue
+            feeds = {i["name"]: ref[i["name"]] if i["name"] in ref else inputs[i["name"]]
+                     for i in unit.manifest["inputs"]}
+            outs = [o["name"] for o in unit.manifest["outputs"]]
+            ours = run_package(cmd, unit.root, name, feeds, outs, run.work / f"{part}-{name}-{k}")
+            checks = [OutputCheck(n, *compare(ours[n], ref[n], run.rtol, run.atol)) for n in outs]
+            results.append(TargetResult(name, profile, "pass" if all(c.ok for c in checks) else "fail",
+                                        outputs=checks, part=part))
+    return results
+
+
+def _check_wrapper(run: _Run, profile: str, inputs: dict, cpu_ref: dict, gpu_ref: dict) -> list[TargetResult]:
+    """ort/model.onnx end to end in onnxruntime (CPU EP, and CUDA EP where it is usable)."""
+    results = []
+    for row, on_cuda, ref in ((ORT_CHECK, False, cpu_ref), (ORT_CHECK + "-cuda", True, gpu_ref)):
+        if on_cuda and not run.gpu_ref:
+            continue
+        got = wrapper_outputs(run.pkg, inputs, cuda=on_cuda)
+        if isinstance(got, str):
+            results.append(TargetResult(row, profile, "skipped", got))
+            continue
+        checks = [OutputCheck(o["name"], *compare(got[o["name"]], ref[o["name"]], run.rtol, run.atol))
+                  for o in run.pkg.manifest["outputs"]]
+        results.append(TargetResult(row, profile, "pass" if all(c.ok for c in checks) else "fail", outputs=checks))
+    return results
+
+
+def _print(log, name: str, rtol: float, atol: float, gpu_ref: bool, results: list[TargetResult]) -> None:
     refs = "CPU EP" + (" for CPU targets, CUDA EP for CUDA targets" if gpu_ref else "")
-    log(f"pack verify {pkg.name}: rtol {rtol:g}, atol {atol:g}, reference onnxruntime ({refs})")
+    log(f"pack verify {name}: rtol {rtol:g}, atol {atol:g}, reference onnxruntime ({refs})")
     for r in results:
         label = f"{r.target} [{r.part}]" if r.part else r.target
         if r.status == "skipped":
@@ -121,4 +155,3 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
         for c in r.outputs:
             log(f"  {label:14s} {r.profile:10s} {'ok  ' if c.ok else 'FAIL'}    {c.name}: "
                 f"max abs err {c.max_abs:.3g}, max rel err {c.max_rel:.3g}")
-    return results
