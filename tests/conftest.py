@@ -1,21 +1,19 @@
-"""Shared fixtures: sample models in a temp folder, packages built once per session, CLI runner."""
+"""Shared fixtures (sample models in a temp folder, packages built once per session, inputs) and
+the test tiers; helpers are in support/."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "samples"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))               # tests/ (for support/)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "samples"))
 
 from make_samples import SAMPLES, write_samples  # noqa: E402
-
-HAS_QEMU = shutil.which("qemu-aarch64") is not None and Path("/usr/aarch64-linux-gnu").is_dir()
+from support.helpers import REPO  # noqa: E402
 
 
 # Fixtures that build whole packages: a test using one is not in the fast tier.
@@ -30,35 +28,6 @@ def pytest_collection_modifyitems(items) -> None:
         if not any(item.get_closest_marker(m) for m in ("slow", "gpu")) and \
                 not PACKAGE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.fast)
-
-
-def run_pack(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run the `pack` CLI in a subprocess (as a user would)."""
-    return subprocess.run([sys.executable, "-m", "packager.cli", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd)
-
-
-def assert_clean_error(r: subprocess.CompletedProcess, code: int, *needles: str) -> None:
-    """A user-facing failure: the exit code, one line on stderr, no traceback, the key words."""
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1, r.stderr
-    assert "Traceback" not in r.stderr + r.stdout
-    for n in needles:
-        assert n in r.stderr, (n, r.stderr)
-
-
-def write_spec(folder: Path, text: str, name: str = "spec.yaml") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    p = folder / name
-    p.write_text(text)
-    return p
-
-
-def save_model(model: onnx.ModelProto, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return path
 
 
 @pytest.fixture(scope="session")
@@ -92,10 +61,3 @@ def cnn_input(tmp_path_factory) -> tuple[Path, np.ndarray]:
     np.save(p, x)
     return p, x
 
-
-def ort_run(model_path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, feeds)))

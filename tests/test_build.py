@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import HAS_QEMU, run_pack, save_model, write_spec
+from support.helpers import HAS_QEMU, run_pack, save_model, write_spec
 from packager.emit.package import sha256_file
 
 pytestmark = pytest.mark.slow

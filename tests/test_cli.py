@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from conftest import assert_clean_error, run_pack, save_model, write_spec
+from support.helpers import assert_clean_error, run_pack, save_model, write_spec
 
 SPEC = """\
 name: m

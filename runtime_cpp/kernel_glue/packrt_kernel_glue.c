@@ -1,17 +1,16 @@
 /* Linked into every target's kernels.so by the packager. It makes the TVM-generated kernels
  * self-contained: the error sink and the barrier they call live here (no libtvm, no symbols
  * from the host process), and the runtime reaches them through the few exported names below.
- * Keep PACKRT_GLUE_ABI in step with kGlueAbiVersion in src/cpu_backend.cpp. */
+ * The ABI version and the types shared with the runtime are in include/packrt/kernel_abi.h
+ * (included by a relative path: the packager compiles this file with no include flags). */
 #include <stdint.h>
 #include <string.h>
 
-#define PACKRT_GLUE_ABI 1
+#include "../include/packrt/kernel_abi.h"
+
 #define EXPORT __attribute__((visibility("default")))
 
-typedef struct {
-  void* sync_handle;
-  int32_t num_task;
-} TVMParallelGroupEnv;
+typedef packrt_parallel_env TVMParallelGroupEnv;
 
 static __thread char g_error[2048];
 
@@ -23,7 +22,7 @@ static void append(size_t* len, const char* s) {
   g_error[*len] = 0;
 }
 
-EXPORT int packrt_kernels_abi_version(void) { return PACKRT_GLUE_ABI; }
+EXPORT int packrt_kernels_abi_version(void) { return PACKRT_KERNEL_ABI_VERSION; }
 EXPORT const char* packrt_kernels_last_error(void) { return g_error; }
 
 EXPORT void TVMFFIErrorSetRaisedFromCStrParts(const char* kind, const char** parts, int32_t n) {
@@ -41,7 +40,7 @@ EXPORT void TVMFFIErrorSetRaisedFromCStr(const char* kind, const char* msg) {
 }
 
 /* Set by the runtime after dlopen. */
-EXPORT int (*packrt_parallel_barrier)(int, TVMParallelGroupEnv*) = 0;
+EXPORT packrt_parallel_barrier_fn packrt_parallel_barrier = 0;
 
 EXPORT int TVMBackendParallelBarrier(int task_id, TVMParallelGroupEnv* env) {
   return packrt_parallel_barrier ? packrt_parallel_barrier(task_id, env) : 0;

@@ -1,9 +1,8 @@
-// A loaded package target: plan + kernels + weights + thread pool, and the executor that runs
-// the plan's steps on caller buffers. Scratch memory (the arena) belongs to an execution
-// context; concurrent runs take different contexts, so one model serves many threads.
+// A loaded package target: the C API's model. It binds the caller's tensors to the plan's
+// inputs and outputs, picks the shape profile, keeps the per-step profile, and hands the run to
+// its executor (executor.h), which owns the kernels, weights, threads and scratch memory.
 #pragma once
 #include <packrt/packrt.h>
-#include <tvm/ffi/c_api.h>
 
 #include <atomic>
 #include <memory>
@@ -11,12 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "buffer.h"
-#include "cpu_backend.h"
-#include "cuda_backend.h"
-#include "package.h"
+#include "executor.h"
 #include "plan.h"
-#include "thread_pool.h"
 
 namespace packrt {
 
@@ -27,12 +22,12 @@ class Model {
   const std::string& name() const { return name_; }
   const std::string& id() const { return id_; }
   const std::string& target() const { return target_; }
-  const char* device() const { return cuda_ ? "cuda" : "cpu"; }
-  int num_threads() const { return pool_->num_threads(); }
+  const char* device() const { return executor_->device_name(); }
+  int num_threads() const { return executor_->num_threads(); }
   const Plan& plan() const { return plan_; }
 
   void run(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outputs, int num_outputs);
-  // CUDA targets only: inputs/outputs hold device pointers; queued on `stream` (see packrt_run_device).
+  // Inputs/outputs hold device pointers; queued on `stream` (see packrt_run_device).
   void run_device(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outputs, int num_outputs, void* stream);
   int select_profile(const packrt_tensor* inputs, int num_inputs) const;
 
@@ -45,38 +40,26 @@ class Model {
   StepTime step_time(int profile, int step) const;
 
  private:
-  struct Context {
-    int profile = 0;
-    AlignedBuffer arena;
-    std::vector<DLTensor> tensors;
-    std::vector<std::vector<TVMFFIAny>> args;  // per step, prebuilt
-  };
-
   struct Binding {
     int profile;
     std::vector<int> in_order, out_order;  // plan I/O slot -> caller array index
+    std::vector<const void*> inputs;       // caller buffers in plan order
+    std::vector<void*> outputs;
   };
   Binding bind(const packrt_tensor* inputs, int num_inputs, packrt_tensor* outputs, int num_outputs) const;
   void fill_output_info(const Binding& b, packrt_tensor* outputs) const;
+  template <typename Run>
+  void timed(int profile, Run&& run);  // run(step_ms), recording the step times while profiling
   void record_times(int profile, const std::vector<double>& ms);
   int match_profile(const packrt_tensor* inputs, const std::vector<int>& order) const;
   std::vector<int> bind_order(const packrt_tensor* ts, int n, const std::vector<PlanIO>& ios, const char* what) const;
-  std::unique_ptr<Context> acquire(int profile);
-  void release(std::unique_ptr<Context> ctx);
-  void execute(Context& ctx);
 
   std::string name_, id_, target_;
   Plan plan_;
-  std::unique_ptr<KernelLibrary> kernels_;
-  std::vector<PackedKernel> fns_;
-  AlignedBuffer weights_;
-  std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<CudaExecutor> cuda_;  // set for CUDA targets (then kernels_/fns_ stay empty)
+  std::unique_ptr<Executor> executor_;
   std::atomic<bool> profiling_{false};
   mutable std::mutex profile_mu_;
   std::vector<std::vector<StepTime>> step_times_;  // per profile, per step
-  std::mutex contexts_mu_;
-  std::vector<std::vector<std::unique_ptr<Context>>> free_contexts_;  // per profile
 };
 
 }  // namespace packrt

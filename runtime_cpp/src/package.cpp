@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 
 #include "cpu_features.h"
-#include "cuda_driver.h"
+#include "cuda/cuda_driver.h"
 #include "error.h"
 #include "sha256.h"
 
@@ -103,16 +103,16 @@ static std::string cuda_reason(const TargetEntry& t, int cuda_device) {
   return {};
 }
 
-const TargetEntry& Package::select_target(const std::string& wanted, DeviceType type, int cuda_device) const {
+const TargetEntry& Package::select_target(const std::string& wanted, packrt_device_type type, int cuda_device) const {
   std::ostringstream why;
   for (const auto& t : targets_) {
     if (!wanted.empty() && t.name != wanted) continue;
     std::string reason;
     if (t.kind != "cpu" && t.kind != "cuda") {
       reason = "is a " + t.kind + " target, which this runtime does not run";
-    } else if (wanted.empty() && type == DeviceType::kCpu && t.kind != "cpu") {
+    } else if (wanted.empty() && type == PACKRT_DEVICE_CPU && t.kind != "cpu") {
       reason = "is a " + t.kind + " target (CPU targets were asked for)";
-    } else if (wanted.empty() && type == DeviceType::kCuda && t.kind != "cuda") {
+    } else if (wanted.empty() && type == PACKRT_DEVICE_CUDA && t.kind != "cuda") {
       reason = "is a " + t.kind + " target (CUDA targets were asked for)";
     } else if (t.kind == "cuda") {
       reason = cuda_reason(t, cuda_device);

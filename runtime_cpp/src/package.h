@@ -1,6 +1,8 @@
 // A package folder on disk: manifest.json, the files it lists (size + sha256), and its targets.
 // Every path read from the manifest is confined to the package folder.
 #pragma once
+#include <packrt/packrt.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -16,8 +18,6 @@ struct TargetEntry {
   std::string plan, kernels, weights;  // paths relative to the package root
   int sm = 0;                          // CUDA targets: compute capability (e.g. 80)
 };
-
-enum class DeviceType { kAny = 0, kCpu = 1, kCuda = 2 };
 
 struct FileEntry {
   std::string sha256;
@@ -37,7 +37,7 @@ class Package {
   // CPU targets need this CPU's architecture and features, CUDA targets a driver, this host
   // architecture and a GPU (`cuda_device`) of at least their compute capability. Throws with the
   // reason each target was rejected.
-  const TargetEntry& select_target(const std::string& wanted, DeviceType type = DeviceType::kAny,
+  const TargetEntry& select_target(const std::string& wanted, packrt_device_type type = PACKRT_DEVICE_ANY,
                                    int cuda_device = 0) const;
 
   // Absolute path of a file listed in the manifest, after checking it stays inside the package.

@@ -64,164 +64,232 @@ void print_info(const packrt::Model& m) {
   }
 }
 
-int run(int argc, char** argv) {
-  CLI::App app{"Run a packaged model from .npy inputs (packager runtime " + std::string(packrt_version()) + ")"};
+// Command line.
+struct Args {
   std::string package, target, output_dir, json_path;
   std::vector<std::string> inputs;
   int warmup = 1, iters = 10, threads = 0, cuda_device = 0;
   bool cuda_graph = false;
   bool info = false, no_verify = false, profile = false;
-  app.add_option("package", package, "package folder")->required();
-  app.add_option("--target", target, "target to run (default: the first that runs on this machine)");
-  app.add_option("--cuda-device", cuda_device, "CUDA device ordinal for CUDA targets")->check(CLI::NonNegativeNumber);
-  app.add_flag("--cuda-graph", cuda_graph, "CUDA targets: replay the kernels as a CUDA graph after the first run");
-  app.add_option("-i,--input", inputs, "NAME=FILE.npy (or FILE.npy, in input order)");
-  app.add_option("-o,--output-dir", output_dir, "write one NAME.npy per output here");
-  app.add_option("--warmup", warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
-  app.add_option("--iters", iters, "timed runs")->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "worker threads (0: all cores)")->check(CLI::NonNegativeNumber);
-  app.add_option("--json", json_path, "also write statistics as JSON to this file ('-' for stdout)");
-  app.add_flag("--info", info, "print targets, profiles, inputs and outputs, then exit");
-  app.add_flag("--profile", profile, "time every plan step and print the slowest kernels");
-  app.add_flag("--no-verify", no_verify, "skip sha256 checks of package files (sizes are still checked)");
+};
+
+// Parses the command line into `a`. Returns -1 to go on, else the exit code (0 after --help).
+int parse_args(int argc, char** argv, Args& a) {
+  CLI::App app{"Run a packaged model from .npy inputs (packager runtime " + std::string(packrt_version()) + ")"};
+  app.add_option("package", a.package, "package folder")->required();
+  app.add_option("--target", a.target, "target to run (default: the first that runs on this machine)");
+  app.add_option("--cuda-device", a.cuda_device, "CUDA device ordinal for CUDA targets")->check(CLI::NonNegativeNumber);
+  app.add_flag("--cuda-graph", a.cuda_graph, "CUDA targets: replay the kernels as a CUDA graph after the first run");
+  app.add_option("-i,--input", a.inputs, "NAME=FILE.npy (or FILE.npy, in input order)");
+  app.add_option("-o,--output-dir", a.output_dir, "write one NAME.npy per output here");
+  app.add_option("--warmup", a.warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
+  app.add_option("--iters", a.iters, "timed runs")->check(CLI::PositiveNumber);
+  app.add_option("--threads", a.threads, "worker threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--json", a.json_path, "also write statistics as JSON to this file ('-' for stdout)");
+  app.add_flag("--info", a.info, "print targets, profiles, inputs and outputs, then exit");
+  app.add_flag("--profile", a.profile, "time every plan step and print the slowest kernels");
+  app.add_flag("--no-verify", a.no_verify, "skip sha256 checks of package files (sizes are still checked)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  return -1;
+}
 
+packrt::Model open_model(const Args& a) {
   packrt::Options opt;
-  opt.target = target;
-  opt.num_threads = threads;
-  opt.verify_checksums = !no_verify;
-  opt.cuda_device = cuda_device;
-  opt.cuda_graph = cuda_graph;
-  packrt::Model model(package, opt);
-  if (info) {
-    print_info(model);
-    return 0;
-  }
-  if (inputs.empty() && !model.inputs().empty()) {
-    std::string names;
-    for (auto& t : model.inputs()) names += " --input " + t.name + "=FILE.npy";
-    throw UsageError("no inputs given; this model needs:" + names);
-  }
+  opt.target = a.target;
+  opt.num_threads = a.threads;
+  opt.verify_checksums = !a.no_verify;
+  opt.cuda_device = a.cuda_device;
+  opt.cuda_graph = a.cuda_graph;
+  return packrt::Model(a.package, opt);
+}
 
-  // Load inputs (name=file or positional file).
+// Input tensors over .npy files.
+struct Inputs {
   std::vector<packrt::npy::Array> arrays;
-  std::vector<std::string> names;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    std::string spec = inputs[i], name, file = spec;
+  std::vector<std::string> names;  // empty: by position
+  std::vector<packrt_tensor> tensors;
+};
+
+// Loads inputs (name=file or positional file).
+void load_inputs(const std::vector<std::string>& specs, Inputs& in) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::string spec = specs[i], name, file = spec;
     size_t eq = spec.find('=');
     if (eq != std::string::npos) {
       name = spec.substr(0, eq);
       file = spec.substr(eq + 1);
     }
     try {
-      arrays.push_back(packrt::npy::load(file));
+      in.arrays.push_back(packrt::npy::load(file));
     } catch (const std::runtime_error& e) {
       throw UsageError(e.what());
     }
-    names.push_back(name);
+    in.names.push_back(name);
   }
-  std::vector<packrt_tensor> in(arrays.size());
-  for (size_t i = 0; i < arrays.size(); ++i) {
-    packrt_tensor& t = in[i];
+  in.tensors.resize(in.arrays.size());
+  for (size_t i = 0; i < in.arrays.size(); ++i) {
+    packrt_tensor& t = in.tensors[i];
     t = packrt_tensor{};
-    t.name = names[i].empty() ? nullptr : names[i].c_str();
-    t.data = arrays[i].data.get();
-    t.dtype = arrays[i].dtype;
-    t.ndim = static_cast<int32_t>(arrays[i].shape.size());
+    t.name = in.names[i].empty() ? nullptr : in.names[i].c_str();
+    t.data = in.arrays[i].data.get();
+    t.dtype = in.arrays[i].dtype;
+    t.ndim = static_cast<int32_t>(in.arrays[i].shape.size());
     if (t.ndim > PACKRT_MAX_DIMS) throw UsageError("input " + std::to_string(i) + " has too many dimensions");
-    std::copy(arrays[i].shape.begin(), arrays[i].shape.end(), t.shape);
-    t.nbytes = arrays[i].nbytes;
+    std::copy(in.arrays[i].shape.begin(), in.arrays[i].shape.end(), t.shape);
+    t.nbytes = in.arrays[i].nbytes;
   }
+}
 
-  // Outputs: size buffers for the largest profile so any matching profile fits.
-  std::vector<packrt::npy::Array> out_arrays;
-  std::vector<packrt_tensor> out;
-  auto outs0 = model.outputs(0);
-  for (size_t k = 0; k < outs0.size(); ++k) {
+// Output buffers, one per output of the model (named as in profile 0).
+struct Outputs {
+  std::vector<packrt::TensorInfo> infos;
+  std::vector<packrt::npy::Array> arrays;
+  std::vector<packrt_tensor> tensors;
+};
+
+// Sizes buffers for the largest profile so any matching profile fits.
+void allocate_outputs(const packrt::Model& model, Outputs& out) {
+  out.infos = model.outputs(0);
+  for (size_t k = 0; k < out.infos.size(); ++k) {
     uint64_t cap = 0;
     for (int p = 0; p < model.num_profiles(); ++p) cap = std::max(cap, model.outputs(p)[k].nbytes);
-    out_arrays.push_back(packrt::npy::Array::allocate(PACKRT_UINT8, {static_cast<int64_t>(cap)}));
-    out.push_back(packrt::make_tensor(outs0[k], out_arrays.back().data.get(), cap));
-    out.back().dtype = PACKRT_DTYPE_UNKNOWN;
+    out.arrays.push_back(packrt::npy::Array::allocate(PACKRT_UINT8, {static_cast<int64_t>(cap)}));
+    out.tensors.push_back(packrt::make_tensor(out.infos[k], out.arrays.back().data.get(), cap));
+    out.tensors.back().dtype = PACKRT_DTYPE_UNKNOWN;
   }
+}
 
-  for (int i = 0; i < warmup; ++i) model.run(in, out);
-  if (profile) packrt::check(packrt_set_profiling(model.get(), 1));
+// Untimed warm-up runs, then --iters timed ones (per-step profiling on if asked): their latencies.
+std::vector<double> time_runs(packrt::Model& model, const Args& a, const Inputs& in, Outputs& out) {
+  for (int i = 0; i < a.warmup; ++i) model.run(in.tensors, out.tensors);
+  if (a.profile) packrt::check(packrt_set_profiling(model.get(), 1));
   std::vector<double> ms;
-  for (int i = 0; i < iters; ++i) {
+  for (int i = 0; i < a.iters; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    model.run(in, out);
+    model.run(in.tensors, out.tensors);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
+  return ms;
+}
+
+// Prints every output (writing NAME.npy into `output_dir` if given); returns them as JSON.
+nlohmann::json write_outputs(const Outputs& out, const std::string& output_dir) {
+  nlohmann::json outputs_json = nlohmann::json::array();
+  for (size_t k = 0; k < out.tensors.size(); ++k) {
+    const packrt_tensor& t = out.tensors[k];
+    const std::string& name = out.infos[k].name;
+    std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
+    std::string file;
+    if (!output_dir.empty()) {
+      file = output_dir + "/" + file_safe(name) + ".npy";
+      uint64_t nbytes = packrt_dtype_size(t.dtype);
+      for (int64_t d : shape) nbytes *= static_cast<uint64_t>(d);
+      packrt::npy::save(file, t.dtype, shape.data(), static_cast<int>(shape.size()), t.data, nbytes);
+    }
+    std::printf("output %s: %s %s%s%s\n", name.c_str(), packrt_dtype_name(t.dtype), shape_str(shape).c_str(),
+                file.empty() ? "" : " -> ", file.c_str());
+    outputs_json.push_back({{"name", name}, {"dtype", packrt_dtype_name(t.dtype)}, {"shape", shape}, {"file", file}});
+  }
+  return outputs_json;
+}
+
+struct Latency {
+  double mean, median, p90, min, max;
+};
+
+// Prints min/median/mean/p90/max of the timed runs.
+Latency report_latency(const std::vector<double>& ms, const Args& a) {
+  Latency l;
+  l.mean = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
+  l.median = percentile(ms, 0.5);
+  l.p90 = percentile(ms, 0.9);
+  l.min = *std::min_element(ms.begin(), ms.end());
+  l.max = *std::max_element(ms.begin(), ms.end());
+  std::printf("latency over %d runs (%d warmup): min %.3f ms  median %.3f ms  mean %.3f ms  p90 %.3f ms  max %.3f ms\n",
+              a.iters, a.warmup, l.min, l.median, l.mean, l.p90, l.max);
+  return l;
+}
+
+// --profile: prints the slowest steps of the profile that ran; returns every step's mean time as JSON.
+nlohmann::json report_steps(const packrt::Model& model) {
+  int p = 0;  // the profile that ran: the one with recorded runs
+  for (int q = 0; q < model.num_profiles(); ++q) {
+    int64_t runs = 0;
+    if (packrt_num_steps(model.get(), q) > 0)
+      packrt::check(packrt_step_profile(model.get(), q, 0, nullptr, nullptr, &runs));
+    if (runs > 0) p = q;
+  }
+  struct Row {
+    int step;
+    std::string kernel;
+    double ms;
+  };
+  std::vector<Row> rows;
+  double total = 0;
+  for (int s = 0; s < packrt_num_steps(model.get(), p); ++s) {
+    const char* k = nullptr;
+    double ms_total = 0;
+    int64_t runs = 0;
+    packrt::check(packrt_step_profile(model.get(), p, s, &k, &ms_total, &runs));
+    rows.push_back({s, k, runs ? ms_total / runs : 0.0});
+    total += rows.back().ms;
+  }
+  nlohmann::json steps_json = nlohmann::json::array();
+  for (const auto& r : rows) steps_json.push_back({{"step", r.step}, {"kernel", r.kernel}, {"ms", r.ms}});
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.ms > b.ms; });
+  std::printf("per-step time (profile %s, sum %.3f ms per run):\n", model.profile_name(p).c_str(), total);
+  for (size_t i = 0; i < rows.size() && i < 15; ++i)
+    std::printf("  %7.3f ms  %5.1f%%  step %3d  %s\n", rows[i].ms, total > 0 ? 100 * rows[i].ms / total : 0.0,
+                rows[i].step, rows[i].kernel.c_str());
+  return steps_json;
+}
+
+// --json: the statistics to a file, or stdout for '-'.
+void write_json(const std::string& path, const nlohmann::json& j) {
+  if (path == "-") {
+    std::cout << j.dump(1) << std::endl;
+  } else {
+    std::ofstream(path) << j.dump(1) << "\n";
+  }
+}
+
+int run(int argc, char** argv) {
+  Args a;
+  if (int rc = parse_args(argc, argv, a); rc >= 0) return rc;
+  packrt::Model model = open_model(a);
+  if (a.info) {
+    print_info(model);
+    return 0;
+  }
+  if (a.inputs.empty() && !model.inputs().empty()) {
+    std::string names;
+    for (auto& t : model.inputs()) names += " --input " + t.name + "=FILE.npy";
+    throw UsageError("no inputs given; this model needs:" + names);
+  }
+  Inputs in;
+  load_inputs(a.inputs, in);
+  Outputs out;
+  allocate_outputs(model, out);
+
+  std::vector<double> ms = time_runs(model, a, in, out);
 
   std::printf("package %s  target %s (%s)  threads %d\n", model.name().c_str(), model.target().c_str(),
               model.device().c_str(), model.num_threads());
-  nlohmann::json outputs_json = nlohmann::json::array();
-  for (size_t k = 0; k < out.size(); ++k) {
-    std::vector<int64_t> shape(out[k].shape, out[k].shape + out[k].ndim);
-    std::string file;
-    if (!output_dir.empty()) {
-      file = output_dir + "/" + file_safe(outs0[k].name) + ".npy";
-      uint64_t nbytes = packrt_dtype_size(out[k].dtype);
-      for (int64_t d : shape) nbytes *= static_cast<uint64_t>(d);
-      packrt::npy::save(file, out[k].dtype, shape.data(), static_cast<int>(shape.size()), out[k].data, nbytes);
-    }
-    std::printf("output %s: %s %s%s%s\n", outs0[k].name.c_str(), packrt_dtype_name(out[k].dtype),
-                shape_str(shape).c_str(), file.empty() ? "" : " -> ", file.c_str());
-    outputs_json.push_back({{"name", outs0[k].name}, {"dtype", packrt_dtype_name(out[k].dtype)},
-                            {"shape", shape}, {"file", file}});
-  }
-  double mean = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
-  double med = percentile(ms, 0.5), p90 = percentile(ms, 0.9);
-  double lo = *std::min_element(ms.begin(), ms.end()), hi = *std::max_element(ms.begin(), ms.end());
-  std::printf("latency over %d runs (%d warmup): min %.3f ms  median %.3f ms  mean %.3f ms  p90 %.3f ms  max %.3f ms\n",
-              iters, warmup, lo, med, mean, p90, hi);
-  nlohmann::json steps_json = nlohmann::json::array();
-  if (profile) {
-    int p = 0;  // the profile that ran: the one with recorded runs
-    for (int q = 0; q < model.num_profiles(); ++q) {
-      int64_t runs = 0;
-      if (packrt_num_steps(model.get(), q) > 0)
-        packrt::check(packrt_step_profile(model.get(), q, 0, nullptr, nullptr, &runs));
-      if (runs > 0) p = q;
-    }
-    struct Row {
-      int step;
-      std::string kernel;
-      double ms;
-    };
-    std::vector<Row> rows;
-    double total = 0;
-    for (int s = 0; s < packrt_num_steps(model.get(), p); ++s) {
-      const char* k = nullptr;
-      double ms_total = 0;
-      int64_t runs = 0;
-      packrt::check(packrt_step_profile(model.get(), p, s, &k, &ms_total, &runs));
-      rows.push_back({s, k, runs ? ms_total / runs : 0.0});
-      total += rows.back().ms;
-    }
-    for (const auto& r : rows) steps_json.push_back({{"step", r.step}, {"kernel", r.kernel}, {"ms", r.ms}});
-    std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.ms > b.ms; });
-    std::printf("per-step time (profile %s, sum %.3f ms per run):\n", model.profile_name(p).c_str(), total);
-    for (size_t i = 0; i < rows.size() && i < 15; ++i)
-      std::printf("  %7.3f ms  %5.1f%%  step %3d  %s\n", rows[i].ms, total > 0 ? 100 * rows[i].ms / total : 0.0,
-                  rows[i].step, rows[i].kernel.c_str());
-  }
-  if (!json_path.empty()) {
-    nlohmann::json j = {{"steps", steps_json}, {"peak_rss_mb", peak_rss_mb()}, {"package", model.name()}, {"target", model.target()}, {"device", model.device()}, {"threads", model.num_threads()},
-                        {"iters", iters}, {"warmup", warmup}, {"latency_ms", ms},
-                        {"median_ms", med}, {"mean_ms", mean}, {"p90_ms", p90}, {"min_ms", lo}, {"max_ms", hi},
+  nlohmann::json outputs_json = write_outputs(out, a.output_dir);
+  Latency l = report_latency(ms, a);
+  nlohmann::json steps_json = a.profile ? report_steps(model) : nlohmann::json::array();
+  if (!a.json_path.empty()) {
+    nlohmann::json j = {{"steps", steps_json}, {"peak_rss_mb", peak_rss_mb()}, {"package", model.name()},
+                        {"target", model.target()}, {"device", model.device()}, {"threads", model.num_threads()},
+                        {"iters", a.iters}, {"warmup", a.warmup}, {"latency_ms", ms}, {"median_ms", l.median},
+                        {"mean_ms", l.mean}, {"p90_ms", l.p90}, {"min_ms", l.min}, {"max_ms", l.max},
                         {"outputs", outputs_json}};
-    if (json_path == "-") {
-      std::cout << j.dump(1) << std::endl;
-    } else {
-      std::ofstream(json_path) << j.dump(1) << "\n";
-    }
+    write_json(a.json_path, j);
   }
   return 0;
 }

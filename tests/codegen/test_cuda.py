@@ -10,7 +10,8 @@ import subprocess
 import numpy as np
 import pytest
 import yaml
-from conftest import SAMPLES, run_pack
+from make_samples import SAMPLES
+from support.helpers import run_pack
 from support.cuda_tools import cuobjdump, elf_arches, kernel_params, ptx_arches
 
 from packager.targets import CUDA_TABLE, host_arch, local_cuda_sm

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import run_pack, save_model, write_spec
+from support.helpers import run_pack, save_model, write_spec
 from packager.frontend.model import LoadedModel, TensorInfo, infer_shapes
 from packager.frontend.rewrites import rewrite
 

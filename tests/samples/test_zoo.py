@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, run_pack
+from support.helpers import REPO, run_pack
 
 pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import write_spec
+from support.helpers import write_spec
 from packager.errors import UserError
 from packager.spec import load_spec
 

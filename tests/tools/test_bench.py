@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import run_pack
+from support.helpers import run_pack
 from packager.frontend import LoadedModel, TensorInfo, import_relax
 from packager.optimize.kernel_cost import kernel_cost
 from packager.codegen.graph import extract_graph

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from conftest import REPO
+from support.helpers import REPO
 from packager.tools import conformance as conf
 from packager.frontend.model import SUPPORTED_OPS
 

@@ -61,12 +61,20 @@ typedef enum packrt_dtype {
   PACKRT_BOOL = 9
 } packrt_dtype;
 
+/* Where a target runs. packrt_options.device_type restricts target selection to one kind;
+ * PACKRT_DEVICE_ANY (the default) takes the first target that runs here, in package order. */
+typedef enum packrt_device_type {
+  PACKRT_DEVICE_ANY = 0,
+  PACKRT_DEVICE_CPU = 1,
+  PACKRT_DEVICE_CUDA = 2
+} packrt_device_type;
+
 typedef struct packrt_options {
   uint32_t struct_size;      /* set by packrt_options_init; lets the struct grow compatibly */
   const char* target;        /* NULL: the first target in the package that runs on this CPU */
   int32_t num_threads;       /* 0: all cores */
   int32_t verify_checksums;  /* 1 (default): check sha256 of every file used; 0: sizes only */
-  int32_t device_type;       /* with target NULL: 0 any target that runs here (package order), 1 CPU only, 2 CUDA only */
+  int32_t device_type;       /* packrt_device_type, used with target NULL: ANY (default), CPU only or CUDA only */
   int32_t cuda_device;       /* CUDA device ordinal for CUDA targets (default 0) */
   int32_t cuda_graph;        /* 1: after a profile's first packrt_run, replay its kernels as a CUDA graph */
 } packrt_options;

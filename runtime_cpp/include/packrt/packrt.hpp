@@ -36,7 +36,7 @@ struct Options {
   std::string target;  // empty: first target that runs on this machine
   int num_threads = 0;  // 0: all cores
   bool verify_checksums = true;
-  int device_type = 0;  // with no target: 0 any, 1 CPU only, 2 CUDA only
+  int32_t device_type = PACKRT_DEVICE_ANY;  // a packrt_device_type; with no target: any, CPU only or CUDA only
   int cuda_device = 0;  // CUDA device ordinal
   bool cuda_graph = false;  // replay each profile's kernels as a CUDA graph after its first run
 };

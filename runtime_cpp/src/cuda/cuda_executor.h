@@ -1,20 +1,22 @@
-// CUDA backend: a target's kernels.fatbin loaded with the driver API, weights uploaded once,
+// The CUDA executor: a target's kernels.fatbin loaded with the driver API, weights uploaded once,
 // one device arena per shape profile (from the static memory plan) plus the kernels' scratch
 // region, and one stream. A run replays the plan: cuLaunchKernel per device launch with the
 // grid/block sizes and argument map the packager read from TVM's host code. Runs on one model
 // are serialized (one stream, one arena per profile).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "cuda_driver.h"
+#include "cuda/cuda_driver.h"
+#include "executor.h"
 #include "plan.h"
 
 namespace packrt {
 
-class CudaExecutor {
+class CudaExecutor final : public Executor {
  public:
   // `image`: the fatbin bytes; `weights`: the plan's weights.bin; `device`: CUDA ordinal;
   // `graphs`: capture the kernel steps of each profile into a CUDA graph after its first run.
@@ -24,13 +26,18 @@ class CudaExecutor {
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
 
+  packrt_device_type device_type() const override { return PACKRT_DEVICE_CUDA; }
+  const char* device_name() const override { return "cuda"; }
+  int num_threads() const override { return 1; }
+
   // Host buffers, in the plan's input/output order: copied in and out through the device arena.
   void run_host(int profile, const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
-                std::vector<double>* step_ms);
-  // Device pointers (zero-copy where 64-byte aligned) on `stream` (nullptr: the model's own
-  // stream); returns when the results are ready.
-  void run_device(int profile, const std::vector<CUdeviceptr>& inputs, const std::vector<CUdeviceptr>& outputs,
-                  CUstream stream, std::vector<double>* step_ms);
+                std::vector<double>* step_ms) override;
+  void check_device_run() const override {}
+  // Device pointers (CUdeviceptr values; zero-copy where 64-byte aligned) on `stream` (a CUstream;
+  // nullptr: the model's own stream); returns when the results are ready.
+  void run_device(int profile, const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                  void* stream, std::vector<double>* step_ms) override;
 
   int device_sm() const { return sm_; }
 
@@ -62,5 +69,8 @@ class CudaExecutor {
   std::vector<ProfileState> profiles_;
   std::mutex mu_;
 };
+
+// Reads the target's kernels.fatbin and opens it on options.cuda_device; uploads the weights.
+std::unique_ptr<Executor> open_cuda_executor(ExecutorSource& source);
 
 }  // namespace packrt

@@ -1,4 +1,4 @@
-#include "thread_pool.h"
+#include "cpu/thread_pool.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import HAS_QEMU, REPO, ort_run
+from support.helpers import HAS_QEMU, REPO, ort_run
 
 pytestmark = pytest.mark.slow
 
 X86 = "x86_64"
+HERE = Path(__file__).resolve().parent
 
 
 def cli(pkg: Path, arch: str = X86) -> list[str]:
@@ -181,7 +182,7 @@ def test_c_api(packages, cnn_input, tmp_path):
     pkg = packages["cnn"]
     rt = pkg / "runtime" / X86
     exe = tmp_path / "c_api_test"
-    r = run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", exe, REPO / "tests" / "runtime" / "c_api_test.c",
+    r = run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", exe, HERE / "c_api_test.c",
              f"-I{rt / 'include'}", f"-L{rt / 'lib'}", "-lpackrt", "-lpthread", f"-Wl,-rpath,{rt / 'lib'}"])
     assert r.returncode == 0, r.stderr
     cnn_input[1].tofile(tmp_path / "in.raw")

@@ -1,6 +1,7 @@
-#include "cpu_backend.h"
+#include "cpu/kernel_library.h"
 
 #include <dlfcn.h>
+#include <packrt/kernel_abi.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,8 +12,6 @@
 
 namespace packrt {
 namespace {
-
-constexpr int kGlueAbiVersion = 1;  // must match kernel_glue/packrt_kernel_glue.c
 
 thread_local ThreadPool* tls_pool = nullptr;
 
@@ -101,7 +100,7 @@ KernelLibrary::KernelLibrary(const std::string& path) : path_(path) {
   if (!handle_) fail(PACKRT_ERROR_CORRUPT_PACKAGE, std::string("cannot load kernels: ") + dlerror());
   auto abi = reinterpret_cast<int (*)()>(dlsym(handle_, "packrt_kernels_abi_version"));
   last_error_ = reinterpret_cast<const char* (*)()>(dlsym(handle_, "packrt_kernels_last_error"));
-  if (!abi || !last_error_ || abi() != kGlueAbiVersion) {
+  if (!abi || !last_error_ || abi() != PACKRT_KERNEL_ABI_VERSION) {
     dlclose(handle_);
     fail(PACKRT_ERROR_UNSUPPORTED, path + ": kernel library ABI does not match this runtime");
   }
@@ -109,7 +108,7 @@ KernelLibrary::KernelLibrary(const std::string& path) : path_(path) {
   set_hook(handle_, "__TVMBackendAllocWorkspace", &alloc_workspace);
   set_hook(handle_, "__TVMBackendFreeWorkspace", &free_workspace);
   set_hook(handle_, "__TVMBackendParallelLaunch", &parallel_launch);
-  set_hook(handle_, "packrt_parallel_barrier", &parallel_barrier);
+  set_hook<packrt_parallel_barrier_fn>(handle_, "packrt_parallel_barrier", &parallel_barrier);
 }
 
 KernelLibrary::~KernelLibrary() {

@@ -1,12 +1,13 @@
-// CPU backend: a target's kernels.so (TVM LLVM kernels + the packager's glue), loaded with dlopen.
-// The kernels call back into the runtime through hook pointers we set after loading: workspace
+// A CPU target's kernels.so (TVM LLVM kernels + the packager's glue), loaded with dlopen. The
+// kernels call back into the runtime through hook pointers we set after loading: workspace
 // allocation, parallel launch (into the thread pool of the model that is running) and barrier.
+// The library's ABI (version, shared types) is include/packrt/kernel_abi.h.
 #pragma once
 #include <tvm/ffi/c_api.h>
 
 #include <string>
 
-#include "thread_pool.h"
+#include "cpu/thread_pool.h"
 
 namespace packrt {
 

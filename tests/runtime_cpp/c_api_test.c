@@ -71,11 +71,11 @@ int main(int argc, char** argv) {
   CHECK(packrt_open(argv[1], &opt, &bad) == PACKRT_ERROR_INVALID_ARGUMENT, "open bad target");
   printf("ok unknown target -> INVALID_ARGUMENT: %s\n", packrt_last_error());
   opt.target = NULL;
-  opt.device_type = 2; /* CUDA targets only: this package has none */
+  opt.device_type = PACKRT_DEVICE_CUDA; /* CUDA targets only: this package has none */
   CHECK(packrt_open(argv[1], &opt, &bad) == PACKRT_ERROR_UNSUPPORTED && bad == NULL, "open CUDA-only");
   CHECK(strstr(packrt_last_error(), "CUDA targets were asked for"), "msg: %s", packrt_last_error());
   printf("ok device_type CUDA on a CPU package -> UNSUPPORTED: %s\n", packrt_last_error());
-  opt.device_type = 0;
+  opt.device_type = PACKRT_DEVICE_ANY;
   opt.target = NULL;
 
   CHECK(packrt_open(argv[1], &opt, &g_model) == PACKRT_OK, "open: %s", packrt_last_error());

@@ -12,11 +12,12 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from conftest import HAS_QEMU, REPO, ort_run, run_pack, save_model, write_spec
+from support.helpers import HAS_QEMU, ort_run, run_pack, save_model, write_spec
 from packager.frontend import load_model, random_inputs
 
 pytestmark = pytest.mark.slow
 ARCH = "x86_64"
+HERE = Path(__file__).resolve().parent
 
 
 def session(pkg: Path, model_dir: str | None = None, lib_pkg: Path | None = None) -> ort.InferenceSession:
@@ -170,7 +171,7 @@ def test_cpp_program_through_the_ort_cpp_api(packages, cnn_input, tmp_path):
     wheel_lib = next((Path(ort.__file__).parent / "capi").glob("libonnxruntime.so.*"))
     (tmp_path / "libonnxruntime.so.1").symlink_to(wheel_lib)
     exe = tmp_path / "ort_cpp_test"
-    r = subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(exe), str(REPO / "tests" / "runtime" / "ort_cpp_test.cc"),
+    r = subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(exe), str(HERE / "ort_cpp_test.cc"),
                         f"-I{include}", str(tmp_path / "libonnxruntime.so.1"), f"-Wl,-rpath,{tmp_path}"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]

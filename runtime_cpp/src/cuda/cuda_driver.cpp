@@ -1,4 +1,4 @@
-#include "cuda_driver.h"
+#include "cuda/cuda_driver.h"
 
 #include <dlfcn.h>
 

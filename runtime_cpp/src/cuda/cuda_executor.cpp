@@ -1,4 +1,4 @@
-#include "cuda_backend.h"
+#include "cuda/cuda_executor.h"
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +15,13 @@ constexpr int kCaptureThreadLocal = 1;             // CU_STREAM_CAPTURE_MODE_THR
 constexpr unsigned kDefaultSharedLimit = 48 * 1024;
 
 uint64_t round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+template <typename P>
+std::vector<CUdeviceptr> device_ptrs(const std::vector<P*>& ptrs) {
+  std::vector<CUdeviceptr> out;
+  for (P* p : ptrs) out.push_back(reinterpret_cast<CUdeviceptr>(p));
+  return out;
+}
 
 }  // namespace
 
@@ -197,12 +204,13 @@ void CudaExecutor::run_host(int profile, const std::vector<const void*>& inputs,
   ps.runs += 1;
 }
 
-void CudaExecutor::run_device(int profile, const std::vector<CUdeviceptr>& inputs,
-                              const std::vector<CUdeviceptr>& outputs, CUstream stream, std::vector<double>* step_ms) {
+void CudaExecutor::run_device(int profile, const std::vector<const void*>& input_ptrs,
+                              const std::vector<void*>& output_ptrs, void* stream, std::vector<double>* step_ms) {
+  const std::vector<CUdeviceptr> inputs = device_ptrs(input_ptrs), outputs = device_ptrs(output_ptrs);
   std::lock_guard<std::mutex> lock(mu_);
   Scope scope(*this);
   std::vector<CUdeviceptr> addr = ensure_arena(profile).addr;  // a copy: caller buffers replace I/O slots
-  CUstream s = stream ? stream : stream_;
+  CUstream s = stream ? static_cast<CUstream>(stream) : stream_;
   const PlanProfile& prof = plan_.profiles[profile];
   // Aligned caller buffers are bound in place; others go through their arena slot.
   for (size_t k = 0; k < prof.inputs.size(); ++k) {
@@ -227,6 +235,15 @@ void CudaExecutor::run_device(int profile, const std::vector<CUdeviceptr>& input
                  "copying an output");
   // Wait even on a caller's stream: the arena is reused by the next run, which may come on another stream.
   cuda_check(cu_.cuStreamSynchronize(s), "running the model on the GPU");
+}
+
+std::unique_ptr<Executor> open_cuda_executor(ExecutorSource& source) {
+  AlignedBuffer image = source.package.read(source.target.kernels, source.options.verify_checksums != 0);
+  auto executor = std::make_unique<CudaExecutor>(source.plan, image.get(), source.weights.get(),
+                                                 source.plan.weights_bytes, source.options.cuda_device,
+                                                 source.options.cuda_graph != 0);
+  source.weights.reset();  // uploaded to the GPU
+  return executor;
 }
 
 }  // namespace packrt

@@ -1,6 +1,8 @@
 // The thread pool behind TVM's parallel loops. Workers spin briefly before sleeping: a pool that
 // only sleeps on a condition variable was 5x slower on small kernels (futex wake-up per launch).
 #pragma once
+#include <packrt/kernel_abi.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -10,11 +12,7 @@
 
 namespace packrt {
 
-// Layout of TVM's TVMParallelGroupEnv (c_backend_api.h); kernels read num_task from it.
-struct ParallelEnv {
-  void* sync_handle;
-  int32_t num_task;
-};
+using ParallelEnv = packrt_parallel_env;  // TVM's TVMParallelGroupEnv
 using ParallelLambda = int (*)(int task_id, ParallelEnv* env, void* cdata);
 
 class ThreadPool {
