@@ -28,7 +28,9 @@ from .emit.package import PackageWriter
 from .emit.readme import package_readme
 from .emit.report import build_report
 from .emit.runtime import build_runtime, bundle_runtimes
-from .frontend import bind_profiles, check_configurations, check_operators, load_model
+from .frontend import (bind_profiles, check_configurations, check_operators, load_model, profile_shapes,
+                       random_inputs)
+from .frontend.opset import check_conversion
 from .frontend.units import split_units
 from .spec import Spec
 from .targets import host_arch, resolve_all
@@ -58,6 +60,8 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
     t_start, st = time.perf_counter(), Stages(log)
     log(f"pack build {spec.name}: {spec.model.name} -> {spec.output}")
     model, dtypes, targets = st.run("check spec and model", check_inputs, spec, only_targets)
+    if model.conversion is not None:
+        log(f"  {model.conversion.summary()}")
     units, split, types = st.run("partition for ONNX Runtime" if spec.onnxruntime.partial else "plan", split_units,
                                  spec, model, dtypes)
     _log_offload(log, model, split)
@@ -86,13 +90,17 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
 
 
 def check_inputs(spec: Spec, only_targets: list[str] | None):
-    """Everything about the input that can be wrong, before anything is compiled: the model, its
-    shapes under the spec's profiles, the targets and their toolchains."""
+    """Everything about the input that can be wrong, before anything is compiled: the model (and
+    its conversion into the supported opsets), its shapes under the spec's profiles, the targets
+    and their toolchains."""
     model = load_model(spec.model)
     if not spec.onnxruntime.partial:
         check_operators(model)
         check_configurations(model)
     dtypes = bind_profiles(spec, model)
+    if model.conversion is not None:
+        inputs = random_inputs(model, profile_shapes(model, spec.profiles[0]), dtypes)
+        check_conversion(spec.model, model.proto, inputs, model.conversion, spec.verify.rtol, spec.verify.atol)
     targets = resolve_all(spec, only_targets)
     for kind in dict.fromkeys(t.kind for t in targets):
         backend_for(kind).check_toolchain([t for t in targets if t.kind == kind])

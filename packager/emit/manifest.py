@@ -85,7 +85,7 @@ def package_manifest(spec: Spec, model, dtypes: dict[str, str], units: list[Unit
     manifest = {
         "name": spec.name, "id": package_id, "packager_version": __version__,
         "source_model": {"path": str(spec.model), "sha256": model_sha, "bytes": spec.model.stat().st_size,
-                         "opset": model.opset},
+                         "opset": model.conversion.source if model.conversion else model.opset},
         "spec": spec.raw, **io_entries(model, dtypes),
         "profiles": [{"name": p.name, "inputs": {k: list(v) for k, v in profile_shapes(model, p).items()}}
                      for p in spec.profiles] if split is not None else profile_entries(units[0]),

@@ -12,10 +12,19 @@ def build_report(spec: Spec, model, units: list[Unit], split: Partition | None, 
     return {
         "package": spec.name, "packager_version": __version__, "model": str(spec.model),
         "optimize": {"level": spec.optimize.level, "passes": {p: spec.optimize.enabled(p) for p in PASS_NAMES}},
+        "frontend": {"opset": _opset(model)},
         "graph_passes": [p.as_dict() for p in units[0].graph_passes],
         "targets": [dict(r, part=u.name) if u.name else r for u in units for r in u.target_reports],
         "onnxruntime": offload_report(model, split, units) | ({"note": ort_note} if ort_note else {}),
         "stages_seconds": stage_times, "seconds": round(seconds, 3)}
+
+
+def _opset(model) -> dict:
+    """The model's opset, and what was done to bring it into the supported range."""
+    conv = model.conversion
+    if conv is None:
+        return {"source": model.opset, "compiled": model.opset, "converted": False}
+    return {"source": conv.source, "compiled": conv.target, "converted": True, "how": conv.how, "check": conv.check}
 
 
 def offload_report(model, split: Partition | None, units: list[Unit]) -> dict:

@@ -13,8 +13,8 @@ import onnx
 
 from ..errors import UnsupportedConfigError, UnsupportedOpsError, UserError
 from ..spec import Profile, Spec, spec_error
+from .opset import OpsetConversion, to_supported_opset
 
-OPSET_MIN, OPSET_MAX = 11, 21
 
 # Operators the packager compiles: they lower to static-shape TIR kernels with no runtime
 # library calls. Ops the frontend knows but that need data-dependent shapes or TVM runtime
@@ -57,13 +57,14 @@ class LoadedModel:
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
     label: str = ""                  # how messages name it (a part of a model: "model.onnx [part p0]")
+    conversion: OpsetConversion | None = None    # set when the file's opset was outside the supported range
 
     def __str__(self) -> str:
         return self.label or str(self.path)
 
 
 def load_model(path: Path) -> LoadedModel:
-    """Load and check an ONNX file (external data next to it is fine)."""
+    """Load and check an ONNX file (external data next to it is fine), in the supported opset range."""
     if not path.is_file():
         raise UserError(f"{path}: model file not found")
     try:
@@ -75,14 +76,12 @@ def load_model(path: Path) -> LoadedModel:
         onnx.checker.check_model(str(path))   # path form: works for models over 2 GB too
     except Exception as e:
         raise UserError(f"{path}: ONNX checker rejected the model: {first_line(e)}") from None
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-    if opset is None or not OPSET_MIN <= opset <= OPSET_MAX:
-        raise UserError(f"{path}: default-domain opset {opset} is outside the supported range "
-                        f"{OPSET_MIN}-{OPSET_MAX}; convert it with onnx.version_converter.convert_version")
+    proto, conversion = to_supported_opset(proto, path)
     inits = {i.name for i in proto.graph.initializer}
     inputs = [_tensor_info(v, path) for v in proto.graph.input if v.name not in inits]
     outputs = [_tensor_info(v, path) for v in proto.graph.output]
-    return LoadedModel(path, proto, opset, inputs, outputs)
+    opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    return LoadedModel(path, proto, opset, inputs, outputs, conversion=conversion)
 
 
 def first_line(e: Exception) -> str:
@@ -100,7 +99,7 @@ def _tensor_info(v: onnx.ValueInfoProto, path: Path) -> TensorInfo:
                         f"{onnx.TensorProto.DataType.Name(tt.elem_type)}, which is not supported")
     dims: list[int | str] = []
     for i, d in enumerate(tt.shape.dim):
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value >= 0:      # some exporters write -1 for "dynamic"
             dims.append(int(d.dim_value))
         else:
             dims.append(d.dim_param or f"{v.name}_dim{i}")

@@ -30,7 +30,8 @@ import onnx
 from onnx import numpy_helper
 
 from ..errors import PackagerError, UnsupportedConfigError
-from ..frontend.model import ONNX_DTYPES, OPSET_MAX, OPSET_MIN, STATIC_OPERANDS, SUPPORTED_OPS
+from ..frontend.model import ONNX_DTYPES, STATIC_OPERANDS, SUPPORTED_OPS
+from ..frontend.opset import OPSET_MAX, OPSET_MIN, default_opset, relabel
 
 
 COMPOSITE = "(composite)"
@@ -69,40 +70,12 @@ def collect(ops: set[str] | None = None) -> list:
     return sorted(out, key=lambda c: c.name)
 
 
-def _same_contract(node: onnx.NodeProto, old, new) -> bool:
-    """Whether `node` means the same under two schema versions: same inputs/outputs, and every
-    attribute it sets exists in both (an attribute added later, left at its default, does not
-    change the node; opset 22 re-versioned many ops only to add bfloat16)."""
-    ios = [[(p.name, p.option) for p in list(s.inputs) + list(s.outputs)] for s in (old, new)]
-    return ios[0] == ios[1] and all(a.name in old.attributes and a.name in new.attributes for a in node.attribute)
-
-
-def _retarget_opset(model: onnx.ModelProto) -> str | None:
-    """Move the model into opsets 11-21 if every node means the same there; returns why not."""
-    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    if version is None:
-        return "no default-domain opset"
-    target = min(max(version, OPSET_MIN), OPSET_MAX)
-    if target == version:
-        return None
-    for node in model.graph.node:
-        try:
-            old, new = onnx.defs.get_schema(node.op_type, target), onnx.defs.get_schema(node.op_type, version)
-        except Exception:  # noqa: BLE001 - schema missing at the target opset
-            return f"{node.op_type} does not exist at opset {target}"
-        if not _same_contract(node, old, new):
-            return f"{node.op_type} at opset {version} differs from opset {target}"
-    for o in model.opset_import:
-        if o.domain in ("", "ai.onnx"):
-            o.version = target
-    return None
-
-
 def prepare(case) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[np.ndarray]] | str:
     """The case's model (adapted as described above), inputs and expected outputs, or a skip reason."""
     model = onnx.ModelProto()
     model.CopyFrom(case.model)
-    why = _retarget_opset(model)
+    version = default_opset(model)
+    why = relabel(model, min(max(version, OPSET_MIN), OPSET_MAX)) if version else "no default-domain opset"
     if why:
         return why
     inputs_arr, expected = ([numpy_helper.to_array(a) if isinstance(a, onnx.TensorProto) else np.asarray(a)

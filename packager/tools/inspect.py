@@ -22,6 +22,9 @@ def inspect_package(package: Path, log: Callable[[str], None] = print) -> list[s
         log(f"  profile {p['name']}: " + ", ".join(f"{k}{v}" for k, v in p["inputs"].items()))
     report_path = pkg.root / m.get("build_report", "build_report.json")
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    opset = report.get("frontend", {}).get("opset", {})
+    if opset.get("converted"):
+        log(f"  opset {opset['source']} -> {opset['compiled']} ({opset['how']}); {opset['check']}")
     for r in report.get("targets", []):
         arenas = ", ".join(f"{p['name']} {p['arena_bytes'] / 1e6:.2f} MB" for p in r.get("profiles", []))
         part = f" [part {r['part']}]" if r.get("part") else ""
