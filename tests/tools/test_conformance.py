@@ -2,6 +2,8 @@
 operator the packager claims passes at least 95% of the cases that run."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import onnx
 import pytest
@@ -29,14 +31,17 @@ def test_node_tests_do_not_regress_and_claimed_ops_pass():
             assert op in SUPPORTED_OPS and rate >= 0.95, (op, counts)
 
 
-def test_opset_retargeting_keeps_meaning_or_refuses():
+def test_cases_outside_the_opset_range_are_moved_into_it():
+    """prepare() relabels a case written at opset 24 to 21 and one at 6 to 11 (Relu means the same)."""
     node = helper.make_node("Relu", ["x"], ["y"])
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)])
-    assert conf._retarget_opset(m) is None and m.opset_import[0].version == 21
-    old = helper.make_model(g, opset_imports=[helper.make_opsetid("", 6)])
-    assert conf._retarget_opset(old) is None and old.opset_import[0].version == 11
+    for written, moved in ((24, 21), (6, 11)):
+        case = SimpleNamespace(model=helper.make_model(g, opset_imports=[helper.make_opsetid("", written)]),
+                               data_sets=[([np.ones(2, np.float32)], [np.ones(2, np.float32)])])
+        prepared = conf.prepare(case)
+        assert not isinstance(prepared, str), prepared
+        assert prepared[0].opset_import[0].version == moved
 
 
 def test_static_operands_become_initializers():
