@@ -114,10 +114,14 @@ def _package_id(spec: Spec, model_sha: str, part: str = "") -> str:
 
 
 def _log_offload(log: Log, model, split) -> None:
+    """One line for the split and, when nodes stay in ONNX Runtime, a warning naming their ops: the
+    package then needs ONNX Runtime for the whole model (packrt-run runs each part alone)."""
     if split is not None:
         kept = sorted({model.proto.graph.node[k].op_type for k in split.kept})
         log(f"  partial offload: {len(split.parts)} compiled part(s), {len(split.kept)} node(s) stay in "
             f"ONNX Runtime ({', '.join(kept)})")
+        log(f"  warning: {', '.join(kept)} run in ONNX Runtime, not compiled: deploy the package through "
+            f"ort/model.onnx; `onnxruntime: {{fallback: false}}` in the spec makes this an error instead")
 
 
 def _log_passes(log: Log, units, ort_note: str) -> None:

@@ -36,4 +36,5 @@ class UnsupportedOpsError(UserError):
         parts = [f"{op} (nodes: {', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
                  for op, names in sorted(ops.items())]
         super().__init__(f"{model}: unsupported operator(s): {'; '.join(parts)}. Remove or replace them, or "
-                         "set `onnxruntime: {fallback: true}` in the spec to run them in ONNX Runtime (partial offload).")
+                         "drop `onnxruntime: {fallback: false}` from the spec to run them in ONNX Runtime (partial "
+                         "offload).")

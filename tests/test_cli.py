@@ -17,6 +17,7 @@ inputs:
   x: {dtype: float32, shape: [2, 4]}
 targets: [x86-64]
 """
+STRICT = "onnxruntime: {fallback: false}\n"     # unsupported ops are an error instead of partial offload
 
 
 def tiny_model(op_nodes=None, inputs=None, opset=17) -> onnx.ModelProto:
@@ -51,7 +52,7 @@ def test_unsupported_ops_listed_in_one_error(tmp_path):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
     m.ir_version = 8
     onnx.save(m, str(tmp_path / "model.onnx"))
-    r = run_pack("build", write_spec(tmp_path, SPEC))
+    r = run_pack("build", write_spec(tmp_path, SPEC + STRICT))
     assert_clean_error(r, 2, "unsupported operator(s)", "NonZero (nodes: nz_a, nz_b)", "TopK (nodes: topk_1)",
                        "com.example.Frobnicate (nodes: custom_1)")
     assert no_output_left(tmp_path)
@@ -67,7 +68,7 @@ def test_unsupported_ops_without_custom_domain(tmp_path):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, str(tmp_path / "model.onnx"))
-    r = run_pack("build", write_spec(tmp_path, SPEC))
+    r = run_pack("build", write_spec(tmp_path, SPEC + STRICT))
     assert_clean_error(r, 2, "unsupported operator(s)", "NonZero (nodes: nz_a)", "TopK (nodes: topk_1)")
 
 
@@ -191,7 +192,7 @@ def test_shape_operands_from_input_data_are_rejected_naming_the_node(tmp_path):
     m.ir_version = 8
     onnx.save(m, str(tmp_path / "model.onnx"))
     spec = SPEC.replace("  x: {dtype: float32, shape: [2, 4]}\n", "  x: {shape: [2, 4]}\n  shape_in: {shape: [2]}\n")
-    r = run_pack("build", write_spec(tmp_path, spec))
+    r = run_pack("build", write_spec(tmp_path, spec + STRICT))
     assert_clean_error(r, 2, "node reshape_dyn (Reshape) takes input #1 'shape_in'", "make that operand a constant")
 
 
@@ -204,4 +205,7 @@ def test_training_mode_is_rejected(tmp_path):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, str(tmp_path / "model.onnx"))
-    assert_clean_error(run_pack("build", write_spec(tmp_path, SPEC)), 2, "bn_train", "training mode")
+    assert_clean_error(run_pack("build", write_spec(tmp_path, SPEC + STRICT)), 2, "bn_train", "training mode")
+    # by default the node would stay in ONNX Runtime; alone in the model, that leaves nothing to compile
+    assert_clean_error(run_pack("build", write_spec(tmp_path, SPEC)), 2, "nothing left to compile",
+                       "bn_train (BatchNormalization): is in training mode")

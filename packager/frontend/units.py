@@ -56,10 +56,17 @@ def split_units(spec: Spec, model: LoadedModel, dtypes: dict[str, str]) -> tuple
         return [Unit("", "", model, profiles, dtypes)], None, types
     if not split.parts:
         raise UserError(f"{spec.model}: nothing left to compile: every node stays in ONNX Runtime "
-                        f"({len(split.kept)} node(s)); check onnxruntime.keep_ops / keep_nodes")
+                        f"({len(split.kept)} node(s)): {_reasons(model, split)}")
     units = []
     for part in split.parts:
         sub = part_loaded(model, part, types)
         shapes = [(pname, {i: tuple(t[i][1]) for i in part.inputs}) for (pname, _), t in zip(profiles, types)]
         units.append(Unit(part.name, f"parts/{part.name}", sub, shapes, {i: types[0][i][0] for i in part.inputs}))
     return units, split, types
+
+
+def _reasons(model: LoadedModel, split: Partition, limit: int = 3) -> str:
+    """Why the first nodes stay in ONNX Runtime, e.g. "bn0 (BatchNormalization): is in training mode"."""
+    nodes = model.proto.graph.node
+    said = [f"{nodes[k].name or f'#{k}'} ({nodes[k].op_type}): {split.reasons.get(k, 'kept')}" for k in split.kept[:limit]]
+    return "; ".join(said) + ("; ..." if len(split.kept) > limit else "")

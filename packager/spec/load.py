@@ -226,7 +226,7 @@ def _optimize(r: _Reader, top: dict, base: Path) -> OptimizeSpec:
 
 def _onnxruntime(r: _Reader, top: dict) -> OrtSpec:
     raw_ort = r.mapping(top.get("onnxruntime") or {}, "onnxruntime", ("fallback", "keep_ops", "keep_nodes"))
-    fallback = raw_ort.get("fallback", False)
+    fallback = raw_ort.get("fallback", True)
     if not isinstance(fallback, bool):
         r.fail("onnxruntime.fallback", f"expected true or false, got {fallback!r}")
     keep = {}

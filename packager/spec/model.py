@@ -64,7 +64,7 @@ class OptimizeSpec:
 class OrtSpec:
     """What runs in ONNX Runtime instead of being compiled (partial offload)."""
 
-    fallback: bool = False             # unsupported ops stay in ONNX Runtime instead of failing the build
+    fallback: bool = True              # unsupported ops stay in ONNX Runtime (false: they fail the build)
     keep_ops: tuple[str, ...] = ()     # op types always left to ONNX Runtime
     keep_nodes: tuple[str, ...] = ()   # node names always left to ONNX Runtime
 

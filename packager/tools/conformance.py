@@ -98,7 +98,9 @@ def prepare(case) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[np.ndarr
 
 
 def _spec(folder: Path, feeds: dict[str, np.ndarray]) -> Path:
-    lines = ["name: case", "model: model.onnx", "targets: [x86-64]", "inputs:" if feeds else "inputs: {}"]
+    # strict: a case rates what the packager compiles, never what partial offload leaves to ONNX Runtime
+    lines = ["name: case", "model: model.onnx", "targets: [x86-64]", "onnxruntime: {fallback: false}",
+             "inputs:" if feeds else "inputs: {}"]
     lines += [f"  '{n}': {{shape: {list(a.shape)}}}" for n, a in feeds.items()]
     (folder / "spec.yaml").write_text("\n".join(lines) + "\n")
     return folder / "spec.yaml"
