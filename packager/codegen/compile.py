@@ -45,7 +45,7 @@ def optimize_unit(unit: Unit, opt: OptimizeSpec, targets: list[Target]) -> None:
         graphs, reports, memo = {}, None, ProfileMemo()
         for pname, shapes in unit.profiles:
             if pname not in imported:
-                imported[pname] = import_relax(unit.model, shapes, unit.dtypes)
+                imported[pname], unit.imports[pname] = import_relax(unit.model, shapes, unit.dtypes)
             mod, passes = optimize_graph(imported[pname], opt, t, memo)
             graphs[pname] = extract_graph(mod, in_names, out_names)
             reports = reports or passes

@@ -12,7 +12,7 @@ def build_report(spec: Spec, model, units: list[Unit], split: Partition | None, 
     return {
         "package": spec.name, "packager_version": __version__, "model": str(spec.model),
         "optimize": {"level": spec.optimize.level, "passes": {p: spec.optimize.enabled(p) for p in PASS_NAMES}},
-        "frontend": {"opset": _opset(model)},
+        "frontend": {"opset": _opset(model), "folding": _folding(units)},
         "graph_passes": [p.as_dict() for p in units[0].graph_passes],
         "targets": [dict(r, part=u.name) if u.name else r for u in units for r in u.target_reports],
         "onnxruntime": offload_report(model, split, units) | ({"note": ort_note} if ort_note else {}),
@@ -25,6 +25,12 @@ def _opset(model) -> dict:
     if conv is None:
         return {"source": model.opset, "compiled": model.opset, "converted": False}
     return {"source": conv.source, "compiled": conv.target, "converted": True, "how": conv.how, "check": conv.check}
+
+
+def _folding(units: list[Unit]) -> dict:
+    """Per compiled unit and profile: nodes onnxruntime folded to constants, nodes our rewrites
+    changed (see frontend/fold.py and rewrites.py)."""
+    return {f"{u.name or 'model'}/{p}": s.as_dict() for u in units for p, s in u.imports.items()}
 
 
 def offload_report(model, split: Partition | None, units: list[Unit]) -> dict:

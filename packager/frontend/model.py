@@ -228,24 +228,32 @@ def profile_shapes(model: LoadedModel, prof: Profile) -> dict[str, tuple[int, ..
     return {i.name: tuple(prof.shapes.get(i.name, i.shape)) for i in model.inputs}  # type: ignore[arg-type]
 
 
-def infer_shapes(model: LoadedModel, shapes: dict[str, tuple[int, ...]], strict: bool = True) -> onnx.ModelProto:
-    """Bind the input dims and run ONNX shape inference, naming the node on failure. Not strict:
-    ops without inference (custom domains) leave their outputs unknown instead of failing."""
+def bind_dims(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """A copy of `proto` whose inputs have the given static dims."""
     bound = onnx.ModelProto()
-    bound.CopyFrom(model.proto)
+    bound.CopyFrom(proto)
     for v in bound.graph.input:
         if v.name in shapes:
             dims = v.type.tensor_type.shape.dim
             for d, size in zip(dims, shapes[v.name]):
                 d.Clear()
                 d.dim_value = size
+    return bound
+
+
+def infer_shapes(model: LoadedModel, shapes: dict[str, tuple[int, ...]], strict: bool = True,
+                 proto: onnx.ModelProto | None = None) -> onnx.ModelProto:
+    """Bind the input dims of `proto` (default: the model's) and run ONNX shape inference, naming
+    the node on failure. Not strict: ops without inference (custom domains) leave their outputs
+    unknown instead of failing."""
+    bound = bind_dims(model.proto if proto is None else proto, shapes)
     try:
         return onnx.shape_inference.infer_shapes(bound, strict_mode=strict, data_prop=True)
     except Exception as e:
         # A declared shape that ONNX's own inference disputes (it has known gaps, e.g. ceil-mode
         # pooling) is not fatal: TVM infers shapes again on import. Anything else is.
         if strict and "existing shape differ" in str(e):
-            return infer_shapes(model, shapes, strict=False)
+            return infer_shapes(model, shapes, strict=False, proto=proto)
         raise UserError(f"{model}: shape inference failed with inputs {shapes}: {first_line(e)}") from None
 
 

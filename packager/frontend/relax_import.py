@@ -1,18 +1,36 @@
-"""The bound ONNX model -> a Relax IRModule through TVM's ONNX frontend (after our rewrites)."""
+"""The bound ONNX model -> a Relax IRModule through TVM's ONNX frontend, after static-shape
+folding (fold.py, onnxruntime) and our rewrites (rewrites.py)."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 from ..errors import InternalError, UserError
-from .model import LoadedModel, first_line, infer_shapes
+from .fold import fold_constants
+from .model import LoadedModel, bind_dims, first_line, infer_shapes
 from .rewrites import rewrite
 
 
+@dataclass(frozen=True)
+class ImportStats:
+    """What the frontend did to one profile's model before TVM saw it (for the build report)."""
+
+    folded: int                    # nodes onnxruntime's constant folding replaced by constants
+    rewritten: int                 # nodes our rewrites replaced or folded
+    note: str = ""                 # why onnxruntime did not fold, if it did not
+
+    def as_dict(self) -> dict:
+        return {"folded_by_onnxruntime": self.folded, "rewritten": self.rewritten,
+                **({"note": self.note} if self.note else {})}
+
+
 def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str]):
-    """Import the bound model into a Relax IRModule (weights embedded as constants)."""
+    """Import the bound model into a Relax IRModule (weights embedded as constants); returns it
+    and what the frontend changed on the way."""
     from tvm.relax.frontend.onnx import from_onnx
 
-    bound, _ = rewrite(infer_shapes(model, shapes))
+    folded = fold_constants(bind_dims(model.proto, shapes))
+    bound, rewritten = rewrite(infer_shapes(model, shapes, proto=folded.model))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -23,4 +41,4 @@ def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes:
     params = list(mod["main"].params)
     if len(params) != len(model.inputs):
         raise InternalError(f"{model}: importer produced {len(params)} inputs, the model has {len(model.inputs)}")
-    return mod
+    return mod, ImportStats(folded.removed, rewritten, folded.note)

@@ -12,6 +12,7 @@ from .partition import Partition, part_loaded, partition, tensor_types
 
 if TYPE_CHECKING:
     from ..codegen.graph import Graph
+    from .relax_import import ImportStats
     from ..optimize.base import PassReport
 
 
@@ -29,6 +30,7 @@ class Unit:
     graphs_by_key: dict[str, dict[str, Graph]] = field(default_factory=dict)
     reports_by_key: dict[str, list[PassReport]] = field(default_factory=dict)
     target_reports: list[dict] = field(default_factory=list)
+    imports: dict[str, ImportStats] = field(default_factory=dict)   # profile name -> what the frontend did
 
     @property
     def graphs(self) -> dict[str, Graph]:

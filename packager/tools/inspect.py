@@ -25,6 +25,10 @@ def inspect_package(package: Path, log: Callable[[str], None] = print) -> list[s
     opset = report.get("frontend", {}).get("opset", {})
     if opset.get("converted"):
         log(f"  opset {opset['source']} -> {opset['compiled']} ({opset['how']}); {opset['check']}")
+    for where, f in report.get("frontend", {}).get("folding", {}).items():
+        if f["folded_by_onnxruntime"] or f["rewritten"] or f.get("note"):
+            log(f"  frontend {where}: {f['folded_by_onnxruntime']} node(s) folded by onnxruntime, {f['rewritten']} "
+                f"rewritten{'; ' + f['note'] if f.get('note') else ''}")
     for r in report.get("targets", []):
         arenas = ", ".join(f"{p['name']} {p['arena_bytes'] / 1e6:.2f} MB" for p in r.get("profiles", []))
         part = f" [part {r['part']}]" if r.get("part") else ""

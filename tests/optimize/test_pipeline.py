@@ -15,7 +15,7 @@ def _cnn(sample_root):
     spec = load_spec(sample_root / "cnn" / "spec.yaml")
     model = load_model(spec.model)
     dtypes = bind_profiles(spec, model)
-    return model, import_relax(model, profile_shapes(model, spec.profiles[0]), dtypes)
+    return model, import_relax(model, profile_shapes(model, spec.profiles[0]), dtypes)[0]
 
 
 def test_simplify_folds_every_batchnorm(sample_root):

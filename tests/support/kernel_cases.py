@@ -76,7 +76,7 @@ def kernels_of(model: onnx.ModelProto) -> dict:
     inputs = [TensorInfo(v.name, "float32", tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
               for v in model.graph.input]
     loaded = LoadedModel(None, model, 17, inputs, [TensorInfo("y", "float32", ())])
-    mod = import_relax(loaded, {i.name: i.shape for i in inputs}, {i.name: "float32" for i in inputs})
+    mod, _ = import_relax(loaded, {i.name: i.shape for i in inputs}, {i.name: "float32" for i in inputs})
     mod, _ = optimize_graph(mod, OptimizeSpec(level=1))
     g = extract_graph(mod, [i.name for i in inputs], [model.graph.output[0].name])
     return {c.kernel: g.kernels[c.kernel] for c in g.calls}

@@ -48,7 +48,7 @@ def test_kernel_cost_counts_matmul_work_and_traffic():
                            numpy_helper.from_array(np.ones(n, np.float32), "c")])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     loaded = LoadedModel(None, model, 17, [TensorInfo("a", "float32", (m, k))], [TensorInfo("y", "float32", ())])
-    mod, _ = optimize_graph(import_relax(loaded, {"a": (m, k)}, {"a": "float32"}), OptimizeSpec(level=1))
+    mod, _ = optimize_graph(import_relax(loaded, {"a": (m, k)}, {"a": "float32"})[0], OptimizeSpec(level=1))
     graph = extract_graph(mod, ["a"], ["y"])
     (func,) = graph.kernels.values()
     cost = kernel_cost(func)

@@ -1,0 +1,101 @@
+"""Static-shape folding before import, with onnxruntime's constant folding.
+
+Exporters (PyTorch, Paddle, tf2onnx) write shape arithmetic into the graph: Shape -> Gather /
+Slice -> Unsqueeze -> Concat -> Reshape, ConstantOfShape of a computed size, Range over a
+computed length. Once the spec binds every input dim, all of it is constant, but TVM's importer
+sees symbolic shape values and refuses many consumers ("Reshape requires the input new shape to
+be Shape"). We let onnxruntime fold it: its ConstantFolding transformer evaluates every node whose
+inputs are constants with ONNX Runtime's own kernels (so any op onnxruntime runs folds), replaces
+Shape of a statically shaped tensor by its value, and repeats to a fixpoint, which the model's
+shape inference then carries further. Why onnxruntime and not onnxsim/onnxslim: it is already a
+dependency (verify and the wrapper model need it), it is the reference the package is checked
+against, and it folds with the same kernels that define the expected results.
+
+Only ConstantFolding runs: every other basic-level transformer (Conv+BN fusion, CSE, constant
+sharing, MatMul+Add fusion, ...) is disabled, because the packager's own passes do those with an
+on/off switch in the spec and a line in the build report. A transformer a newer onnxruntime adds
+is caught by the guard below: folding may only remove nodes, never introduce an op type.
+
+What onnxruntime cannot load (e.g. a custom domain it does not know) is left to our own rewrites
+(`rewrites.py`: Shape of a static tensor and small constant computations, with ONNX's reference
+evaluator), which also run after this on everything.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+
+import onnx
+
+# Every basic-level (level 1) graph transformer of onnxruntime 1.2x-1.3x except ConstantFolding.
+OTHER_ORT_TRANSFORMERS = [
+    "Level1_RuleBasedTransformer", "CommonSubexpressionElimination", "ConstantSharing", "MatMulAddFusion",
+    "ReshapeFusion", "GeluFusionL1", "LayerNormFusionL1", "SliceConcatToSpaceToDepthFusion", "TransposeOptimizer",
+    "QDQPropagationTransformer", "DoubleQDQPairsRemover", "EnsureUniqueDQForNodeUnit", "WeightBiasQuantization",
+    "WhereDummyDq", "CastFloat16Transformer", "RemoveDuplicateCastTransformer", "FreeDimensionOverrideTransformer",
+    "MatMulIntegerToFloatFusion", "DynamicQuantizeMatMulFusion", "QDQSelectorActionTransformer",
+    "QDQFinalCleanupTransformer", "NhwcTransformer", "ConvActivationFusion", "GemmActivationFusion",
+]
+
+
+@dataclass(frozen=True)
+class FoldResult:
+    model: onnx.ModelProto
+    removed: int                   # nodes replaced by constants
+    note: str = ""                 # why onnxruntime did not fold, if it did not
+
+
+def fold_constants(bound: onnx.ModelProto) -> FoldResult:
+    """`bound` (every input dim static) with its constant computations folded by onnxruntime."""
+    import onnxruntime as ort
+
+    bound = _initializers_not_inputs(bound)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.log_severity_level = 3
+    with tempfile.TemporaryDirectory(prefix="packager-fold-") as tmp:
+        so.optimized_model_filepath = os.path.join(tmp, "folded.onnx")
+        try:
+            ort.InferenceSession(bound.SerializeToString(), so, providers=["CPUExecutionProvider"],
+                                 disabled_optimizers=OTHER_ORT_TRANSFORMERS)
+        except Exception as e:  # noqa: BLE001 - onnxruntime cannot load it: our own folding still runs
+            return FoldResult(bound, 0, f"onnxruntime could not load the model ({str(e).splitlines()[0][:160]})")
+        folded = onnx.load(so.optimized_model_filepath)
+    _keep_domains(folded, bound)
+    new_ops = {n.op_type for n in folded.graph.node} - {n.op_type for n in _all_nodes(bound)}
+    if new_ops:
+        return FoldResult(bound, 0, f"skipped: onnxruntime's optimizer introduced {sorted(new_ops)}")
+    return FoldResult(folded, len(bound.graph.node) - len(folded.graph.node))
+
+
+def _initializers_not_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Old exporters (IR < 4) list every initializer as a graph input too; onnxruntime then treats
+    them as overridable and folds nothing that reads a weight. Drop them from the inputs."""
+    inits = {i.name for i in model.graph.initializer}
+    if not any(v.name in inits for v in model.graph.input):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    keep = [v for v in out.graph.input if v.name not in inits]
+    del out.graph.input[:]
+    out.graph.input.extend(keep)
+    out.ir_version = max(out.ir_version, 4)
+    return out
+
+
+def _keep_domains(folded: onnx.ModelProto, original: onnx.ModelProto) -> None:
+    """onnxruntime writes an opset import for every domain it knows; keep the original's."""
+    del folded.opset_import[:]
+    folded.opset_import.extend(original.opset_import)
+
+
+def _all_nodes(model: onnx.ModelProto):
+    """Nodes of the graph and of its subgraphs (If/Loop bodies)."""
+    stack = [model.graph]
+    while stack:
+        g = stack.pop()
+        for n in g.node:
+            yield n
+            for a in n.attribute:
+                stack.extend([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)
