@@ -45,19 +45,31 @@ class TargetResult:
 
 
 def compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[float, float, bool]:
-    """Max abs error, max relative error (relative to max(|ref|, atol), so values near zero do not
-    dominate it) and the allclose verdict (NaNs must match)."""
+    """Max abs error, max error relative to the tensor's scale, and the verdict (NaNs and
+    infinities must match).
+
+    Why the scale: the build's own approximations (fp32 reassociation in blocked, vectorized and
+    re-laid-out reductions; fastmath's polynomial exp/erf/tanh) err in proportion to the
+    magnitudes a value was computed from, not to the value itself. An element that cancels to
+    near zero inside a tensor of magnitude 100 legitimately carries an error of ~1e-5 * 100, which
+    a plain allclose at atol 1e-5 calls a failure (intermediate tensors of un-normalized CNNs
+    did). So every element must satisfy |ours - ref| <= max(atol, rtol * scale) + rtol * |ref|,
+    scale = max |ref| over the finite values of the tensor. A wrong kernel still fails: its errors
+    are of the order of the scale itself, thousands of times this bound."""
     if ours.shape != ref.shape or ours.dtype != ref.dtype:
         return float("inf"), float("inf"), False
     if ours.dtype == bool or np.issubdtype(ours.dtype, np.integer):
         diff = np.abs(ours.astype(np.int64) - ref.astype(np.int64)).astype(np.float64)
         return float(diff.max(initial=0)), float(diff.max(initial=0)), bool((diff == 0).all())
     a, b = ours.astype(np.float64), ref.astype(np.float64)
-    diff = np.abs(a - b)
-    diff[np.isnan(a) & np.isnan(b)] = 0
-    rel = diff / np.maximum(np.abs(b), max(atol, 1e-30))
-    ok = bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
-    return float(np.nanmax(diff, initial=0)), float(np.nanmax(rel, initial=0)), ok
+    finite = np.isfinite(b)
+    scale = float(np.abs(b[finite]).max(initial=0))
+    same_special = (np.isnan(a) & np.isnan(b)) | (np.isinf(b) & (a == b))
+    with np.errstate(invalid="ignore"):                # inf - inf where both are the same infinity
+        diff = np.where(same_special, 0.0, np.abs(a - b))
+    diff[np.isnan(diff)] = np.inf                       # NaN on one side only
+    ok = bool((diff <= max(atol, rtol * scale) + rtol * np.where(finite, np.abs(b), 0)).all())
+    return float(diff.max(initial=0)), float(diff.max(initial=0) / max(scale, atol, 1e-30)), ok
 
 
 @dataclass
@@ -146,7 +158,8 @@ def _check_wrapper(run: _Run, profile: str, inputs: dict, cpu_ref: dict, gpu_ref
 
 def _print(log, name: str, rtol: float, atol: float, gpu_ref: bool, results: list[TargetResult]) -> None:
     refs = "CPU EP" + (" for CPU targets, CUDA EP for CUDA targets" if gpu_ref else "")
-    log(f"pack verify {name}: rtol {rtol:g}, atol {atol:g}, reference onnxruntime ({refs})")
+    log(f"pack verify {name}: rtol {rtol:g}, atol {atol:g} (at least rtol x the tensor's max |value|), "
+        f"reference onnxruntime ({refs})")
     for r in results:
         label = f"{r.target} [{r.part}]" if r.part else r.target
         if r.status == "skipped":
@@ -154,4 +167,4 @@ def _print(log, name: str, rtol: float, atol: float, gpu_ref: bool, results: lis
             continue
         for c in r.outputs:
             log(f"  {label:14s} {r.profile:10s} {'ok  ' if c.ok else 'FAIL'}    {c.name}: "
-                f"max abs err {c.max_abs:.3g}, max rel err {c.max_rel:.3g}")
+                f"max abs err {c.max_abs:.3g}, max err / tensor scale {c.max_rel:.3g}")

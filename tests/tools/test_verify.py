@@ -1,0 +1,67 @@
+"""`pack verify` tells the truth in both directions: the build's own approximations (reassociation,
+fastmath) pass, a wrong kernel fails, even a subtly wrong one."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+
+from packager.emit.manifest import sha256_file
+from packager.tools.verify import compare
+from support.helpers import run_pack
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def _large_activations(seed: int = 0) -> np.ndarray:
+    """An un-normalized CNN's intermediate tensor: magnitudes ~100, some elements cancelling to ~0."""
+    x = np.random.default_rng(seed).standard_normal(4096) * 100
+    x[::97] = 1e-4
+    return x.astype(np.float32)
+
+
+def test_reassociation_sized_errors_pass_though_plain_allclose_fails():
+    ref = _large_activations()
+    rng = np.random.default_rng(1)
+    ours = (ref + rng.standard_normal(ref.shape) * 3e-6 * 100).astype(np.float32)   # fp32 sums of ~1000 terms
+    assert not np.allclose(ours, ref, rtol=RTOL, atol=ATOL)       # what verify used to do: a false FAIL
+    max_abs, over_scale, ok = compare(ours, ref, RTOL, ATOL)
+    assert ok and over_scale < RTOL and max_abs > ATOL
+
+
+def test_a_wrong_element_fails():
+    ref = _large_activations()
+    ours = ref.copy()
+    ours[10] += 0.01 * np.abs(ref).max()                            # one element off by 1% of the scale
+    assert not compare(ours, ref, RTOL, ATOL)[2]
+
+
+def test_a_subtly_wrong_kernel_fails():
+    ref = _large_activations()
+    assert not compare(ref * np.float32(1.001), ref, RTOL, ATOL)[2]  # 0.1% systematic error
+
+
+def test_special_values_and_integers():
+    ref = np.array([np.nan, np.inf, -np.inf, 1.0], np.float32)
+    assert compare(ref.copy(), ref, RTOL, ATOL)[2]
+    assert not compare(np.array([0.0, np.inf, -np.inf, 1.0], np.float32), ref, RTOL, ATOL)[2]
+    assert not compare(np.array([np.nan, np.inf, np.inf, 1.0], np.float32), ref, RTOL, ATOL)[2]
+    assert not compare(np.array([np.nan, np.inf, -np.inf, np.nan], np.float32), ref, RTOL, ATOL)[2]
+    assert compare(np.arange(4), np.arange(4), RTOL, ATOL)[2]
+    assert not compare(np.arange(4) + (np.arange(4) == 2), np.arange(4), RTOL, ATOL)[2]
+    assert not compare(np.zeros(3, np.float32), np.zeros(4, np.float32), RTOL, ATOL)[2]
+
+
+def test_weights_off_by_a_tenth_of_a_percent_fail_end_to_end(packages, tmp_path):
+    """Every weight of the built CNN scaled by 1.001 (and the manifest re-signed, so the runtime
+    loads it): a kernel that is wrong by this little must still FAIL."""
+    pkg = tmp_path / "cnn"
+    shutil.copytree(packages["cnn"], pkg)
+    w = pkg / "targets" / "x86-64" / "weights.bin"
+    w.write_bytes((np.frombuffer(w.read_bytes(), np.float32) * np.float32(1.001)).tobytes())
+    m = json.loads((pkg / "manifest.json").read_text())
+    m["files"]["targets/x86-64/weights.bin"]["sha256"] = sha256_file(w)
+    (pkg / "manifest.json").write_text(json.dumps(m))
+    r = run_pack("verify", pkg, "--target", "x86-64")
+    assert r.returncode == 1 and "FAIL" in r.stdout, r.stdout + r.stderr
