@@ -13,6 +13,7 @@ import onnx
 
 from ..errors import UnsupportedConfigError, UnsupportedOpsError, UserError
 from ..spec import Profile, Spec, spec_error
+from . import recurrent
 from .opset import OpsetConversion, to_supported_opset
 
 
@@ -33,6 +34,7 @@ Range Reciprocal ReduceL1 ReduceL2 ReduceLogSumExp ReduceMax ReduceMean ReduceMi
 ReduceSum ReduceSumSquare Relu Reshape Round Selu Shape Shrink Sigmoid Sign Sin Size Slice
 Softmax Softplus Softsign SpaceToDepth Split Sqrt Squeeze Sub Sum Tan Tanh ThresholdedRelu Tile
 Transpose Trilu Unsqueeze Where Xor
+LSTM GRU RNN Resize LRN ScatterND GatherND DequantizeLinear QuantizeLinear DynamicQuantizeLinear MatMulInteger
 """.split())
 
 ONNX_DTYPES = {
@@ -126,11 +128,12 @@ STATIC_OPERANDS = {
     "Squeeze": (1,), "Unsqueeze": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "CumSum": (1,),
     "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,),
     "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,),
+    "Resize": (1, 2, 3), "LSTM": (1, 2, 3, 7), "GRU": (1, 2, 3), "RNN": (1, 2, 3),
 }
 SHAPE_ONLY_OPS = {"Shape", "Size"}           # their outputs depend on shapes, not values
 
 
-def unsupported_configuration(node: onnx.NodeProto) -> str | None:
+def unsupported_configuration(node: onnx.NodeProto, graph: onnx.GraphProto | None = None) -> str | None:
     """Why a supported op used this way cannot be compiled (training-time behaviour, outputs or
     attributes TVM's importer does not implement), or None."""
     extra_outputs = [o for o in node.output[1:] if o]
@@ -146,6 +149,48 @@ def unsupported_configuration(node: onnx.NodeProto) -> str | None:
         return "sets output_shape, which TVM's importer ignores; give pads/output_padding instead"
     if op == "Reshape" and "allowzero" in attrs and attrs["allowzero"].i:
         return "uses allowzero=1"
+    if op == "Resize":
+        return _resize_configuration(attrs) or _resize_scales(node, graph)
+    if op in recurrent.GATES:
+        return recurrent.unsupported(node)
+    if op in ("QuantizeLinear", "DequantizeLinear") and "block_size" in attrs and attrs["block_size"].i:
+        return "uses blocked quantization (block_size), which TVM's importer does not implement"
+    return None
+
+
+RESIZE_MODES = {"nearest", "linear"}
+RESIZE_COORDINATES = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"}
+
+
+def _resize_configuration(attrs: dict) -> str | None:
+    """The Resize forms exporters write for upsampling (nearest and linear; the coordinate modes
+    of PyTorch, TensorFlow and Paddle) are compiled; the rest TVM's resize does not match."""
+    def text(name: str, default: str) -> str:
+        return attrs[name].s.decode() if name in attrs else default
+
+    if text("mode", "nearest") not in RESIZE_MODES:
+        return f"uses mode '{text('mode', '')}' (compiled: {', '.join(sorted(RESIZE_MODES))})"
+    if text("coordinate_transformation_mode", "half_pixel") not in RESIZE_COORDINATES:
+        return f"uses coordinate_transformation_mode '{text('coordinate_transformation_mode', '')}'"
+    for name, plain in (("antialias", 0), ("axes", None), ("exclude_outside", 0)):
+        if name in attrs and (plain is None or attrs[name].i != plain):
+            return f"uses the '{name}' attribute"
+    if text("keep_aspect_ratio_policy", "stretch") != "stretch":
+        return f"uses keep_aspect_ratio_policy '{text('keep_aspect_ratio_policy', '')}'"
+    return None
+
+
+def _resize_scales(node: onnx.NodeProto, graph: onnx.GraphProto | None) -> str | None:
+    """TVM's resize maps coordinates with the size ratio, ONNX with the given scale: they agree
+    only when each scale or its inverse is a whole number (2x up, 1/2 down)."""
+    if graph is None or len(node.input) < 3 or not node.input[2]:
+        return None
+    init = next((i for i in graph.initializer if i.name == node.input[2]), None)
+    if init is None:
+        return None
+    for s in onnx.numpy_helper.to_array(init).astype(np.float64).ravel():
+        if s > 0 and not (float(s).is_integer() or (1 / s).is_integer()):
+            return f"uses the fractional scale {s:g} (compiled: whole-number factors)"
     return None
 
 
@@ -172,7 +217,7 @@ def check_configurations(model: LoadedModel) -> None:
                 problems.append(f"node {name} ({node.op_type}) takes input #{idx} '{node.input[idx]}' from the "
                                 "model's input data, so its output shape is only known at run time; "
                                 "make that operand a constant")
-        why = unsupported_configuration(node)
+        why = unsupported_configuration(node, graph)
         if why:
             problems.append(f"node {name} ({node.op_type}) {why}")
     if problems:

@@ -55,11 +55,18 @@ def _ort_shape_inference(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def tensor_types(model: LoadedModel, shapes: dict[str, tuple[int, ...]]) -> TensorTypes:
     """dtype and shape of every tensor after binding input shapes and running shape inference
-    (ONNX's, then ONNX Runtime's for ops ONNX does not know). Unknown stays None: such tensors
-    are never compiled."""
-    inferred = _ort_shape_inference(infer_shapes(model, shapes, strict=False))
+    (ONNX's, then ONNX Runtime's for what ONNX's left unknown, e.g. contrib ops; each can lose
+    what the other finds). Unknown stays None: such tensors are never compiled."""
+    onnx_inferred = infer_shapes(model, shapes, strict=False)
+    out = _read_types(onnx_inferred.graph)
+    for name, t in _read_types(_ort_shape_inference(onnx_inferred).graph).items():
+        if not _static(out.get(name)):
+            out[name] = t
+    return out
+
+
+def _read_types(g: onnx.GraphProto) -> TensorTypes:
     out: TensorTypes = {}
-    g = inferred.graph
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         tt = vi.type.tensor_type
         if not vi.type.HasField("tensor_type"):
@@ -76,7 +83,7 @@ def _static(t: tuple[str, tuple] | None) -> bool:
     return t is not None and t[0] != "unknown" and t[1] is not None and all(d is not None for d in t[1])
 
 
-def _unsupported(node: onnx.NodeProto, keep_ops: set[str], keep_nodes: set[str]) -> str | None:
+def _unsupported(node: onnx.NodeProto, graph: onnx.GraphProto, keep_ops: set[str], keep_nodes: set[str]) -> str | None:
     if node.domain not in ("", "ai.onnx"):
         return f"custom domain {node.domain}"
     if node.name and node.name in keep_nodes:
@@ -85,7 +92,7 @@ def _unsupported(node: onnx.NodeProto, keep_ops: set[str], keep_nodes: set[str])
         return "listed in onnxruntime.keep_ops"
     if node.op_type not in SUPPORTED_OPS:
         return "operator not supported by the packager"
-    return unsupported_configuration(node)
+    return unsupported_configuration(node, graph)
 
 
 def partition(model: LoadedModel, profile_types: list[TensorTypes], keep_ops=(), keep_nodes=()) -> Partition:
@@ -94,7 +101,7 @@ def partition(model: LoadedModel, profile_types: list[TensorTypes], keep_ops=(),
     inits = {i.name for i in graph.initializer}
     reasons: dict[int, str] = {}
     for k, n in enumerate(nodes):
-        why = _unsupported(n, set(keep_ops), set(keep_nodes))
+        why = _unsupported(n, graph, set(keep_ops), set(keep_nodes))
         if why:
             reasons[k] = why
     # Shape constraints, to a fixpoint: keeping one node in ORT can make a consumer's shape
@@ -113,6 +120,9 @@ def partition(model: LoadedModel, profile_types: list[TensorTypes], keep_ops=(),
             for name in n.input:
                 if name and name not in inits and not all(_static(t.get(name)) for t in profile_types):
                     why = f"input '{name}' has no static shape"
+            for name in n.output:
+                if name and not all(_static(t.get(name)) for t in profile_types):
+                    why = f"output '{name}' has no static shape"
             if why:
                 reasons[k] = why
                 changed = True

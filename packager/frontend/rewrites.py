@@ -11,6 +11,7 @@ while avoiding constructs the importer rejects or gets wrong:
   importer implements only the normalized output).
 * `Shape`/`Size` of a tensor with a static shape: a constant (shapes are static per profile; the
   importer's symbolic shape values are refused by many consumers).
+* `LSTM`, `GRU`, `RNN`: unrolled over the static sequence length (recurrent.py).
 * Constant folding of small computations on constants (shape arithmetic such as
   Shape -> Gather -> Concat -> Reshape), with ONNX's reference evaluator, and `Constant` nodes
   in any of their attribute forms become initializers.
@@ -22,6 +23,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from ..errors import UserError
+from . import recurrent
 
 FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
 
@@ -185,9 +189,26 @@ def _layernorm(node, t: _Types, b: _Builder):
     return _layernorm_with_stats(node, t, b)
 
 
+def _recurrent(node, t: _Types, b: _Builder):
+    ins = list(node.input) + [""] * 8
+    x_shape = t.shape.get(ins[0])
+    weights = {n: _initializer(b.graph, n) for n in (ins[1], ins[2], ins[3], ins[7]) if n}
+    where = f"node {node.name or '?'} ({node.op_type})"
+    if any(v is None for v in weights.values()):
+        raise UserError(f"{where}: its weights are computed at run time; a recurrent layer compiles only with "
+                        "constant W/R/B/P (keep it in ONNX Runtime: onnxruntime.keep_nodes)")
+    if x_shape is None or None in x_shape:
+        raise UserError(f"{where}: input '{ins[0]}' has no static shape under this profile")
+    steps = x_shape[_attr(node, "layout", 0)]
+    if steps > recurrent.MAX_STEPS:
+        raise UserError(f"{where}: {steps} time steps; unrolling is limited to {recurrent.MAX_STEPS} "
+                        "(keep it in ONNX Runtime: onnxruntime.keep_nodes)")
+    return recurrent.unroll(node, t.shape, weights, b)
+
+
 REWRITES = {"Shape": _shape_or_size, "Size": _shape_or_size, "Pow": _pow, "ReduceMax": _reduce_min_max,
             "ReduceMin": _reduce_min_max, "Split": _split, "Trilu": _trilu, "Mod": _mod,
-            "LayerNormalization": _layernorm}
+            "LayerNormalization": _layernorm, "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent}
 
 
 def _layernorm_with_stats(node, t: _Types, b: _Builder) -> list[onnx.NodeProto]:
