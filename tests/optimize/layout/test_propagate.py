@@ -111,8 +111,9 @@ def test_blocks_tvm_cannot_convert_fall_back_to_uniform_blocking():
     m = _model([_conv("x", "w1", None, "c1"), _conv("c1", "w2", None, "y")],
                [1, 32, 6, 6], {"w1": _w(64, 32, 1, 1), "w2": _w(64, 64, 1, 1)})
     report, got, ref = _run(m, [(32, 16), (32, 32)])
-    assert "uniform 16-lane blocking" in report.summary and report.details["packed"] == 2
-    assert {tuple(c["layouts"]) for c in report.details["per_conv"]} == {("NCHW16c", "OIHW16i16o", "NCHW16c")}
+    n = X86.vector_lanes_f32                                      # 16 with AVX-512, 8 with AVX2
+    assert f"uniform {n}-lane blocking" in report.summary and report.details["packed"] == 2
+    assert {tuple(c["layouts"]) for c in report.details["per_conv"]} == {(f"NCHW{n}c", f"OIHW{n}i{n}o", f"NCHW{n}c")}
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
