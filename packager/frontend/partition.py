@@ -128,6 +128,8 @@ def partition(model: LoadedModel, profile_types: list[TensorTypes], keep_ops=(),
                 changed = True
 
     supported = [k for k in range(len(nodes)) if k not in reasons]
+    if not reasons:        # everything compiles: one whole-model unit (however many components it has)
+        return Partition([_boundary("p0", supported, nodes, inits, graph)], [], {})
     groups = _group(nodes, supported)
     parts, kept = [], sorted(reasons)
     for members in groups:
