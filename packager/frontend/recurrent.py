@@ -17,6 +17,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from .attrs import attr
+
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
 ACTIVATIONS = {"Sigmoid", "Tanh", "Relu", "HardSigmoid", "LeakyRelu", "Elu", "Softsign", "Softplus"}
@@ -24,16 +26,9 @@ ALPHA_BETA = {"HardSigmoid": ("alpha", "beta"), "LeakyRelu": ("alpha",), "Elu": 
 MAX_STEPS = 512
 
 
-def _attr(node, name, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
 def _activations(node) -> list[str]:
-    dirs = 2 if _attr(node, "direction", b"forward") == b"bidirectional" else 1
-    names = [a.decode() if isinstance(a, bytes) else a for a in _attr(node, "activations", [])]
+    dirs = 2 if attr(node, "direction", b"forward") == b"bidirectional" else 1
+    names = [a.decode() if isinstance(a, bytes) else a for a in attr(node, "activations", [])]
     names = names or DEFAULT_ACTIVATIONS[node.op_type] * dirs
     return names * dirs if len(names) == len(DEFAULT_ACTIVATIONS[node.op_type]) else names
 
@@ -74,14 +69,14 @@ class _Emit:
         return self(fn[0], [x], **fn[1])
 
     def clip(self, node, x: str) -> str:
-        c = _attr(node, "clip")
+        c = attr(node, "clip")
         return x if c is None else self("Clip", [x, self.scalar(-c), self.scalar(c)])
 
 
 def _resolved_activations(node) -> list[tuple[str, dict]]:
     """(op, attributes) per activation; alpha/beta values are consumed in order by the functions
     that take them (onnxruntime's reading of the spec)."""
-    alphas, betas = list(_attr(node, "activation_alpha", [])), list(_attr(node, "activation_beta", []))
+    alphas, betas = list(attr(node, "activation_alpha", [])), list(attr(node, "activation_beta", []))
     out = []
     for name in _activations(node):
         attrs = {}
@@ -99,7 +94,7 @@ def unroll(node: onnx.NodeProto, shapes: dict, weights: dict[str, np.ndarray], b
     arrays (W, R, B and P must be among them)."""
     op, ins = node.op_type, list(node.input) + [""] * 8
     outs = list(node.output) + ["", ""]
-    layout = _attr(node, "layout", 0)
+    layout = attr(node, "layout", 0)
     seq, batch = shapes[ins[0]][:2] if layout == 0 else shapes[ins[0]][1::-1]
     W, R = weights[ins[1]], weights[ins[2]]
     dirs, hidden, G = W.shape[0], R.shape[2], GATES[op]
@@ -108,7 +103,7 @@ def unroll(node: onnx.NodeProto, shapes: dict, weights: dict[str, np.ndarray], b
     e = _Emit(b, (node.name or op).replace("/", "_"), W.dtype)
     x = e("Transpose", [ins[0]], perm=[1, 0, 2]) if layout == 1 else ins[0]        # [seq, batch, input]
     acts, n_act = _resolved_activations(node), len(DEFAULT_ACTIVATIONS[op])
-    reverse_only = _attr(node, "direction", b"forward") == b"reverse"
+    reverse_only = attr(node, "direction", b"forward") == b"reverse"
     ys, finals = [], {"h": [], "c": []}
     for d in range(dirs):
         state = {"h": _initial(e, ins[5], d, layout, batch, hidden)}
@@ -166,7 +161,7 @@ class Cell:
             pi, po, pf = self.peep
             i, f = e("Add", [i, e("Mul", [pi, state["c"]])]), e("Add", [f, e("Mul", [pf, state["c"]])])
         i = self._gate(f_act, i)
-        f = e("Sub", [e.scalar(1), i]) if _attr(self.node, "input_forget", 0) else self._gate(f_act, f)
+        f = e("Sub", [e.scalar(1), i]) if attr(self.node, "input_forget", 0) else self._gate(f_act, f)
         c_new = e("Add", [e("Mul", [f, state["c"]]), e("Mul", [i, self._gate(g_act, c)])])
         if self.peep:
             o = e("Add", [o, e("Mul", [self.peep[1], c_new])])
@@ -177,7 +172,7 @@ class Cell:
         xz, xr, xh = self._split(xt, 3)
         hz, hr = self._split(e("MatMul", [h, self.r_zr_t]), 2)
         z, r = self._gate(f_act, e("Add", [xz, hz])), self._gate(f_act, e("Add", [xr, hr]))
-        if _attr(self.node, "linear_before_reset", 0):
+        if attr(self.node, "linear_before_reset", 0):
             rh = e("Mul", [r, e("Add", [e("MatMul", [h, self.r_h_t]), self.rbh])])
         else:
             rh = e("Add", [e("MatMul", [e("Mul", [r, h]), self.r_h_t]), self.rbh])

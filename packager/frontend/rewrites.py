@@ -26,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import UserError
 from . import recurrent
+from .attrs import attr
 
 FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
 
@@ -72,23 +73,16 @@ class _Builder:
         return name
 
 
-def _attr(node, name, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
 def _reduced_axes(node, t: _Types, graph: onnx.GraphProto) -> list[int] | None:
     rank = len(t.shape.get(node.input[0]) or ())
-    axes = _attr(node, "axes")
+    axes = attr(node, "axes")
     if axes is None and len(node.input) > 1 and node.input[1]:
         value = _initializer(graph, node.input[1])
         if value is None:
             return None                               # axes computed at run time: leave it to the importer
         axes = value.tolist()
     if axes is None:
-        return [] if _attr(node, "noop_with_empty_axes", 0) else list(range(rank))
+        return [] if attr(node, "noop_with_empty_axes", 0) else list(range(rank))
     return [a % rank for a in axes]
 
 
@@ -100,7 +94,7 @@ def _shape_or_size(node, t: _Types, b: _Builder):
     if node.op_type == "Size":
         value = np.array(int(np.prod(dims, dtype=np.int64)), np.int64)
     else:
-        value = np.array(dims[slice(_attr(node, "start", 0), _attr(node, "end", len(dims)))], np.int64)
+        value = np.array(dims[slice(attr(node, "start", 0), attr(node, "end", len(dims)))], np.int64)
     return [helper.make_node("Identity", [b.const(outs[0], value)], outs)]
 
 
@@ -170,7 +164,7 @@ def _trilu(node, t: _Types, b: _Builder):
 
 def _mod(node, t: _Types, b: _Builder):
     ins, outs = list(node.input), list(node.output)
-    if _attr(node, "fmod", 0) or t.elem.get(ins[0]) not in FLOATS:
+    if attr(node, "fmod", 0) or t.elem.get(ins[0]) not in FLOATS:
         return None
     z = b.const("zero", np.array(0, helper.tensor_dtype_to_np_dtype(t.elem[ins[0]])))
     r, is_zero, r_neg, y_neg, differ, nonzero, fix, shifted = (b.fresh(outs[0]) for _ in range(8))
@@ -199,7 +193,7 @@ def _recurrent(node, t: _Types, b: _Builder):
                         "constant W/R/B/P (keep it in ONNX Runtime: onnxruntime.keep_nodes)")
     if x_shape is None or None in x_shape:
         raise UserError(f"{where}: input '{ins[0]}' has no static shape under this profile")
-    steps = x_shape[_attr(node, "layout", 0)]
+    steps = x_shape[attr(node, "layout", 0)]
     if steps > recurrent.MAX_STEPS:
         raise UserError(f"{where}: {steps} time steps; unrolling is limited to {recurrent.MAX_STEPS} "
                         "(keep it in ONNX Runtime: onnxruntime.keep_nodes)")
@@ -214,9 +208,9 @@ REWRITES = {"Shape": _shape_or_size, "Size": _shape_or_size, "Pow": _pow, "Reduc
 def _layernorm_with_stats(node, t: _Types, b: _Builder) -> list[onnx.NodeProto]:
     ins, outs = list(node.input), list(node.output) + ["", ""]
     rank = len(t.shape[ins[0]])
-    axes = list(range(_attr(node, "axis", -1) % rank, rank))
+    axes = list(range(attr(node, "axis", -1) % rank, rank))
     dtype = helper.tensor_dtype_to_np_dtype(t.elem[ins[0]])
-    eps = b.const("eps", np.array(_attr(node, "epsilon", 1e-5), dtype))
+    eps = b.const("eps", np.array(attr(node, "epsilon", 1e-5), dtype))
     mean, d, d2, var, ve, std, inv, norm = (outs[1] or b.fresh("ln_mean"), *(b.fresh("ln") for _ in range(6)),
                                             b.fresh("ln_norm"))
     inv = outs[2] or inv
