@@ -20,8 +20,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..errors import UserError
 from .corpus_fetch import OPSET, corpus_dir, fetch, first_line
 from .corpus_models import ENTRIES, Entry
+
+__all__ = ["Row", "corpus_dir", "markdown_table", "run_corpus", "run_entry", "select", "write_results"]
+
+# op types left out of the table's "notable ops": shape plumbing and plain elementwise arithmetic
 BORING = {"Add", "Sub", "Mul", "Div", "Reshape", "Transpose", "Constant", "Shape", "Gather", "Unsqueeze",
           "Squeeze", "Concat", "Cast", "Slice", "Identity", "ConstantOfShape", "Equal", "Where", "Expand",
           "Range", "Flatten", "Sqrt", "Pow", "ReduceMean", "Neg", "Relu", "Sigmoid"}
@@ -56,7 +61,6 @@ def select(names: list[str] | None = None, fast: bool = False) -> list[Entry]:
     if names:
         unknown = [n for n in names if n not in ENTRIES]
         if unknown:
-            from ..errors import UserError
             raise UserError(f"unknown corpus model(s) {', '.join(unknown)}; `pack corpus --list` names them")
         return [ENTRIES[n] for n in names]
     return [e for e in ENTRIES.values() if e.fast or not fast]
@@ -151,14 +155,16 @@ def _child_cmd(name: str, out_dir: Path, row_file: Path, threads: int, iters: in
 
 def run_isolated(e: Entry, out_dir: Path, timeout: float, threads: int = 1, iters: int = 10) -> Row:
     """run_entry in a child process (own session, killed as a group at the time limit): a crash or
-    a hang in the compiler is this model's failed row."""
+    a hang in the compiler is this model's failed row. It runs in the model's work folder, where
+    stray files land (onnxruntime's symbolic shape inference writes sym_shape_infer_temp.onnx to
+    the working directory when it gives up)."""
     row_file = out_dir / e.name / "row.json"
     row_file.parent.mkdir(parents=True, exist_ok=True)
     row_file.unlink(missing_ok=True)
     log_file = out_dir / e.name / "log.txt"
     with open(log_file, "w") as logf:
         proc = subprocess.Popen(_child_cmd(e.name, out_dir, row_file, threads, iters), stdout=logf,
-                                stderr=subprocess.STDOUT, start_new_session=True,
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd=row_file.parent,
                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(
                                     [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])})
         try:

@@ -44,8 +44,8 @@ def export_key(e: Entry) -> str:
     import torch
     import transformers
 
-    what = {"model": e.model_class, "config_class": e.config_class, "config": e.config, "part": e.part, "mask": e.ones_mask,
-            "inputs": e.inputs, "opset": OPSET, "transformers": transformers.__version__, "torch": torch.__version__}
+    what = {"model": e.model_class, "config_class": e.config_class, "config": e.config, "part": e.part,
+            "mask": e.ones_mask, "inputs": e.inputs, "opset": OPSET, "transformers": transformers.__version__, "torch": torch.__version__}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
