@@ -43,6 +43,10 @@ ONNX_DTYPES = {
     onnx.TensorProto.INT64: "int64", onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.BOOL: "bool",
 }
 
+# dim_param values exporters write for "unknown" (Paddle writes '?' for every dynamic dim): each one is
+# its own dim, not one name shared by all of them
+ANONYMOUS_DIM_PARAMS = {"", "?", "-1", "None"}
+
 
 @dataclass(frozen=True)
 class TensorInfo:
@@ -104,7 +108,8 @@ def _tensor_info(v: onnx.ValueInfoProto, path: Path) -> TensorInfo:
         if d.HasField("dim_value") and d.dim_value >= 0:      # some exporters write -1 for "dynamic"
             dims.append(int(d.dim_value))
         else:
-            dims.append(d.dim_param or f"{v.name}_dim{i}")
+            anonymous = d.dim_param in ANONYMOUS_DIM_PARAMS
+            dims.append(f"{v.name}_dim{i}" if anonymous else d.dim_param)
     return TensorInfo(v.name, dtype, tuple(dims))
 
 

@@ -53,6 +53,19 @@ def test_negative_dim_is_dynamic(tmp_path):
     assert isinstance(x.shape[0], str) and x.shape[1] == 4
 
 
+def test_question_mark_dims_are_each_their_own_dim(tmp_path):
+    """Paddle names every dynamic dim '?': they are unknown, not one shared dim."""
+    m = _relu(17, shape=("?", 4))
+    m.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "?"
+    m.graph.output[0].type.tensor_type.shape.dim[1].dim_param = "?"
+    (x,) = load_model(save_model(m, tmp_path / "m.onnx")).inputs
+    assert x.shape[0] != x.shape[1] and all(isinstance(d, str) for d in x.shape)
+    m.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "batch"
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    (x,) = load_model(save_model(m, tmp_path / "n.onnx")).inputs
+    assert x.shape == ("batch", "batch")
+
+
 def test_a_conversion_that_changes_results_is_an_error(tmp_path, monkeypatch):
     from packager.build import check_inputs
     from packager.spec import load_spec
