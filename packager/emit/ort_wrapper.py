@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import onnx
 from onnx import helper
 
-from ..frontend.partition import Partition, boundary_value_info
+from ..frontend.partition import Partition, boundary_value_info, node_reads
 
 if TYPE_CHECKING:
     from ..frontend.units import Unit
@@ -40,13 +40,13 @@ def wrapper_model(source: onnx.ModelProto, parts: list[PackagedNode], kept_nodes
                   value_info: list[onnx.ValueInfoProto]) -> onnx.ModelProto:
     """The source model's inputs/outputs around `parts` (packaged) and `kept_nodes` (run by ORT).
 
-    Nodes are re-sorted topologically; initializers are kept only where ORT nodes read them;
+    Nodes are re-sorted topologically; initializers are kept only where ORT nodes (or their subgraphs) read them;
     value_info declares every tensor a PackagedModel node produces, since ONNX Runtime cannot
     infer the types of a custom op's outputs."""
     g = source.graph
     nodes = _toposort([p.node() for p in parts] + list(kept_nodes), {i.name for i in g.input} |
                       {i.name for i in g.initializer})
-    used = {name for n in kept_nodes for name in n.input}
+    used = {name for n in kept_nodes for name in node_reads(n)}
     inits = [i for i in g.initializer if i.name in used]
     init_names = {i.name for i in g.initializer}
     inputs = [i for i in g.input if i.name not in init_names]
@@ -63,7 +63,7 @@ def _toposort(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.Nod
     ready = set(available) | {""}
     out, pending = [], list(range(len(nodes)))
     while pending:
-        progress = [k for k in pending if all(i in ready for i in nodes[k].input)]
+        progress = [k for k in pending if all(i in ready for i in node_reads(nodes[k]))]
         if not progress:
             names = ", ".join(nodes[k].name or nodes[k].op_type for k in pending[:5])
             raise ValueError(f"cannot order nodes (cycle or missing input): {names}")

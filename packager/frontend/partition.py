@@ -14,10 +14,23 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import helper
 
+from .fold import fold_constants
 from .model import (ONNX_DTYPES, STATIC_OPERANDS, SUPPORTED_OPS, LoadedModel, TensorInfo, infer_shapes,
                     runtime_values, unsupported_configuration)
 
 TRIVIAL_OPS = {"Constant", "Identity", "Shape", "Size"}     # never worth a part on their own
+
+
+def node_reads(node: onnx.NodeProto) -> list[str]:
+    """Every tensor a node reads: its inputs, and the outer-scope names its subgraphs (If/Loop/Scan
+    bodies) use without defining; a part that feeds only a subgraph must still export the tensor."""
+    reads = list(node.input)
+    for attr in node.attribute:
+        for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+            defined = {v.name for v in sub.input} | {i.name for i in sub.initializer} | \
+                      {o for n in sub.node for o in n.output}
+            reads += [i for n in sub.node for i in node_reads(n) if i and i not in defined and i not in reads]
+    return reads
 
 
 @dataclass
@@ -56,13 +69,23 @@ def _ort_shape_inference(model: onnx.ModelProto) -> onnx.ModelProto:
 def tensor_types(model: LoadedModel, shapes: dict[str, tuple[int, ...]]) -> TensorTypes:
     """dtype and shape of every tensor after binding input shapes and running shape inference
     (ONNX's, then ONNX Runtime's for what ONNX's left unknown, e.g. contrib ops; each can lose
-    what the other finds). Unknown stays None: such tensors are never compiled."""
+    what the other finds), and, for what both leave unknown, ONNX's again on the model with its
+    shape arithmetic folded (Reshape targets computed from Shape, as Paddle exports). Unknown
+    stays None: such tensors are never compiled."""
     onnx_inferred = infer_shapes(model, shapes, strict=False)
     out = _read_types(onnx_inferred.graph)
-    for name, t in _read_types(_ort_shape_inference(onnx_inferred).graph).items():
-        if not _static(out.get(name)):
-            out[name] = t
+    _fill_gaps(out, _ort_shape_inference(onnx_inferred))
+    if not all(_static(t) for t in out.values()):
+        folded = fold_constants(onnx_inferred)
+        if folded.removed:
+            _fill_gaps(out, infer_shapes(model, shapes, strict=False, proto=folded.model))
     return out
+
+
+def _fill_gaps(types: TensorTypes, inferred: onnx.ModelProto) -> None:
+    for name, t in _read_types(inferred.graph).items():
+        if not _static(types.get(name)):
+            types[name] = t
 
 
 def _read_types(g: onnx.GraphProto) -> TensorTypes:
@@ -147,7 +170,7 @@ def partition(model: LoadedModel, profile_types: list[TensorTypes], keep_ops=(),
 def _group(nodes: list[onnx.NodeProto], supported: list[int]) -> list[list[int]]:
     """Greedy convex grouping with ancestor/descendant bitsets (Python ints)."""
     producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
-    preds = [{producer[i] for i in n.input if i in producer} for n in nodes]
+    preds = [{producer[i] for i in node_reads(n) if i in producer} for n in nodes]
     anc = [0] * len(nodes)
     for k in range(len(nodes)):
         for p in preds[k]:
@@ -215,7 +238,7 @@ def _boundary(name: str, members: list[int], nodes, inits: set[str], graph) -> P
             if i and i not in produced and i not in inits and i not in constant_out and i not in inputs:
                 inputs.append(i)
     graph_outputs = {o.name for o in graph.output}
-    consumed_outside = {i for k, n in enumerate(nodes) if k not in inside for i in n.input}
+    consumed_outside = {i for k, n in enumerate(nodes) if k not in inside for i in node_reads(n)}
     outputs = [o for k in members for o in nodes[k].output if o and (o in consumed_outside or o in graph_outputs)]
     return Part(name, members, inputs, outputs)
 

@@ -91,3 +91,30 @@ def test_part_model_is_a_valid_standalone_model():
     onnx.checker.check_model(first, full_check=True)
     assert [i.name for i in first.graph.input] == ["x"] and [o.name for o in first.graph.output] == ["a"]
     assert [i.name for i in first.graph.initializer] == ["w"]
+
+
+def test_tensors_and_weights_read_only_inside_a_subgraph_stay_available():
+    """An If branch reading a compiled part's tensor and an outer weight: the part exports the tensor
+    and ort/model.onnx keeps the weight (silero VAD's decoder)."""
+    from packager.emit.ort_wrapper import PackagedNode, wrapper_model
+
+    w = numpy_helper.from_array(np.ones(4, np.float32), "w")
+    then_g = helper.make_graph([helper.make_node("Add", ["a", "w"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", F, [4])])
+    else_g = helper.make_graph([helper.make_node("Identity", ["b"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", F, [4])])
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("Neg", ["a"], ["b"], name="neg"),
+             helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+             helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g)]
+    zero = numpy_helper.from_array(np.zeros((), np.float32), "zero")
+    m = loaded(nodes, {"x": [4]}, ["y"], inits=[w, zero])
+    m.proto.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", F, [4]))
+    p, types = split(m)
+    assert names(m, p.kept) == ["if"]
+    assert {"a", "b", "c"} <= {o for part in p.parts for o in part.outputs}
+    packaged = [PackagedNode(f"packaged_{q.name}", f"../parts/{q.name}", "id", q.inputs, q.outputs) for q in p.parts]
+    wrapper = wrapper_model(m.proto, packaged, [m.proto.graph.node[k] for k in p.kept], [])
+    assert "w" in {i.name for i in wrapper.graph.initializer}
+    onnx.checker.check_model(wrapper)
