@@ -39,14 +39,20 @@ def run_package(cmd: list[str], folder: Path, target: str, inputs: dict[str, np.
     return {name: np.load(out_dir / output_file(name)) for name in outputs}
 
 
-def ort_session(model: str | bytes, threads: int = 0, library: Path | None = None, cuda: bool = False):
+def ort_session(model: str | bytes, threads: int = 0, library: Path | None = None, cuda: bool = False,
+                exact: bool = False):
     """An onnxruntime session (quiet logs) on the CPU EP, or with `cuda` on the CUDA EP (an error
     if onnxruntime cannot use it: it would fall back to the CPU silently); `library`: our
-    custom-op library, registered with the same thread count for the packaged parts."""
+    custom-op library, registered with the same thread count for the packaged parts. `exact`:
+    only onnxruntime's basic graph optimizations, which keep the model's arithmetic; its default
+    level also fuses QuantizeLinear/DequantizeLinear pairs into int8 kernels that round
+    differently, so a reference for checking values must not use it."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    if exact:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     if threads:
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
@@ -75,7 +81,8 @@ def _run_all(sess, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray], extra: list[str] = (),
                       cuda: bool = False) -> dict[str, np.ndarray]:
-    """onnxruntime (CPU EP, or CUDA EP) on the source model; `extra` intermediate tensors are returned too."""
+    """onnxruntime (CPU EP, or CUDA EP) on the source model, basic optimizations only; `extra`
+    intermediate tensors are returned too."""
     try:
         model: str | bytes = str(model_path)
         if extra:
@@ -83,7 +90,7 @@ def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray], extra: li
             have = {o.name for o in proto.graph.output}
             proto.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in extra if n not in have)
             model = proto.SerializeToString()
-        return _run_all(ort_session(model, cuda=cuda), inputs)
+        return _run_all(ort_session(model, cuda=cuda, exact=True), inputs)
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise InternalError(f"onnxruntime, the reference, cannot run {model_path}: {str(e).strip()[:500]}") from None
 

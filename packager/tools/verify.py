@@ -24,6 +24,8 @@ from .runners import (cuda_ep_available, find_model, reference_outputs, run_pack
                       wrapper_outputs)
 
 ORT_CHECK = "onnxruntime"          # the row name of the end-to-end check through ort/model.onnx
+REQUANTIZE_OPS = {"QuantizeLinear", "DynamicQuantizeLinear"}
+ROUNDING_FLIPS = 0.01              # share of elements a model that re-quantizes activations may have off
 
 
 @dataclass
@@ -32,6 +34,7 @@ class OutputCheck:
     max_abs: float
     max_rel: float
     ok: bool
+    outside: float = 0.0           # share of elements outside the bound (tolerated rounding flips)
 
 
 @dataclass
@@ -44,9 +47,10 @@ class TargetResult:
     part: str = ""
 
 
-def compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[float, float, bool]:
-    """Max abs error, max error relative to the tensor's scale, and the verdict (NaNs and
-    infinities must match).
+def compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float,
+            flips: float = 0.0) -> tuple[float, float, bool, float]:
+    """Max abs error, max error relative to the tensor's scale, the verdict (NaNs and infinities
+    must match), and the share of elements outside the bound.
 
     Why the scale: the build's own approximations (fp32 reassociation in blocked, vectorized and
     re-laid-out reductions; fastmath's polynomial exp/erf/tanh) err in proportion to the
@@ -55,12 +59,18 @@ def compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tupl
     a plain allclose at atol 1e-5 calls a failure (intermediate tensors of un-normalized CNNs
     did). So every element must satisfy |ours - ref| <= max(atol, rtol * scale) + rtol * |ref|,
     scale = max |ref| over the finite values of the tensor. A wrong kernel still fails: its errors
-    are of the order of the scale itself, thousands of times this bound."""
+    are of the order of the scale itself, thousands of times this bound.
+
+    Why `flips`: in a model that quantizes activations, a value within float noise of a rounding
+    boundary lands on the neighbouring integer step (a whole quantization step off), and what
+    consumes it inherits that. Such elements are rare (< 0.4% on smart-turn v3's QDQ transformer),
+    so up to that share of elements may be outside the bound; a wrong kernel moves most of them."""
     if ours.shape != ref.shape or ours.dtype != ref.dtype:
-        return float("inf"), float("inf"), False
+        return float("inf"), float("inf"), False, 1.0
     if ours.dtype == bool or np.issubdtype(ours.dtype, np.integer):
         diff = np.abs(ours.astype(np.int64) - ref.astype(np.int64)).astype(np.float64)
-        return float(diff.max(initial=0)), float(diff.max(initial=0)), bool((diff == 0).all())
+        outside = float((diff != 0).mean()) if diff.size else 0.0
+        return float(diff.max(initial=0)), float(diff.max(initial=0)), outside <= flips, outside
     a, b = ours.astype(np.float64), ref.astype(np.float64)
     finite = np.isfinite(b)
     scale = float(np.abs(b[finite]).max(initial=0))
@@ -68,8 +78,10 @@ def compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tupl
     with np.errstate(invalid="ignore"):                # inf - inf where both are the same infinity
         diff = np.where(same_special, 0.0, np.abs(a - b))
     diff[np.isnan(diff)] = np.inf                       # NaN on one side only
-    ok = bool((diff <= max(atol, rtol * scale) + rtol * np.where(finite, np.abs(b), 0)).all())
-    return float(diff.max(initial=0)), float(diff.max(initial=0) / max(scale, atol, 1e-30)), ok
+    bad = diff > max(atol, rtol * scale) + rtol * np.where(finite, np.abs(b), 0)
+    outside = float(bad.mean()) if bad.size else 0.0
+    ok = outside <= flips and bool(np.isfinite(diff).all())
+    return float(diff.max(initial=0)), float(diff.max(initial=0) / max(scale, atol, 1e-30)), ok, outside
 
 
 @dataclass
@@ -81,6 +93,7 @@ class _Run:
     model_path: Path
     rtol: float
     atol: float
+    flips: float                   # share of elements allowed off by a quantization step
     boundary: list[str]
     gpu_ref: bool
     work: Path
@@ -103,7 +116,8 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
     has_gpu = any(backend_for(t).reference_on_gpu() for _, u in units for t in u.manifest["targets"])
     results: list[TargetResult] = []
     with tempfile.TemporaryDirectory(prefix="pack-verify-") as tmp:
-        run = _Run(pkg, units, model_path, rtol, atol, boundary, has_gpu and cuda_ep_available(), Path(tmp))
+        flips = ROUNDING_FLIPS if any(n.op_type in REQUANTIZE_OPS for n in loaded.proto.graph.node) else 0.0
+        run = _Run(pkg, units, model_path, rtol, atol, flips, boundary, has_gpu and cuda_ep_available(), Path(tmp))
         for k, prof in enumerate(pkg.manifest["profiles"]):
             inputs = random_inputs(loaded, {n: tuple(s) for n, s in prof["inputs"].items()}, dtypes, seed=k)
             cpu_ref = reference_outputs(model_path, inputs, boundary)
@@ -111,7 +125,7 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
             results += _check_targets(run, targets, prof["name"], k, inputs, cpu_ref, gpu_ref)
             if not targets:
                 results += _check_wrapper(run, prof["name"], inputs, cpu_ref, gpu_ref)
-    _print(log, pkg.name, rtol, atol, run.gpu_ref, results)
+    _print(log, pkg.name, rtol, atol, flips, run.gpu_ref, results)
     return results
 
 
@@ -134,7 +148,7 @@ def _check_targets(run: _Run, targets: list[str] | None, profile: str, k: int, i
                      for i in unit.manifest["inputs"]}
             outs = [o["name"] for o in unit.manifest["outputs"]]
             ours = run_package(cmd, unit.root, name, feeds, outs, run.work / f"{part}-{name}-{k}")
-            checks = [OutputCheck(n, *compare(ours[n], ref[n], run.rtol, run.atol)) for n in outs]
+            checks = [OutputCheck(n, *compare(ours[n], ref[n], run.rtol, run.atol, run.flips)) for n in outs]
             results.append(TargetResult(name, profile, "pass" if all(c.ok for c in checks) else "fail",
                                         outputs=checks, part=part))
     return results
@@ -150,16 +164,20 @@ def _check_wrapper(run: _Run, profile: str, inputs: dict, cpu_ref: dict, gpu_ref
         if isinstance(got, str):
             results.append(TargetResult(row, profile, "skipped", got))
             continue
-        checks = [OutputCheck(o["name"], *compare(got[o["name"]], ref[o["name"]], run.rtol, run.atol))
+        checks = [OutputCheck(o["name"], *compare(got[o["name"]], ref[o["name"]], run.rtol, run.atol, run.flips))
                   for o in run.pkg.manifest["outputs"]]
         results.append(TargetResult(row, profile, "pass" if all(c.ok for c in checks) else "fail", outputs=checks))
     return results
 
 
-def _print(log, name: str, rtol: float, atol: float, gpu_ref: bool, results: list[TargetResult]) -> None:
+def _print(log, name: str, rtol: float, atol: float, flips: float, gpu_ref: bool,
+           results: list[TargetResult]) -> None:
     refs = "CPU EP" + (" for CPU targets, CUDA EP for CUDA targets" if gpu_ref else "")
     log(f"pack verify {name}: rtol {rtol:g}, atol {atol:g} (at least rtol x the tensor's max |value|), "
-        f"reference onnxruntime ({refs})")
+        f"reference onnxruntime ({refs}, basic graph optimizations)")
+    if flips:
+        log(f"  the model quantizes activations: up to {flips:.0%} of a tensor's elements may be off by "
+            "quantization rounding flips")
     for r in results:
         label = f"{r.target} [{r.part}]" if r.part else r.target
         if r.status == "skipped":
@@ -167,4 +185,5 @@ def _print(log, name: str, rtol: float, atol: float, gpu_ref: bool, results: lis
             continue
         for c in r.outputs:
             log(f"  {label:14s} {r.profile:10s} {'ok  ' if c.ok else 'FAIL'}    {c.name}: "
-                f"max abs err {c.max_abs:.3g}, max err / tensor scale {c.max_rel:.3g}")
+                f"max abs err {c.max_abs:.3g}, max err / tensor scale {c.max_rel:.3g}"
+                + (f", {c.outside * 100:.2g}% of elements outside" if c.outside else ""))

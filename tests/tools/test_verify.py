@@ -26,7 +26,7 @@ def test_reassociation_sized_errors_pass_though_plain_allclose_fails():
     rng = np.random.default_rng(1)
     ours = (ref + rng.standard_normal(ref.shape) * 3e-6 * 100).astype(np.float32)   # fp32 sums of ~1000 terms
     assert not np.allclose(ours, ref, rtol=RTOL, atol=ATOL)       # what verify used to do: a false FAIL
-    max_abs, over_scale, ok = compare(ours, ref, RTOL, ATOL)
+    max_abs, over_scale, ok, _ = compare(ours, ref, RTOL, ATOL)
     assert ok and over_scale < RTOL and max_abs > ATOL
 
 
@@ -51,6 +51,30 @@ def test_special_values_and_integers():
     assert compare(np.arange(4), np.arange(4), RTOL, ATOL)[2]
     assert not compare(np.arange(4) + (np.arange(4) == 2), np.arange(4), RTOL, ATOL)[2]
     assert not compare(np.zeros(3, np.float32), np.zeros(4, np.float32), RTOL, ATOL)[2]
+
+
+def _requantized(seed: int = 0) -> np.ndarray:
+    """A dequantized activation: whole steps of 0.05 around 0."""
+    return (np.random.default_rng(seed).integers(-127, 128, 20000) * 0.05).astype(np.float32)
+
+
+def test_quantization_rounding_flips_pass_only_in_a_model_that_requantizes():
+    ref = _requantized()
+    ours = ref.copy()
+    ours[::500] += 0.05                                             # 0.2% of elements one step off
+    assert not compare(ours, ref, RTOL, ATOL)[2]
+    assert compare(ours, ref, RTOL, ATOL, flips=0.01)[2:] == (True, 0.002)
+
+
+def test_a_wrong_kernel_fails_even_where_rounding_flips_are_tolerated():
+    ref = _requantized()
+    assert not compare(ref * np.float32(1.01), ref, RTOL, ATOL, flips=0.01)[2]   # most elements move
+    ours = ref.copy()
+    ours[::50] += 0.05                                              # 2% of elements off
+    assert not compare(ours, ref, RTOL, ATOL, flips=0.01)[2]
+    ours = ref.copy()
+    ours[3] = np.nan                                                # a NaN is never a rounding flip
+    assert not compare(ours, ref, RTOL, ATOL, flips=0.01)[2]
 
 
 def test_weights_off_by_a_tenth_of_a_percent_fail_end_to_end(packages, tmp_path):
