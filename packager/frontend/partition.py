@@ -9,6 +9,8 @@ creates no cycle (no path leaves a part and comes back into it through a kept no
 """
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from dataclasses import dataclass, field
 
 import onnx
@@ -57,10 +59,12 @@ TensorTypes = dict[str, tuple[str, tuple]]            # tensor -> (dtype, shape 
 
 def _ort_shape_inference(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX Runtime's symbolic shape inference, which also knows its contrib ops (com.microsoft);
-    the model unchanged if it cannot handle it."""
+    the model unchanged if it cannot handle it. It runs in a scratch folder: when it falls back to
+    ONNX's inference it writes sym_shape_infer_temp.onnx (+ .data) into the working directory."""
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-        out = SymbolicShapeInference.infer_shapes(model, auto_merge=False, guess_output_rank=False)
+        with tempfile.TemporaryDirectory(prefix="packager-shapes-") as tmp, contextlib.chdir(tmp):
+            out = SymbolicShapeInference.infer_shapes(model, auto_merge=False, guess_output_rank=False)
         return out if out is not None else model
     except Exception:  # noqa: BLE001 - an op it does not know: keep ONNX's own inference
         return model

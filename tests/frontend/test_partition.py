@@ -118,3 +118,14 @@ def test_tensors_and_weights_read_only_inside_a_subgraph_stay_available():
     wrapper = wrapper_model(m.proto, packaged, [m.proto.graph.node[k] for k in p.kept], [])
     assert "w" in {i.name for i in wrapper.graph.initializer}
     onnx.checker.check_model(wrapper)
+
+
+def test_shape_inference_leaves_no_files_in_the_working_directory(tmp_path, monkeypatch):
+    """onnxruntime's symbolic inference saves sym_shape_infer_temp.onnx into the cwd when a shape
+    stays unknown (here: the output of a custom-domain op it does not know)."""
+    m = loaded([helper.make_node("Foo", ["x"], ["a"], name="foo", domain="my.ops"),
+                helper.make_node("Relu", ["a"], ["y"], name="relu")], {"x": [4, 4]}, ["y"])
+    m.proto.opset_import.append(helper.make_opsetid("my.ops", 1))
+    monkeypatch.chdir(tmp_path)
+    tensor_types(m, {"x": (4, 4)})
+    assert list(tmp_path.iterdir()) == []
