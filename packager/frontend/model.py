@@ -154,48 +154,13 @@ def unsupported_configuration(node: onnx.NodeProto, graph: onnx.GraphProto | Non
         return "sets output_shape, which TVM's importer ignores; give pads/output_padding instead"
     if op == "Reshape" and "allowzero" in attrs and attrs["allowzero"].i:
         return "uses allowzero=1"
-    if op == "Resize":
-        return _resize_configuration(attrs) or _resize_scales(node, graph)
+    if op == "Resize" and "keep_aspect_ratio_policy" in attrs and attrs["keep_aspect_ratio_policy"].s != b"stretch":
+        # its scale and rounded output size do not fit the per-axis lowering (resize.py)
+        return "uses keep_aspect_ratio_policy (compiled: stretch)"
     if op in recurrent.GATES:
         return recurrent.unsupported(node)
     if op in ("QuantizeLinear", "DequantizeLinear") and "block_size" in attrs and attrs["block_size"].i:
         return "uses blocked quantization (block_size), which TVM's importer does not implement"
-    return None
-
-
-RESIZE_MODES = {"nearest", "linear"}
-RESIZE_COORDINATES = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"}
-
-
-def _resize_configuration(attrs: dict) -> str | None:
-    """The Resize forms exporters write for upsampling (nearest and linear; the coordinate modes
-    of PyTorch, TensorFlow and Paddle) are compiled; the rest TVM's resize does not match."""
-    def text(name: str, default: str) -> str:
-        return attrs[name].s.decode() if name in attrs else default
-
-    if text("mode", "nearest") not in RESIZE_MODES:
-        return f"uses mode '{text('mode', '')}' (compiled: {', '.join(sorted(RESIZE_MODES))})"
-    if text("coordinate_transformation_mode", "half_pixel") not in RESIZE_COORDINATES:
-        return f"uses coordinate_transformation_mode '{text('coordinate_transformation_mode', '')}'"
-    for name, plain in (("antialias", 0), ("axes", None), ("exclude_outside", 0)):
-        if name in attrs and (plain is None or attrs[name].i != plain):
-            return f"uses the '{name}' attribute"
-    if text("keep_aspect_ratio_policy", "stretch") != "stretch":
-        return f"uses keep_aspect_ratio_policy '{text('keep_aspect_ratio_policy', '')}'"
-    return None
-
-
-def _resize_scales(node: onnx.NodeProto, graph: onnx.GraphProto | None) -> str | None:
-    """TVM's resize maps coordinates with the size ratio, ONNX with the given scale: they agree
-    only when each scale or its inverse is a whole number (2x up, 1/2 down)."""
-    if graph is None or len(node.input) < 3 or not node.input[2]:
-        return None
-    init = next((i for i in graph.initializer if i.name == node.input[2]), None)
-    if init is None:
-        return None
-    for s in onnx.numpy_helper.to_array(init).astype(np.float64).ravel():
-        if s > 0 and not (float(s).is_integer() or (1 / s).is_integer()):
-            return f"uses the fractional scale {s:g} (compiled: whole-number factors)"
     return None
 
 

@@ -43,7 +43,7 @@ def unsupported(node: onnx.NodeProto) -> str | None:
     return None
 
 
-class _Emit:
+class Emitter:
     """Appends nodes; `b` is the rewrites' builder (fresh names, constants), constants memoized so
     a step loop does not add one initializer per step."""
 
@@ -100,7 +100,7 @@ def unroll(node: onnx.NodeProto, shapes: dict, weights: dict[str, np.ndarray], b
     dirs, hidden, G = W.shape[0], R.shape[2], GATES[op]
     bias = weights[ins[3]] if ins[3] else np.zeros((dirs, 2 * G * hidden), W.dtype)
     peep = weights[ins[7]] if op == "LSTM" and ins[7] else None
-    e = _Emit(b, (node.name or op).replace("/", "_"), W.dtype)
+    e = Emitter(b, (node.name or op).replace("/", "_"), W.dtype)
     x = e("Transpose", [ins[0]], perm=[1, 0, 2]) if layout == 1 else ins[0]        # [seq, batch, input]
     acts, n_act = _resolved_activations(node), len(DEFAULT_ACTIVATIONS[op])
     reverse_only = attr(node, "direction", b"forward") == b"reverse"
@@ -128,7 +128,7 @@ def unroll(node: onnx.NodeProto, shapes: dict, weights: dict[str, np.ndarray], b
     return e.nodes
 
 
-def _initial(e: _Emit, name: str, d: int, layout: int, batch: int, hidden: int) -> str:
+def _initial(e: Emitter, name: str, d: int, layout: int, batch: int, hidden: int) -> str:
     if not name:
         return e.const("zeros", np.zeros((batch, hidden), e.dtype))
     return e("Gather", [name, e.const("d", np.array(d, np.int64))], axis=layout)
@@ -137,7 +137,7 @@ def _initial(e: _Emit, name: str, d: int, layout: int, batch: int, hidden: int) 
 class Cell:
     """One direction's step functions (ONNX operator spec formulas); state = {"h": H, "c": C}."""
 
-    def __init__(self, e: _Emit, node, hidden: int, acts, r: np.ndarray, rbh, peep):
+    def __init__(self, e: Emitter, node, hidden: int, acts, r: np.ndarray, rbh, peep):
         self.e, self.node, self.hidden, self.acts = e, node, hidden, acts
         self.r_t = e.const("R_t", r.T)
         if node.op_type == "GRU":
@@ -183,7 +183,7 @@ class Cell:
         return {"h": self._gate(self.acts[0], self.e("Add", [xt, self.e("MatMul", [state["h"], self.r_t])]))}
 
 
-def _outputs(e: _Emit, ys: list[str], finals: dict, outs: list[str], layout: int) -> None:
+def _outputs(e: Emitter, ys: list[str], finals: dict, outs: list[str], layout: int) -> None:
     y, y_h, y_c = outs[:3]
     if y:
         stacked = e("Concat", ys, axis=1) if len(ys) > 1 else ys[0]                    # [seq, dirs, batch, hidden]

@@ -12,6 +12,7 @@ while avoiding constructs the importer rejects or gets wrong:
 * `Shape`/`Size` of a tensor with a static shape: a constant (shapes are static per profile; the
   importer's symbolic shape values are refused by many consumers).
 * `LSTM`, `GRU`, `RNN`: unrolled over the static sequence length (recurrent.py).
+* `Resize`: gathers and weighted sums per resized axis, weights from onnxruntime (resize.py).
 * Constant folding of small computations on constants (shape arithmetic such as
   Shape -> Gather -> Concat -> Reshape), with ONNX's reference evaluator, and `Constant` nodes
   in any of their attribute forms become initializers.
@@ -25,7 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import UserError
-from . import recurrent
+from . import recurrent, resize
 from .attrs import attr
 
 FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
@@ -200,9 +201,32 @@ def _recurrent(node, t: _Types, b: _Builder):
     return recurrent.unroll(node, t.shape, weights, b)
 
 
+def _resize(node, t: _Types, b: _Builder):
+    where = f"node {node.name or '?'} (Resize)"
+    in_shape, out_shape = t.shape.get(node.input[0]), t.shape.get(node.output[0])
+    why = resize.unsupported(node, t.elem.get(node.input[0]))
+    consts = {}
+    for key, name in zip(("roi", "scales", "sizes"), node.input[1:4]):
+        if name:
+            consts[key] = _constant(b.graph, name)
+            if consts[key] is None:
+                why = why or f"its {key} '{name}' is computed at run time"
+    if not why and (in_shape is None or out_shape is None or None in in_shape or None in out_shape):
+        why = "its input or output has no static shape under this profile"
+    if why:
+        raise UserError(f"{where}: {why}; keep it in ONNX Runtime (onnxruntime.keep_nodes)")
+    dtype = helper.tensor_dtype_to_np_dtype(t.elem[node.input[0]])
+    try:
+        return resize.lower(node, in_shape, out_shape, dtype, b.opset, consts,
+                            recurrent.Emitter(b, node.name or "resize", dtype))
+    except ValueError as e:
+        raise UserError(f"{where}: cannot be lowered: {e}; keep it in ONNX Runtime (onnxruntime.keep_nodes)") from None
+
+
 REWRITES = {"Shape": _shape_or_size, "Size": _shape_or_size, "Pow": _pow, "ReduceMax": _reduce_min_max,
             "ReduceMin": _reduce_min_max, "Split": _split, "Trilu": _trilu, "Mod": _mod,
-            "LayerNormalization": _layernorm, "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent}
+            "LayerNormalization": _layernorm, "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent,
+            "Resize": _resize}
 
 
 def _layernorm_with_stats(node, t: _Types, b: _Builder) -> list[onnx.NodeProto]:
@@ -235,6 +259,19 @@ def _initializer(graph: onnx.GraphProto, name: str) -> np.ndarray | None:
     for init in graph.initializer:
         if init.name == name:
             return numpy_helper.to_array(init)
+    return None
+
+
+def _constant(graph: onnx.GraphProto, name: str) -> np.ndarray | None:
+    """An initializer's or a Constant node's value (tensor or list forms), None if computed."""
+    value = _initializer(graph, name)
+    if value is not None:
+        return value
+    for n in graph.node:
+        if n.op_type == "Constant" and n.output[0] == name and len(n.attribute) == 1:
+            a = n.attribute[0]
+            v = helper.get_attribute_value(a)
+            return numpy_helper.to_array(v) if a.name == "value" else np.asarray(v)
     return None
 
 
