@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <numeric>
@@ -180,6 +181,7 @@ std::vector<double> time_runs(packrt::Model& model, const Args& a, const Inputs&
 // Prints every output (writing NAME.npy into `output_dir` if given); returns them as JSON.
 nlohmann::json write_outputs(const Outputs& out, const std::string& output_dir) {
   nlohmann::json outputs_json = nlohmann::json::array();
+  if (!output_dir.empty()) std::filesystem::create_directories(output_dir);   // like `mkdir -p`
   for (size_t k = 0; k < out.tensors.size(); ++k) {
     const packrt_tensor& t = out.tensors[k];
     const std::string& name = out.infos[k].name;

@@ -222,6 +222,7 @@ def test_runtime_rebuilds_from_package_sources(packages, cnn_input, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     r = run(["cmake", "--build", build, "-j", "2", "--target", "packrt-run"])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    r = run([build / "packrt-run", pkg, "--input", f"image={cnn_input[0]}", "--output-dir", tmp_path])
+    out = tmp_path / "not" / "yet" / "there"                 # --output-dir is created like `mkdir -p`
+    r = run([build / "packrt-run", pkg, "--input", f"image={cnn_input[0]}", "--output-dir", out])
     assert r.returncode == 0, r.stderr
-    assert np.load(tmp_path / "logits.npy").shape == (1, 10)
+    assert np.load(out / "logits.npy").shape == (1, 10)
