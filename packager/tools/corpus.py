@@ -155,9 +155,8 @@ def _child_cmd(name: str, out_dir: Path, row_file: Path, threads: int, iters: in
 
 def run_isolated(e: Entry, out_dir: Path, timeout: float, threads: int = 1, iters: int = 10) -> Row:
     """run_entry in a child process (own session, killed as a group at the time limit): a crash or
-    a hang in the compiler is this model's failed row. It runs in the model's work folder, where
-    stray files land (onnxruntime's symbolic shape inference writes sym_shape_infer_temp.onnx to
-    the working directory when it gives up)."""
+    a hang in the compiler is this model's failed row. It runs in the model's work folder, so a
+    stray file any library writes into the working directory stays with that model."""
     row_file = out_dir / e.name / "row.json"
     row_file.parent.mkdir(parents=True, exist_ok=True)
     row_file.unlink(missing_ok=True)
