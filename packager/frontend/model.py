@@ -14,7 +14,7 @@ import onnx
 from ..errors import UnsupportedConfigError, UnsupportedOpsError, UserError
 from ..spec import Profile, Spec, spec_error
 from . import recurrent
-from .opset import OpsetConversion, to_supported_opset
+from .opset import OPSET_MAX, OpsetConversion, default_opset, to_supported_opset
 
 
 # Operators the packager compiles: they lower to static-shape TIR kernels with no runtime
@@ -86,7 +86,7 @@ def load_model(path: Path) -> LoadedModel:
     inits = {i.name for i in proto.graph.initializer}
     inputs = [_tensor_info(v, path) for v in proto.graph.input if v.name not in inits]
     outputs = [_tensor_info(v, path) for v in proto.graph.output]
-    opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    opset = default_opset(proto) or OPSET_MAX     # a model of only ai.onnx.ml/custom nodes has none
     return LoadedModel(path, proto, opset, inputs, outputs, conversion=conversion)
 
 

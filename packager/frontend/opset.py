@@ -72,7 +72,9 @@ def to_supported_opset(proto: onnx.ModelProto, path: Path) -> tuple[onnx.ModelPr
     """The model in the supported opset range (a copy when it changes), and what was done."""
     version = default_opset(proto)
     newest = onnx.defs.onnx_opset_version()
-    if version is None or not ONNXRUNTIME_MIN_OPSET <= version <= newest:
+    if version is None:                # only other domains (ai.onnx.ml, custom): nothing to convert
+        return proto, None
+    if not ONNXRUNTIME_MIN_OPSET <= version <= newest:
         raise UserError(f"{path}: default-domain opset {version} is not one onnxruntime runs "
                         f"({ONNXRUNTIME_MIN_OPSET}-{newest}); re-export the model at opset {OPSET_MIN}-{OPSET_MAX}")
     target = min(max(version, OPSET_MIN), OPSET_MAX)

@@ -17,6 +17,7 @@ import onnx
 from onnx import helper
 
 from .fold import fold_constants
+from .opset import default_opset
 from .model import (ONNX_DTYPES, STATIC_OPERANDS, SUPPORTED_OPS, LoadedModel, TensorInfo, infer_shapes,
                     runtime_values, unsupported_configuration)
 
@@ -61,6 +62,8 @@ def _ort_shape_inference(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX Runtime's symbolic shape inference, which also knows its contrib ops (com.microsoft);
     the model unchanged if it cannot handle it. It runs in a scratch folder: when it falls back to
     ONNX's inference it writes sym_shape_infer_temp.onnx (+ .data) into the working directory."""
+    if default_opset(model) is None:         # it handles only models with default-domain nodes
+        return model
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
         with tempfile.TemporaryDirectory(prefix="packager-shapes-") as tmp, contextlib.chdir(tmp):
@@ -112,7 +115,7 @@ def _static(t: tuple[str, tuple] | None) -> bool:
 
 def _unsupported(node: onnx.NodeProto, graph: onnx.GraphProto, keep_ops: set[str], keep_nodes: set[str]) -> str | None:
     if node.domain not in ("", "ai.onnx"):
-        return f"custom domain {node.domain}"
+        return f"{'custom ' if node.domain != 'ai.onnx.ml' else ''}domain {node.domain}"
     if node.name and node.name in keep_nodes:
         return "listed in onnxruntime.keep_nodes"
     if node.op_type in keep_ops:

@@ -111,3 +111,16 @@ def test_minus_one_dim_is_bound_by_the_spec(tmp_path):
     assert r.returncode == 0, r.stderr
     r = run_pack("verify", tmp_path / "dist" / "m")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_model_without_default_domain_nodes_loads(tmp_path):
+    """An ai.onnx.ml-only model (scikit-learn exports) has no default-domain opset: nothing to
+    convert; partial offload then says what stays in ONNX Runtime (was 'opset None is not one
+    onnxruntime runs')."""
+    g = helper.make_graph([helper.make_node("Normalizer", ["x"], ["y"], domain="ai.onnx.ml", norm="L2")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("ai.onnx.ml", 3)])
+    m.ir_version = 8
+    loaded = load_model(save_model(m, tmp_path / "m.onnx"))
+    assert loaded.conversion is None and loaded.opset == OPSET_MAX
