@@ -13,15 +13,16 @@ import onnx
 
 from ..errors import UnsupportedConfigError, UnsupportedOpsError, UserError
 from ..spec import Profile, Spec, spec_error
-from . import recurrent
+from . import recurrent, selection
 from .opset import OPSET_MAX, OpsetConversion, default_opset, to_supported_opset
 
 
 # Operators the packager compiles: they lower to static-shape TIR kernels with no runtime
 # library calls. Ops the frontend knows but that need data-dependent shapes or TVM runtime
-# functions (NonZero, Unique, TopK, NonMaxSuppression, Resize, sequences, ...) are not listed,
+# functions (NonZero, Unique, NonMaxSuppression, sequences, ...) are not listed (TopK, CumSum and
+# Resize are rewritten into plain operators first: selection.py, resize.py),
 # nor IsInf (TVM's importer ignores detect_negative/detect_positive and gives wrong results),
-# CumSum (no CPU lowering), Cosh/Sinh (LLVM has no intrinsic for them in TVM 0.27) or Mish (TVM's
+# Cosh/Sinh (LLVM has no intrinsic for them in TVM 0.27) or Mish (TVM's
 # float32 softplus loses the small values ONNX's tests check near x = -10).
 SUPPORTED_OPS = frozenset("""
 Abs Acos Acosh Add And ArgMax ArgMin Asin Asinh Atan Atanh AveragePool BatchNormalization
@@ -35,6 +36,7 @@ ReduceSum ReduceSumSquare Relu Reshape Round Selu Shape Shrink Sigmoid Sign Sin 
 Softmax Softplus Softsign SpaceToDepth Split Sqrt Squeeze Sub Sum Tan Tanh ThresholdedRelu Tile
 Transpose Trilu Unsqueeze Where Xor
 LSTM GRU RNN Resize LRN ScatterND GatherND DequantizeLinear QuantizeLinear DynamicQuantizeLinear MatMulInteger
+CumSum TopK
 """.split())
 
 ONNX_DTYPES = {
@@ -130,7 +132,7 @@ def check_operators(model: LoadedModel) -> None:
 # per profile; Pad's constant_value is one TVM's importer needs as a constant too.
 STATIC_OPERANDS = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3), "Split": (1,),
-    "Squeeze": (1,), "Unsqueeze": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "CumSum": (1,),
+    "Squeeze": (1,), "Unsqueeze": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "CumSum": (1,), "TopK": (1,),
     "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,),
     "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,),
     "Resize": (1, 2, 3), "LSTM": (1, 2, 3, 7), "GRU": (1, 2, 3), "RNN": (1, 2, 3),
@@ -159,9 +161,18 @@ def unsupported_configuration(node: onnx.NodeProto, graph: onnx.GraphProto | Non
         return "uses keep_aspect_ratio_policy (compiled: stretch)"
     if op in recurrent.GATES:
         return recurrent.unsupported(node)
+    if op == "TopK":
+        k = _initializer_value(graph, node.input[1]) if graph is not None and len(node.input) > 1 else None
+        if k is not None and int(k.ravel()[0]) > selection.TOPK_MAX_K:
+            return f"selects k = {int(k.ravel()[0])} (compiled: k <= {selection.TOPK_MAX_K})"
     if op in ("QuantizeLinear", "DequantizeLinear") and "block_size" in attrs and attrs["block_size"].i:
         return "uses blocked quantization (block_size), which TVM's importer does not implement"
     return None
+
+
+def _initializer_value(graph: onnx.GraphProto, name: str) -> np.ndarray | None:
+    init = next((i for i in graph.initializer if i.name == name), None)
+    return None if init is None else onnx.numpy_helper.to_array(init)
 
 
 def runtime_values(nodes, seeds: set[str], opaque: set[int] = frozenset()) -> set[str]:

@@ -112,7 +112,7 @@ def lower(node: onnx.NodeProto, in_shape: tuple[int, ...], out_shape: tuple[int,
         if out[a] == in_shape[a] and scale[a] == 1.0 and not crop:
             continue
         M = axis_weights(node, opset, in_shape[a], out[a], scale[a], (roi[a], roi[rank + a]) if crop else None)
-        x = _apply_axis(e, x, M.astype(dtype), a, rank)
+        x = along_axis(e, x, M.astype(dtype), a, rank)
         inside.append((a, M.sum(axis=0) != 0))
     ev = float(attr(node, "extrapolation_value", 0.0))
     if crop and ev != 0.0:
@@ -125,8 +125,9 @@ def lower(node: onnx.NodeProto, in_shape: tuple[int, ...], out_shape: tuple[int,
     return e.nodes
 
 
-def _apply_axis(e, x: str, M: np.ndarray, axis: int, rank: int) -> str:
-    """x resized along `axis` by M [in, out]: one Gather, a few weighted Gathers, or a MatMul."""
+def along_axis(e, x: str, M: np.ndarray, axis: int, rank: int) -> str:
+    """x mapped along `axis` by M [in, out] (out[o] = sum_j M[j, o] x[j]): one Gather, a few
+    weighted Gathers, or a MatMul."""
     taps = int((M != 0).sum(axis=0).max(initial=0))
     order = np.argsort(M == 0, axis=0, kind="stable")[:max(taps, 1)]      # nonzero rows first per column
     if taps == 1 and np.isin(M, (0.0, 1.0)).all() and (M.sum(axis=0) == 1).all():

@@ -13,6 +13,7 @@ while avoiding constructs the importer rejects or gets wrong:
   importer's symbolic shape values are refused by many consumers).
 * `LSTM`, `GRU`, `RNN`: unrolled over the static sequence length (recurrent.py).
 * `Resize`: gathers and weighted sums per resized axis, weights from onnxruntime (resize.py).
+* `CumSum`, `TopK`: a triangular MatMul and rounds of ArgMax (selection.py).
 * Constant folding of small computations on constants (shape arithmetic such as
   Shape -> Gather -> Concat -> Reshape), with ONNX's reference evaluator, and `Constant` nodes
   in any of their attribute forms become initializers.
@@ -26,7 +27,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import UserError
-from . import recurrent, resize
+from . import recurrent, resize, selection
 from .attrs import attr
 
 FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
@@ -223,10 +224,39 @@ def _resize(node, t: _Types, b: _Builder):
         raise UserError(f"{where}: cannot be lowered: {e}; keep it in ONNX Runtime (onnxruntime.keep_nodes)") from None
 
 
+def _static_input(node, t: _Types, b: _Builder, what: str) -> tuple[str, tuple[int, ...], np.ndarray]:
+    """(where, static shape of input 0, value of input 1) or a clear error."""
+    where = f"node {node.name or '?'} ({node.op_type})"
+    shape = t.shape.get(node.input[0])
+    value = _constant(b.graph, node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    if value is None:
+        raise UserError(f"{where}: its {what} '{node.input[1]}' is computed at run time; keep it in ONNX Runtime "
+                        "(onnxruntime.keep_nodes)")
+    if shape is None or None in shape:
+        raise UserError(f"{where}: input '{node.input[0]}' has no static shape under this profile")
+    return where, shape, value
+
+
+def _cumsum(node, t: _Types, b: _Builder):
+    where, shape, axis = _static_input(node, t, b, "axis")
+    axis = int(axis.ravel()[0]) % len(shape)
+    if shape[axis] > selection.CUMSUM_MAX_LENGTH:
+        raise UserError(f"{where}: a running sum over {shape[axis]} elements (compiled: <= "
+                        f"{selection.CUMSUM_MAX_LENGTH}); keep it in ONNX Runtime (onnxruntime.keep_nodes)")
+    dtype = helper.tensor_dtype_to_np_dtype(t.elem[node.input[0]])
+    return selection.cumsum(node, shape, axis, dtype, recurrent.Emitter(b, node.name or "cumsum", dtype))
+
+
+def _topk(node, t: _Types, b: _Builder):
+    _, shape, k = _static_input(node, t, b, "k")
+    dtype = helper.tensor_dtype_to_np_dtype(t.elem[node.input[0]])
+    return selection.topk(node, shape, int(k.ravel()[0]), dtype, recurrent.Emitter(b, node.name or "topk", dtype))
+
+
 REWRITES = {"Shape": _shape_or_size, "Size": _shape_or_size, "Pow": _pow, "ReduceMax": _reduce_min_max,
             "ReduceMin": _reduce_min_max, "Split": _split, "Trilu": _trilu, "Mod": _mod,
             "LayerNormalization": _layernorm, "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent,
-            "Resize": _resize}
+            "Resize": _resize, "CumSum": _cumsum, "TopK": _topk}
 
 
 def _layernorm_with_stats(node, t: _Types, b: _Builder) -> list[onnx.NodeProto]:
