@@ -44,7 +44,7 @@ def test_unsupported_ops_listed_in_one_error(tmp_path):
     nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="nz_a"),
              helper.make_node("Relu", ["x"], ["r"], name="ok_relu"),
              helper.make_node("NonZero", ["r"], ["nz2"], name="nz_b"),
-             helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk_1", axis=1),
+             helper.make_node("Hardmax", ["x"], ["v"], name="hardmax_1", axis=1),
              helper.make_node("Frobnicate", ["x"], ["y"], name="custom_1", domain="com.example")]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
@@ -53,14 +53,14 @@ def test_unsupported_ops_listed_in_one_error(tmp_path):
     m.ir_version = 8
     onnx.save(m, str(tmp_path / "model.onnx"))
     r = run_pack("build", write_spec(tmp_path, SPEC + STRICT))
-    assert_clean_error(r, 2, "unsupported operator(s)", "NonZero (nodes: nz_a, nz_b)", "TopK (nodes: topk_1)",
+    assert_clean_error(r, 2, "unsupported operator(s)", "NonZero (nodes: nz_a, nz_b)", "Hardmax (nodes: hardmax_1)",
                        "com.example.Frobnicate (nodes: custom_1)")
     assert no_output_left(tmp_path)
 
 
 def test_unsupported_ops_without_custom_domain(tmp_path):
     nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="nz_a"),
-             helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk_1", axis=1),
+             helper.make_node("Hardmax", ["x"], ["v"], name="hardmax_1", axis=1),
              helper.make_node("Relu", ["x"], ["y"], name="ok")]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
@@ -69,7 +69,7 @@ def test_unsupported_ops_without_custom_domain(tmp_path):
     m.ir_version = 8
     onnx.save(m, str(tmp_path / "model.onnx"))
     r = run_pack("build", write_spec(tmp_path, SPEC + STRICT))
-    assert_clean_error(r, 2, "unsupported operator(s)", "NonZero (nodes: nz_a)", "TopK (nodes: topk_1)")
+    assert_clean_error(r, 2, "unsupported operator(s)", "NonZero (nodes: nz_a)", "Hardmax (nodes: hardmax_1)")
 
 
 def test_opset_onnxruntime_does_not_run(tmp_path):

@@ -154,13 +154,15 @@ def unsupported_configuration(node: onnx.NodeProto, graph: onnx.GraphProto | Non
         return "uses the optional Indices output"
     if op == "ConvTranspose" and "output_shape" in attrs:
         return "sets output_shape, which TVM's importer ignores; give pads/output_padding instead"
-    if op == "Reshape" and "allowzero" in attrs and attrs["allowzero"].i:
-        return "uses allowzero=1"
     if op == "Resize" and "keep_aspect_ratio_policy" in attrs and attrs["keep_aspect_ratio_policy"].s != b"stretch":
         # its scale and rounded output size do not fit the per-axis lowering (resize.py)
         return "uses keep_aspect_ratio_policy (compiled: stretch)"
     if op in recurrent.GATES:
         return recurrent.unsupported(node)
+    if op == "Reshape" and "allowzero" in attrs and attrs["allowzero"].i and graph is not None:
+        shape = _initializer_value(graph, node.input[1])
+        if shape is not None and (shape == 0).any():
+            return "uses allowzero=1 with a 0 in its shape (an empty tensor)"
     if op == "TopK":
         k = _initializer_value(graph, node.input[1]) if graph is not None and len(node.input) > 1 else None
         if k is not None and int(k.ravel()[0]) > selection.TOPK_MAX_K:

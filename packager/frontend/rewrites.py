@@ -14,6 +14,7 @@ while avoiding constructs the importer rejects or gets wrong:
 * `LSTM`, `GRU`, `RNN`: unrolled over the static sequence length (recurrent.py).
 * `Resize`: gathers and weighted sums per resized axis, weights from onnxruntime (resize.py).
 * `CumSum`, `TopK`: a triangular MatMul and rounds of ArgMax (selection.py).
+* `Reshape` with allowzero=1 and no 0 in its shape: the flag dropped (it only matters for 0s).
 * Constant folding of small computations on constants (shape arithmetic such as
   Shape -> Gather -> Concat -> Reshape), with ONNX's reference evaluator, and `Constant` nodes
   in any of their attribute forms become initializers.
@@ -253,10 +254,23 @@ def _topk(node, t: _Types, b: _Builder):
     return selection.topk(node, shape, int(k.ravel()[0]), dtype, recurrent.Emitter(b, node.name or "topk", dtype))
 
 
+def _reshape_allowzero(node, t: _Types, b: _Builder):
+    """allowzero=1 (torch's dynamo exporter writes it on every Reshape) only matters for a 0 in the
+    shape operand: without one, the same Reshape without the flag (TVM's importer ignores it)."""
+    shape = _constant(b.graph, node.input[1]) if attr(node, "allowzero", 0) else None
+    if shape is None:
+        return None
+    if (shape == 0).any():
+        raise UserError(f"node {node.name or '?'} (Reshape): allowzero=1 with a 0 in its shape (an empty tensor); "
+                        "keep it in ONNX Runtime (onnxruntime.keep_nodes)")
+    return [helper.make_node("Reshape", list(node.input), list(node.output), name=node.name)]
+
+
 REWRITES = {"Shape": _shape_or_size, "Size": _shape_or_size, "Pow": _pow, "ReduceMax": _reduce_min_max,
             "ReduceMin": _reduce_min_max, "Split": _split, "Trilu": _trilu, "Mod": _mod,
             "LayerNormalization": _layernorm, "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent,
-            "Resize": _resize, "CumSum": _cumsum, "TopK": _topk}
+            "Resize": _resize, "CumSum": _cumsum, "TopK": _topk,
+            "Reshape": _reshape_allowzero}
 
 
 def _layernorm_with_stats(node, t: _Types, b: _Builder) -> list[onnx.NodeProto]:

@@ -56,12 +56,12 @@ def test_diamond_through_a_kept_node_is_split_without_a_cycle():
 def test_keep_ops_and_unsupported_ops_stay_in_ort_with_reasons():
     k = numpy_helper.from_array(np.array([2], np.int64), "k")
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
-             helper.make_node("TopK", ["a", "k"], ["v", "i"], name="topk", axis=1),
+             helper.make_node("Hardmax", ["a"], ["v"], name="hardmax", axis=1),
              helper.make_node("Softmax", ["v"], ["s"], name="softmax", axis=1),
              helper.make_node("Neg", ["s"], ["y"], name="neg")]
     m = loaded(nodes, {"x": [3, 5]}, ["y"], [k])
     p, _ = split(m, ops=["Softmax"])
-    assert names(m, p.kept) == ["topk", "softmax"]
+    assert names(m, p.kept) == ["hardmax", "softmax"]
     assert p.reasons[1] == "operator not supported by the packager"
     assert p.reasons[2] == "listed in onnxruntime.keep_ops"
     assert [names(m, part.nodes) for part in p.parts] == [["relu"], ["neg"]]
@@ -83,7 +83,7 @@ def test_part_model_is_a_valid_standalone_model():
     k = numpy_helper.from_array(np.array([2], np.int64), "k")
     w = numpy_helper.from_array(np.ones((5, 4), np.float32), "w")
     nodes = [helper.make_node("MatMul", ["x", "w"], ["a"], name="mm"),
-             helper.make_node("TopK", ["a", "k"], ["v", "i"], name="topk", axis=1),
+             helper.make_node("Hardmax", ["a"], ["v"], name="hardmax", axis=1),
              helper.make_node("Relu", ["v"], ["y"], name="relu")]
     m = loaded(nodes, {"x": [3, 5]}, ["y"], [k, w])
     p, types = split(m)

@@ -67,3 +67,17 @@ def test_rewrites_replace_what_they_should():
     assert [n.op_type for n in out.graph.node] == ["Reshape"]
     assert numpy_helper.to_array(next(i for i in out.graph.initializer if i.name == out.graph.node[0].input[1])
                                  ).tolist() == [2, -1]
+
+
+def test_reshape_allowzero_without_zeros_loses_the_flag_and_with_zeros_stays_in_ort():
+    from packager.frontend.model import unsupported_configuration
+
+    shape = numpy_helper.from_array(np.array([4, -1], np.int64), "shape")
+    m = model([helper.make_node("Reshape", ["x", "shape"], ["y"], allowzero=1)], [("x", F, [2, 3, 4])],
+              [("y", F, [4, 6])], [shape])
+    assert unsupported_configuration(m.graph.node[0], m.graph) is None
+    loaded = LoadedModel(None, m, 18, [TensorInfo("x", "float32", (2, 3, 4))], [TensorInfo("y", "float32", (4, 6))])
+    out, changed = rewrite(infer_shapes(loaded, {"x": (2, 3, 4)}))
+    assert changed == 1 and [a.name for a in out.graph.node[0].attribute] == []
+    m.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array([0, 4, 6], np.int64), "shape"))
+    assert "allowzero=1 with a 0" in unsupported_configuration(m.graph.node[0], m.graph)

@@ -84,13 +84,14 @@ def attention_block() -> onnx.ModelProto:
 
 def partial_offload_model() -> onnx.ModelProto:
     """MatMul/Relu -> com.microsoft.Gelu (ORT contrib op) -> MatMul/Add -> TopK -> Softmax, Cast:
-    two ops the packager does not compile split the graph into four compiled parts."""
+    two ops the packager does not compile (a contrib op; TopK with k above what it unrolls)
+    split the graph into four compiled parts."""
     g = GraphBuilder(seed=9)
     h = g.op("Relu", [g.op("MatMul", ["x", g.weight("w1", (32, 64))])])
     gl = g.op("Gelu", [h])
     g.nodes[-1].domain = "com.microsoft"
     h2 = g.op("Add", [g.op("MatMul", [gl, g.weight("w2", (64, 48))]), g.weight("b2", (48,), 0.1)])
-    vals, idx = g.op("TopK", [h2, g.const("k", np.array([5], np.int64))], n_out=2, axis=-1)
+    vals, idx = g.op("TopK", [h2, g.const("k", np.array([40], np.int64))], n_out=2, axis=-1)
     g.op("Softmax", [g.op("Mul", [vals, g.const("t", np.array(2.0, np.float32))])], axis=-1)
     g.nodes[-1].output[0] = "probs"
     g.op("Cast", [idx], to=TensorProto.FLOAT)
