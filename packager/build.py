@@ -99,7 +99,7 @@ def check_inputs(spec: Spec, only_targets: list[str] | None):
         check_configurations(model)
     dtypes = bind_profiles(spec, model)
     if model.conversion is not None:
-        inputs = random_inputs(model, profile_shapes(model, spec.profiles[0]), dtypes)
+        inputs = random_inputs(model, profile_shapes(model, spec.profiles[0]), dtypes, values=spec.verify.inputs)
         check_conversion(spec.model, model.proto, inputs, model.conversion, spec.verify.rtol, spec.verify.atol)
     targets = resolve_all(spec, only_targets)
     for kind in dict.fromkeys(t.kind for t in targets):

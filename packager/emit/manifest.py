@@ -8,7 +8,7 @@ Schema (format "packager-package", version 1), at the package root:
   parts [{name, path, inputs, outputs}]                    (split models: each part is a sub-package
                                                             with its own manifest.json of the same form)
   ort {model, library {arch: path}, domain, op}, runtime {arch: {cli, library, static_library, example,
-  include}}, runtime_source, verify {rtol, atol}, build_report,
+  include}}, runtime_source, verify {rtol, atol, inputs (fixed test values)}, build_report,
   files {relative path: {bytes, sha256}}   (every file below the manifest's folder but itself)
 Paths are relative to the manifest's folder. The C++ runtime reads the same fields
 (runtime_cpp/src/package.cpp).
@@ -91,7 +91,7 @@ def package_manifest(spec: Spec, model, dtypes: dict[str, str], units: list[Unit
                      for p in spec.profiles] if split is not None else profile_entries(units[0]),
         "ort": {"model": "ort/model.onnx", "library": ort_libs, "domain": "ai.packager", "op": "PackagedModel"},
         "runtime": runtime, "runtime_source": "runtime/src",
-        "verify": {"rtol": spec.verify.rtol, "atol": spec.verify.atol},
+        "verify": {"rtol": spec.verify.rtol, "atol": spec.verify.atol, "inputs": spec.verify.inputs},
         "build_report": "build_report.json",
     }
     if split is not None:

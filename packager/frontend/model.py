@@ -249,6 +249,17 @@ def bind_profiles(spec: Spec, model: LoadedModel) -> dict[str, str]:
                         raise spec_error(spec, p, f"dynamic dim '{want}' is {got} here but {sym[want][0]} "
                                          f"for {sym[want][1]}; inputs sharing a dim name must agree")
                     sym.setdefault(want, (got, info.name))
+    for name, value in spec.verify.inputs.items():
+        if name not in names:
+            raise spec_error(spec, f"verify.inputs.{name}", f"the model has no input '{name}' "
+                             f"(its inputs: {', '.join(names)})")
+        for prof in spec.profiles:
+            shape = prof.shapes.get(name, next(i.shape for i in model.inputs if i.name == name))
+            try:
+                np.broadcast_to(np.asarray(value), shape)
+            except ValueError:
+                raise spec_error(spec, f"verify.inputs.{name}", f"a value of shape {list(np.shape(value))} does not "
+                                 f"broadcast to the input's shape {list(shape)} in profile {prof.name}") from None
     return dtypes
 
 
@@ -286,13 +297,16 @@ def infer_shapes(model: LoadedModel, shapes: dict[str, tuple[int, ...]], strict:
 
 
 def random_inputs(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str],
-                  seed: int = 0) -> dict[str, np.ndarray]:
-    """Deterministic test inputs: normal floats, small non-negative integers, random bools."""
+                  seed: int = 0, values: dict | None = None) -> dict[str, np.ndarray]:
+    """Deterministic test inputs: normal floats, small non-negative integers, random bools; an
+    input named in `values` (the spec's verify.inputs) gets that value, broadcast to its shape."""
     rng = np.random.default_rng(seed)
     out = {}
     for info in model.inputs:
         shape, dt = shapes[info.name], dtypes[info.name]
-        if dt.startswith("float"):
+        if values and info.name in values:
+            out[info.name] = np.broadcast_to(np.asarray(values[info.name], dt), shape).copy()
+        elif dt.startswith("float"):
             out[info.name] = rng.standard_normal(shape).astype(dt)
         elif dt == "bool":
             out[info.name] = rng.integers(0, 2, shape).astype(bool)

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from ..errors import UserError
@@ -115,11 +116,26 @@ def load_spec(path: str | Path, output_override: str | Path | None = None) -> Sp
     profiles = _profiles(r, top, inputs)
     targets = _targets(r, top)
     optimize = _optimize(r, top, base)
-    raw_verify = r.mapping(top.get("verify") or {}, "verify", ("rtol", "atol"))
+    raw_verify = r.mapping(top.get("verify") or {}, "verify", ("rtol", "atol", "inputs"))
     verify = VerifySpec(_number(r, raw_verify.get("rtol", 1e-4), "verify.rtol"),
-                        _number(r, raw_verify.get("atol", 1e-5), "verify.atol"))
+                        _number(r, raw_verify.get("atol", 1e-5), "verify.atol"), _test_values(r, raw_verify))
     ort = _onnxruntime(r, top)
     return Spec(path.resolve(), name, model, output, inputs, profiles, targets, optimize, verify, ort, top, r)
+
+
+def _test_values(r: _Reader, raw_verify: dict) -> dict:
+    """verify.inputs: name -> a number or a (nested) list of numbers."""
+    values = raw_verify.get("inputs") or {}
+    if not isinstance(values, dict):
+        r.fail("verify.inputs", "expected a mapping: input name -> the value verify feeds it (a number or a list)")
+    for name, value in values.items():
+        try:
+            arr = np.asarray(value)
+        except ValueError:
+            arr = np.asarray([None])
+        if arr.dtype.kind not in "biuf":
+            r.fail(f"verify.inputs.{name}", f"expected a number or a list of numbers, got {value!r}")
+    return {str(k): v for k, v in values.items()}
 
 
 def _files(r: _Reader, top: dict, base: Path, output_override) -> tuple[str, Path, Path]:

@@ -77,6 +77,9 @@ class OrtSpec:
 class VerifySpec:
     rtol: float = 1e-4
     atol: float = 1e-5
+    # input name -> the value verify and bench feed it instead of seeded random data (a sample
+    # rate, a flag, token ids in range), broadcast to each profile's shape; JSON-able as written
+    inputs: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

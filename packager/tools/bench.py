@@ -192,7 +192,8 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
         ort_peak: dict[str, float] = {}
         kernels: dict[str, list[dict]] = {}
         for k, prof in enumerate(pkg.manifest["profiles"]):
-            inputs = random_inputs(loaded, {n: tuple(s) for n, s in prof["inputs"].items()}, dtypes, seed=k)
+            inputs = random_inputs(loaded, {n: tuple(s) for n, s in prof["inputs"].items()}, dtypes, seed=k,
+                                   values=pkg.manifest.get("verify", {}).get("inputs"))
             args = _save_inputs(inputs, tmp)
             for _ in range(warmup):
                 reference.run(None, inputs)

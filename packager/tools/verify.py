@@ -119,7 +119,8 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
         flips = ROUNDING_FLIPS if any(n.op_type in REQUANTIZE_OPS for n in loaded.proto.graph.node) else 0.0
         run = _Run(pkg, units, model_path, rtol, atol, flips, boundary, has_gpu and cuda_ep_available(), Path(tmp))
         for k, prof in enumerate(pkg.manifest["profiles"]):
-            inputs = random_inputs(loaded, {n: tuple(s) for n, s in prof["inputs"].items()}, dtypes, seed=k)
+            inputs = random_inputs(loaded, {n: tuple(s) for n, s in prof["inputs"].items()}, dtypes, seed=k,
+                                   values=pkg.manifest.get("verify", {}).get("inputs"))
             cpu_ref = reference_outputs(model_path, inputs, boundary)
             gpu_ref = reference_outputs(model_path, inputs, boundary, cuda=True) if run.gpu_ref else cpu_ref
             results += _check_targets(run, targets, prof["name"], k, inputs, cpu_ref, gpu_ref)

@@ -64,6 +64,7 @@ def test_output_override_is_relative_to_cwd_not_spec(spec_dir, tmp_path):
     ("- name: batch8", "- name: default", ["profiles[0].name", "duplicate profile name"]),
     ("{image: {shape: [8, 3, 64, 64]}}", "{img: {shape: [8, 3, 64, 64]}}", ["profiles[0].inputs.img", "unknown key"]),
     ("rtol: 1.0e-3", "rtol: -1", ["verify.rtol", "expected a number"]),
+    ("atol: 0}", "atol: 0, inputs: {image: fast}}", ["verify.inputs.image", "expected a number or a list"]),
     ("name: cnn", "name: 'bad name!'", ["name", "package name must match"]),
     ("  - x86-64\n", "  - x86-64\n  - x86-64\n", ["targets[1]", "listed twice"]),
     ("name: cnn\n", "name: cnn\nname: other\n", ["line 2", "name: duplicate key"]),
@@ -92,3 +93,31 @@ def test_not_yaml(spec_dir):
 def test_missing_spec_file(tmp_path):
     with pytest.raises(UserError, match="spec file not found"):
         load_spec(tmp_path / "nope.yaml")
+
+
+def test_verify_inputs_are_fed_instead_of_random_data(tmp_path):
+    """verify.inputs fixes what verify and bench feed an input (a sample rate ORT checks); it must
+    name a model input and broadcast to each profile's shape."""
+    from onnx import TensorProto, helper
+
+    from packager.frontend import load_model, random_inputs
+    from packager.frontend.model import bind_profiles, profile_shapes
+    from support.helpers import save_model
+
+    g = helper.make_graph([helper.make_node("Add", ["x", "sr"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]),
+                           helper.make_tensor_value_info("sr", TensorProto.FLOAT, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    save_model(m, tmp_path / "model.onnx")
+    text = "name: m\nmodel: model.onnx\ninputs: {x: {shape: [3]}}\ntargets: [x86-64]\nverify: {inputs: VALUES}\n"
+    spec = load_spec(write_spec(tmp_path, text.replace("VALUES", "{sr: 16000}")))
+    model = load_model(spec.model)
+    dtypes = bind_profiles(spec, model)
+    feeds = random_inputs(model, profile_shapes(model, spec.profiles[0]), dtypes, values=spec.verify.inputs)
+    assert feeds["sr"].shape == () and feeds["sr"] == 16000 and feeds["x"].shape == (3,)
+    for values, needle in (("{rate: 1}", "the model has no input 'rate'"), ("{sr: [1, 2]}", "does not broadcast")):
+        spec = load_spec(write_spec(tmp_path, text.replace("VALUES", values)))
+        with pytest.raises(UserError, match=needle):
+            bind_profiles(spec, model)
