@@ -62,6 +62,12 @@ class Emitter:
             self.consts[key] = self.b.const(f"{self.prefix}_{hint}", value.copy(order="C"))
         return self.consts[key]
 
+    def unsqueeze(self, x: str, axes: list[int]) -> str:
+        """Unsqueeze in the model's opset (axes: an input from 13, an attribute before)."""
+        if self.b.opset >= 13:
+            return self("Unsqueeze", [x, self.const("axes", np.array(axes, np.int64))])
+        return self("Unsqueeze", [x], axes=axes)
+
     def scalar(self, v: float) -> str:
         return self.const("c", np.array(v, self.dtype))
 
@@ -120,10 +126,9 @@ def unroll(node: onnx.NodeProto, shapes: dict, weights: dict[str, np.ndarray], b
         for t in (range(seq - 1, -1, -1) if reverse_only or d == 1 else range(seq)):
             state = step(e("Gather", [xw, e.const("t", np.array(t, np.int64))], axis=0), state)   # [batch, G*hidden]
             hs[t] = state["h"]
-        ys.append(e("Concat", [e("Unsqueeze", [hs[t], e.const("ax01", np.array([0, 1], np.int64))])
-                               for t in range(seq)], axis=0))                            # [seq, 1, batch, hidden]
+        ys.append(e("Concat", [e.unsqueeze(hs[t], [0, 1]) for t in range(seq)], axis=0))  # [seq, 1, batch, hidden]
         for k in state:
-            finals[k].append(e("Unsqueeze", [state[k], e.const("ax0", np.array([0], np.int64))]))
+            finals[k].append(e.unsqueeze(state[k], [0]))
     _outputs(e, ys, finals, outs, layout)
     return e.nodes
 
@@ -147,8 +152,12 @@ class Cell:
 
     def _split(self, x: str, pieces: int) -> list[str]:
         outs = [self.e.b.fresh(f"{self.e.prefix}_gate") for _ in range(pieces)]
-        self.e.nodes.append(helper.make_node("Split", [x, self.e.const("split", np.array([self.hidden] * pieces,
-                                                                                          np.int64))], outs, axis=1))
+        sizes = [self.hidden] * pieces
+        if self.e.b.opset >= 13:
+            self.e.nodes.append(helper.make_node("Split", [x, self.e.const("split", np.array(sizes, np.int64))], outs,
+                                                 axis=1))
+        else:                                       # opset 11-12: sizes are an attribute
+            self.e.nodes.append(helper.make_node("Split", [x], outs, axis=1, split=sizes))
         return outs
 
     def _gate(self, fn, pre: str) -> str:

@@ -19,7 +19,8 @@ SEQ, BATCH, INPUT, HIDDEN = 5, 3, 4, 6
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
-def recurrent_model(op: str, direction: str, layout: int, initial: bool, extra: dict | None = None):
+def recurrent_model(op: str, direction: str, layout: int, initial: bool, extra: dict | None = None,
+                    opset: int = 14):
     dirs = 2 if direction == "bidirectional" else 1
     g = GATES[op]
     rng = np.random.default_rng(hash((op, direction, layout, initial)) % 2**32)
@@ -42,12 +43,13 @@ def recurrent_model(op: str, direction: str, layout: int, initial: bool, extra: 
     while not ins[-1]:
         ins.pop()
     outs = ["Y", "Y_h", "Y_c"][:3 if op == "LSTM" else 2]
-    node = helper.make_node(op, ins, outs, hidden_size=HIDDEN, direction=direction, layout=layout, **(extra or {}))
+    layout_attr = {"layout": layout} if opset >= 14 else {}          # the attribute is new in opset 14
+    node = helper.make_node(op, ins, outs, hidden_size=HIDDEN, direction=direction, **layout_attr, **(extra or {}))
     y_shape = [SEQ, dirs, BATCH, HIDDEN] if layout == 0 else [BATCH, SEQ, dirs, HIDDEN]
     graph_outputs = [helper.make_tensor_value_info("Y", T.FLOAT, y_shape)] + [
         helper.make_tensor_value_info(o, T.FLOAT, state_shape) for o in outs[1:]]
     m = helper.make_model(helper.make_graph([node], "g", graph_inputs, graph_outputs, inits),
-                          opset_imports=[helper.make_opsetid("", 14)])
+                          opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m
 
@@ -87,6 +89,12 @@ def test_unrolled_matches_onnxruntime(tmp_path, op, direction, layout, initial):
                                                   "activation_alpha": [0.3], "activation_beta": [0.4]})])
 def test_variants_match_onnxruntime(tmp_path, op, extra):
     _same_results(recurrent_model(op, "forward", 0, True, extra), tmp_path)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_unrolled_in_an_opset_12_model(tmp_path, op):
+    """Before opset 13 Unsqueeze/Split take axes/sizes as attributes (ddddocr's LSTM, opset 12)."""
+    _same_results(recurrent_model(op, "bidirectional", 0, True, opset=12), tmp_path)
 
 
 def test_variable_lengths_and_unknown_activations_stay_in_onnxruntime():
