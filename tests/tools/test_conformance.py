@@ -52,3 +52,21 @@ def test_static_operands_become_initializers():
     assert expected[0].shape == (2, 12)
     assert isinstance(feeds["data"], np.ndarray)
     assert onnx.checker.check_model(model) is None
+
+
+def test_a_case_where_onnxruntime_misses_the_expected_output_like_us_is_told_apart():
+    """'differs' only when onnxruntime misses ONNX's expected output and we compute what it does;
+    an output that also differs from onnxruntime is a failure."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    case = SimpleNamespace(rtol=1e-5, atol=1e-6)
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    relu = np.maximum(x, 0)
+    wrong_expectation = [relu + 1]
+    assert conf._mismatch(model, [relu], wrong_expectation, case)
+    assert conf._onnxruntime_agrees(model, {"x": x}, [relu], wrong_expectation, case)
+    assert not conf._onnxruntime_agrees(model, {"x": x}, [relu * 2], wrong_expectation, case)
+    assert not conf._onnxruntime_agrees(model, {"x": x}, [relu], [relu], case)     # onnxruntime is right
