@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import helper
 
+from . import resize
 from .fold import fold_constants
 from .opset import default_opset
 from .model import (ONNX_DTYPES, STATIC_OPERANDS, SUPPORTED_OPS, LoadedModel, TensorInfo, infer_shapes,
@@ -132,6 +133,8 @@ def partition(model: LoadedModel, profile_types: list[TensorTypes], keep_ops=(),
     reasons: dict[int, str] = {}
     for k, n in enumerate(nodes):
         why = _unsupported(n, graph, set(keep_ops), set(keep_nodes))
+        if not why and n.op_type == "Resize":          # needs the input's type (profile_types)
+            why = resize.unsupported(n, (profile_types[0].get(n.input[0]) or (None,))[0])
         if why:
             reasons[k] = why
     # Shape constraints, to a fixpoint: keeping one node in ORT can make a consumer's shape

@@ -6,9 +6,9 @@ of a product of per-axis weights (nearest: one tap; linear: two; cubic: four; an
 the filter covers). With static shapes the per-axis weights are constants, so for each resized axis
 we run that axis alone through onnxruntime on an identity matrix (rows = input positions) and read
 the matrix M_a [in, out] back. That reproduces every coordinate transform, nearest rounding mode,
-cubic coefficient, exclude_outside, antialias, axes and tf_crop_and_resize exactly as onnxruntime (the verify reference) defines them, instead of
-re-deriving the formulas; TVM's resize maps coordinates with the size ratio rather than the given
-scale and has no antialias, so it is not used.
+cubic coefficient, exclude_outside, antialias, axes and tf_crop_and_resize exactly as onnxruntime
+(the verify reference) defines them, instead of re-deriving the formulas; TVM's resize maps
+coordinates with the size ratio rather than the given scale and has no antialias, so it is not used.
 
 The graph then has, per resized axis: Gather with constant indices (one tap: exact, no
 arithmetic), sum_k Gather(x, idx_k) * w_k (up to MAX_TAPS taps: injective ops TVM fuses into one
@@ -32,14 +32,13 @@ from onnx import TensorProto, helper, numpy_helper
 from .attrs import attr
 
 MAX_TAPS = 4
-FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
 # attributes that describe how all axes relate; the per-axis resize gets the effective scale instead
 WHOLE_TENSOR_ATTRS = {"axes", "extrapolation_value"}
 
 
-def unsupported(node: onnx.NodeProto, elem_type: int | None) -> str | None:
-    """Why this Resize cannot be lowered from what the node and its input type say, or None."""
-    if attr(node, "mode", b"nearest") != b"nearest" and elem_type is not None and elem_type not in FLOAT_TYPES:
+def unsupported(node: onnx.NodeProto, dtype: str | None) -> str | None:
+    """Why this Resize cannot be lowered from what the node and its input's dtype say, or None."""
+    if attr(node, "mode", b"nearest") != b"nearest" and dtype is not None and not dtype.startswith("float"):
         return "interpolates integers (onnxruntime rounds them; only mode 'nearest' compiles for integer inputs)"
     return None
 
@@ -112,6 +111,8 @@ def lower(node: onnx.NodeProto, in_shape: tuple[int, ...], out_shape: tuple[int,
         if out[a] == in_shape[a] and scale[a] == 1.0 and not crop:
             continue
         M = axis_weights(node, opset, in_shape[a], out[a], scale[a], (roi[a], roi[rank + a]) if crop else None)
+        if M.shape[0] == M.shape[1] and np.array_equal(M, np.eye(M.shape[0], dtype=M.dtype)):
+            continue                                  # e.g. a crop of [0, 1] on the batch axis
         x = along_axis(e, x, M.astype(dtype), a, rank)
         inside.append((a, M.sum(axis=0) != 0))
     ev = float(attr(node, "extrapolation_value", 0.0))

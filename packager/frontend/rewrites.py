@@ -206,7 +206,8 @@ def _recurrent(node, t: _Types, b: _Builder):
 def _resize(node, t: _Types, b: _Builder):
     where = f"node {node.name or '?'} (Resize)"
     in_shape, out_shape = t.shape.get(node.input[0]), t.shape.get(node.output[0])
-    why = resize.unsupported(node, t.elem.get(node.input[0]))
+    elem = t.elem.get(node.input[0])
+    why = resize.unsupported(node, None if elem is None else helper.tensor_dtype_to_np_dtype(elem).name)
     consts = {}
     for key, name in zip(("roi", "scales", "sizes"), node.input[1:4]):
         if name:

@@ -129,3 +129,13 @@ def test_shape_inference_leaves_no_files_in_the_working_directory(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     tensor_types(m, {"x": (4, 4)})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_resize_interpolating_integers_stays_in_onnxruntime():
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [helper.make_node("Cast", ["x"], ["q"], name="cast", to=TensorProto.UINT8),
+             helper.make_node("Resize", ["q", "", "scales"], ["r"], name="resize", mode="linear"),
+             helper.make_node("Cast", ["r"], ["y"], name="back", to=TensorProto.FLOAT)]
+    m = loaded(nodes, {"x": [1, 1, 4, 4]}, ["y"], [scales])
+    p, _ = split(m)
+    assert names(m, p.kept) == ["resize"] and "interpolates integers" in p.reasons[1]
