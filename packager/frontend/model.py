@@ -36,7 +36,7 @@ ReduceSum ReduceSumSquare Relu Reshape Round Selu Shape Shrink Sigmoid Sign Sin 
 Softmax Softplus Softsign SpaceToDepth Split Sqrt Squeeze Sub Sum Tan Tanh ThresholdedRelu Tile
 Transpose Trilu Unsqueeze Where Xor
 LSTM GRU RNN Resize LRN ScatterND GatherND DequantizeLinear QuantizeLinear DynamicQuantizeLinear MatMulInteger
-CumSum TopK
+CumSum TopK QLinearMatMul QLinearConv ConvInteger
 """.split())
 
 ONNX_DTYPES = {
@@ -136,6 +136,7 @@ STATIC_OPERANDS = {
     "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,),
     "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,),
     "Resize": (1, 2, 3), "LSTM": (1, 2, 3, 7), "GRU": (1, 2, 3), "RNN": (1, 2, 3),
+    "QLinearMatMul": (1, 2, 4, 5, 6, 7), "QLinearConv": (1, 2, 3, 4, 5, 6, 7, 8), "ConvInteger": (1, 2, 3),
 }
 SHAPE_ONLY_OPS = {"Shape", "Size"}           # their outputs depend on shapes, not values
 

@@ -15,6 +15,8 @@ while avoiding constructs the importer rejects or gets wrong:
 * `Resize`: gathers and weighted sums per resized axis, weights from onnxruntime (resize.py).
 * `CumSum`, `TopK`: a triangular MatMul and rounds of ArgMax (selection.py).
 * `Reshape` with allowzero=1 and no 0 in its shape: the flag dropped (it only matters for 0s).
+* `QLinearMatMul`, `QLinearConv`, `ConvInteger`: MatMulInteger / shifted float Conv + requantize
+  (quantized.py).
 * Constant folding of small computations on constants (shape arithmetic such as
   Shape -> Gather -> Concat -> Reshape), with ONNX's reference evaluator, and `Constant` nodes
   in any of their attribute forms become initializers.
@@ -28,7 +30,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import UserError
-from . import recurrent, resize, selection
+from . import quantized, recurrent, resize, selection
 from .attrs import attr
 
 FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
@@ -267,11 +269,30 @@ def _reshape_allowzero(node, t: _Types, b: _Builder):
     return [helper.make_node("Reshape", list(node.input), list(node.output), name=node.name)]
 
 
+QUANTIZED_CONSTANTS = {"QLinearMatMul": (1, 2, 4, 5, 6, 7), "QLinearConv": (1, 2, 3, 4, 5, 6, 7, 8),
+                       "ConvInteger": (1, 2, 3)}
+
+
+def _quantized(node, t: _Types, b: _Builder):
+    where = f"node {node.name or '?'} ({node.op_type})"
+    c = [_constant(b.graph, n) if n else None for n in node.input]
+    computed = [node.input[i] for i in QUANTIZED_CONSTANTS[node.op_type] if i < len(node.input) and node.input[i]
+                and c[i] is None]
+    if computed:
+        raise UserError(f"{where}: its quantization parameters/weights {computed} are computed at run time; keep it "
+                        "in ONNX Runtime (onnxruntime.keep_nodes)")
+    e = recurrent.Emitter(b, node.name or node.op_type.lower(), np.float32)
+    if node.op_type == "QLinearMatMul":
+        return quantized.qlinear_matmul(node, c, e)
+    return quantized.qlinear_conv(node, c, e) if node.op_type == "QLinearConv" else quantized.conv_integer(node, c, e)
+
+
 REWRITES = {"Shape": _shape_or_size, "Size": _shape_or_size, "Pow": _pow, "ReduceMax": _reduce_min_max,
             "ReduceMin": _reduce_min_max, "Split": _split, "Trilu": _trilu, "Mod": _mod,
             "LayerNormalization": _layernorm, "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent,
             "Resize": _resize, "CumSum": _cumsum, "TopK": _topk,
-            "Reshape": _reshape_allowzero}
+            "Reshape": _reshape_allowzero, "QLinearMatMul": _quantized, "QLinearConv": _quantized,
+            "ConvInteger": _quantized}
 
 
 def _layernorm_with_stats(node, t: _Types, b: _Builder) -> list[onnx.NodeProto]:
