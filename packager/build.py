@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Callable
 
@@ -31,6 +32,7 @@ from .emit.runtime import build_runtime, bundle_runtimes
 from .frontend import (bind_profiles, check_configurations, check_operators, load_model, profile_shapes,
                        random_inputs)
 from .frontend.opset import check_conversion
+from .frontend.rewrites import describe_lowered
 from .frontend.units import split_units
 from .spec import Spec
 from .targets import host_arch, resolve_all
@@ -127,8 +129,10 @@ def _log_offload(log: Log, model, split) -> None:
 def _log_passes(log: Log, units, ort_note: str) -> None:
     first = [next(iter(u.imports.values())) for u in units if u.imports]
     notes = sorted({s.note for s in first if s.note})
+    lowered = sum((Counter(s.lowered) for s in first), Counter())
+    lowered_note = f"; lowered {describe_lowered(dict(lowered))}" if lowered else ""
     log(f"  frontend: onnxruntime folded {sum(s.folded for s in first)} node(s) to constants, our rewrites changed "
-        f"{sum(s.rewritten for s in first)} (first profile){''.join(f'; {n}' for n in notes)}")
+        f"{sum(s.rewritten for s in first)} (first profile){lowered_note}{''.join(f'; {n}' for n in notes)}")
     for p in units[0].graph_passes:
         log(f"  pass {p.name}: {p.status}: {p.summary}")
     for tr in units[0].target_reports:

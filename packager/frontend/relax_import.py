@@ -3,12 +3,13 @@ folding (fold.py, onnxruntime) and our rewrites (rewrites.py)."""
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 from ..errors import InternalError, UserError
 from .fold import fold_constants
 from .model import LoadedModel, bind_dims, first_line, infer_shapes
-from .rewrites import rewrite
+from .rewrites import LOWERED_TO, rewrite
 
 
 @dataclass(frozen=True)
@@ -18,10 +19,11 @@ class ImportStats:
     folded: int                    # nodes onnxruntime's constant folding replaced by constants
     rewritten: int                 # nodes our rewrites replaced or folded
     note: str = ""                 # why onnxruntime did not fold, if it did not
+    lowered: dict = field(default_factory=dict)    # op type -> how many were lowered (rewrites.LOWERED_TO)
 
     def as_dict(self) -> dict:
         return {"folded_by_onnxruntime": self.folded, "rewritten": self.rewritten,
-                **({"note": self.note} if self.note else {})}
+                **({"note": self.note} if self.note else {}), **({"lowered": self.lowered} if self.lowered else {})}
 
 
 def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str]):
@@ -30,6 +32,7 @@ def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes:
     from tvm.relax.frontend.onnx import from_onnx
 
     folded = fold_constants(bind_dims(model.proto, shapes))
+    before = Counter(n.op_type for n in folded.model.graph.node if n.op_type in LOWERED_TO)
     bound, rewritten = rewrite(infer_shapes(model, shapes, proto=folded.model))
     try:
         with warnings.catch_warnings():
@@ -41,4 +44,5 @@ def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes:
     params = list(mod["main"].params)
     if len(params) != len(model.inputs):
         raise InternalError(f"{model}: importer produced {len(params)} inputs, the model has {len(model.inputs)}")
-    return mod, ImportStats(folded.removed, rewritten, folded.note)
+    after = Counter(n.op_type for n in bound.graph.node if n.op_type in LOWERED_TO)
+    return mod, ImportStats(folded.removed, rewritten, folded.note, dict(before - after))

@@ -287,6 +287,18 @@ def _quantized(node, t: _Types, b: _Builder):
     return quantized.qlinear_conv(node, c, e) if node.op_type == "QLinearConv" else quantized.conv_integer(node, c, e)
 
 
+# what each lowered operator becomes, for the build report (QLinearConv/ConvInteger are not int8 kernels)
+LOWERED_TO = {"LSTM": "unrolled steps", "GRU": "unrolled steps", "RNN": "unrolled steps",
+              "Resize": "per-axis gathers", "CumSum": "a triangular MatMul", "TopK": "ArgMax rounds",
+              "QLinearMatMul": "MatMulInteger (int8) + requantize", "QLinearConv": "a float32 Conv + requantize",
+              "ConvInteger": "a float32 Conv"}
+
+
+def describe_lowered(lowered: dict[str, int]) -> str:
+    """'QLinearConv x3 -> a float32 Conv + requantize, Resize x2 -> per-axis gathers'"""
+    return ", ".join(f"{op} x{n} -> {LOWERED_TO[op]}" for op, n in sorted(lowered.items()))
+
+
 REWRITES = {"Shape": _shape_or_size, "Size": _shape_or_size, "Pow": _pow, "ReduceMax": _reduce_min_max,
             "ReduceMin": _reduce_min_max, "Split": _split, "Trilu": _trilu, "Mod": _mod,
             "LayerNormalization": _layernorm, "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent,

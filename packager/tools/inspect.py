@@ -8,6 +8,7 @@ from typing import Callable
 
 from ..codegen.backend import backend_for
 from ..emit.manifest import open_package
+from ..frontend.rewrites import describe_lowered
 
 
 def inspect_package(package: Path, log: Callable[[str], None] = print) -> list[str]:
@@ -27,8 +28,9 @@ def inspect_package(package: Path, log: Callable[[str], None] = print) -> list[s
         log(f"  opset {opset['source']} -> {opset['compiled']} ({opset['how']}); {opset['check']}")
     for where, f in report.get("frontend", {}).get("folding", {}).items():
         if f["folded_by_onnxruntime"] or f["rewritten"] or f.get("note"):
+            lowered = f"; lowered {describe_lowered(f['lowered'])}" if f.get("lowered") else ""
             log(f"  frontend {where}: {f['folded_by_onnxruntime']} node(s) folded by onnxruntime, {f['rewritten']} "
-                f"rewritten{'; ' + f['note'] if f.get('note') else ''}")
+                f"rewritten{lowered}{'; ' + f['note'] if f.get('note') else ''}")
     for r in report.get("targets", []):
         arenas = ", ".join(f"{p['name']} {p['arena_bytes'] / 1e6:.2f} MB" for p in r.get("profiles", []))
         part = f" [part {r['part']}]" if r.get("part") else ""

@@ -67,3 +67,20 @@ def test_conv_integer_is_exact():
     node = helper.make_node("ConvInteger", ["x", "w", "xzp", "wzp"], ["y"])
     ours, ref = _both(_model(node, x, consts), x)
     assert ours.dtype == np.int32 and (ours == ref).all()
+
+
+def test_the_report_says_what_was_lowered_and_that_convolutions_run_in_float32(tmp_path):
+    from packager.frontend import LoadedModel, TensorInfo
+    from packager.frontend.relax_import import import_relax
+    from packager.frontend.rewrites import describe_lowered
+
+    x = RNG.integers(0, 256, (1, 4, 9, 9)).astype(np.uint8)
+    consts = {"w": RNG.integers(0, 256, (6, 4, 3, 3)).astype(np.uint8), "xzp": np.array(100, np.uint8),
+              "wzp": np.array(128, np.uint8)}
+    m = _model(helper.make_node("ConvInteger", ["x", "w", "xzp", "wzp"], ["y"]), x, consts)
+    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.INT32, [1, 6, 7, 7]))
+    loaded = LoadedModel(tmp_path / "m.onnx", m, 21, [TensorInfo("x", "uint8", (1, 4, 9, 9))],
+                         [TensorInfo("y", "int32", (1, 6, 7, 7))])
+    _, stats = import_relax(loaded, {"x": (1, 4, 9, 9)}, {"x": "uint8"})
+    assert stats.lowered == {"ConvInteger": 1} and stats.as_dict()["lowered"] == {"ConvInteger": 1}
+    assert describe_lowered(stats.lowered) == "ConvInteger x1 -> a float32 Conv"
