@@ -32,7 +32,7 @@ from .emit.runtime import build_runtime, bundle_runtimes
 from .frontend import (bind_profiles, check_configurations, check_operators, load_model, profile_shapes,
                        random_inputs)
 from .frontend.opset import check_conversion
-from .frontend.rewrites import describe_lowered
+from .frontend.lowering import describe_lowered
 from .frontend.units import split_units
 from .spec import Spec
 from .targets import host_arch, resolve_all

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from ..errors import InternalError, UserError
 from .fold import fold_constants
 from .model import LoadedModel, bind_dims, first_line, infer_shapes
-from .rewrites import LOWERED_TO, rewrite
+from .lowering import LOWERED_TO
+from .rewrites import rewrite
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,7 @@ class ImportStats:
     folded: int                    # nodes onnxruntime's constant folding replaced by constants
     rewritten: int                 # nodes our rewrites replaced or folded
     note: str = ""                 # why onnxruntime did not fold, if it did not
-    lowered: dict = field(default_factory=dict)    # op type -> how many were lowered (rewrites.LOWERED_TO)
+    lowered: dict = field(default_factory=dict)    # op type -> how many were lowered (lowering.LOWERED_TO)
 
     def as_dict(self) -> dict:
         return {"folded_by_onnxruntime": self.folded, "rewritten": self.rewritten,

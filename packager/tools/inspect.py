@@ -8,7 +8,7 @@ from typing import Callable
 
 from ..codegen.backend import backend_for
 from ..emit.manifest import open_package
-from ..frontend.rewrites import describe_lowered
+from ..frontend.lowering import describe_lowered
 
 
 def inspect_package(package: Path, log: Callable[[str], None] = print) -> list[str]:

@@ -72,7 +72,7 @@ def test_conv_integer_is_exact():
 def test_the_report_says_what_was_lowered_and_that_convolutions_run_in_float32(tmp_path):
     from packager.frontend import LoadedModel, TensorInfo
     from packager.frontend.relax_import import import_relax
-    from packager.frontend.rewrites import describe_lowered
+    from packager.frontend.lowering import describe_lowered
 
     x = RNG.integers(0, 256, (1, 4, 9, 9)).astype(np.uint8)
     consts = {"w": RNG.integers(0, 256, (6, 4, 3, 3)).astype(np.uint8), "xzp": np.array(100, np.uint8),

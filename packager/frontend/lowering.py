@@ -1,0 +1,137 @@
+"""Operators TVM's importer lacks, lowered into ones it compiles (each hook: (node, types, builder)
+-> replacement nodes; registered in rewrites.REWRITES): LSTM/GRU/RNN (recurrent.py), Resize
+(resize.py), CumSum/TopK (selection.py), QLinearMatMul/QLinearConv/ConvInteger (quantized.py).
+A node a hook cannot lower under this profile is a clear error naming it (partial offload keeps
+what it can tell up front in ONNX Runtime)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import UserError
+from . import quantized, recurrent, resize, selection
+from .attrs import attr
+
+
+def initializer(graph: onnx.GraphProto, name: str) -> np.ndarray | None:
+    for init in graph.initializer:
+        if init.name == name:
+            return numpy_helper.to_array(init)
+    return None
+
+
+def constant(graph: onnx.GraphProto, name: str) -> np.ndarray | None:
+    """An initializer's or a Constant node's value (tensor or list forms), None if computed."""
+    value = initializer(graph, name)
+    if value is not None:
+        return value
+    for n in graph.node:
+        if n.op_type == "Constant" and n.output[0] == name and len(n.attribute) == 1:
+            a = n.attribute[0]
+            v = helper.get_attribute_value(a)
+            return numpy_helper.to_array(v) if a.name == "value" else np.asarray(v)
+    return None
+
+
+def _recurrent(node, t, b):
+    ins = list(node.input) + [""] * 8
+    x_shape = t.shape.get(ins[0])
+    weights = {n: initializer(b.graph, n) for n in (ins[1], ins[2], ins[3], ins[7]) if n}
+    where = f"node {node.name or '?'} ({node.op_type})"
+    if any(v is None for v in weights.values()):
+        raise UserError(f"{where}: its weights are computed at run time; a recurrent layer compiles only with "
+                        "constant W/R/B/P (keep it in ONNX Runtime: onnxruntime.keep_nodes)")
+    if x_shape is None or None in x_shape:
+        raise UserError(f"{where}: input '{ins[0]}' has no static shape under this profile")
+    steps = x_shape[attr(node, "layout", 0)]
+    if steps > recurrent.MAX_STEPS:
+        raise UserError(f"{where}: {steps} time steps; unrolling is limited to {recurrent.MAX_STEPS} "
+                        "(keep it in ONNX Runtime: onnxruntime.keep_nodes)")
+    return recurrent.unroll(node, t.shape, weights, b)
+
+
+def _resize(node, t, b):
+    where = f"node {node.name or '?'} (Resize)"
+    in_shape, out_shape = t.shape.get(node.input[0]), t.shape.get(node.output[0])
+    elem = t.elem.get(node.input[0])
+    why = resize.unsupported(node, None if elem is None else helper.tensor_dtype_to_np_dtype(elem).name)
+    consts = {}
+    for key, name in zip(("roi", "scales", "sizes"), node.input[1:4]):
+        if name:
+            consts[key] = constant(b.graph, name)
+            if consts[key] is None:
+                why = why or f"its {key} '{name}' is computed at run time"
+    if not why and (in_shape is None or out_shape is None or None in in_shape or None in out_shape):
+        why = "its input or output has no static shape under this profile"
+    if why:
+        raise UserError(f"{where}: {why}; keep it in ONNX Runtime (onnxruntime.keep_nodes)")
+    dtype = helper.tensor_dtype_to_np_dtype(t.elem[node.input[0]])
+    try:
+        return resize.lower(node, in_shape, out_shape, dtype, b.opset, consts,
+                            recurrent.Emitter(b, node.name or "resize", dtype))
+    except ValueError as e:
+        raise UserError(f"{where}: cannot be lowered: {e}; keep it in ONNX Runtime (onnxruntime.keep_nodes)") from None
+
+
+def _static_input(node, t, b, what: str) -> tuple[str, tuple[int, ...], np.ndarray]:
+    """(where, static shape of input 0, value of input 1) or a clear error."""
+    where = f"node {node.name or '?'} ({node.op_type})"
+    shape = t.shape.get(node.input[0])
+    value = constant(b.graph, node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    if value is None:
+        raise UserError(f"{where}: its {what} '{node.input[1]}' is computed at run time; keep it in ONNX Runtime "
+                        "(onnxruntime.keep_nodes)")
+    if shape is None or None in shape:
+        raise UserError(f"{where}: input '{node.input[0]}' has no static shape under this profile")
+    return where, shape, value
+
+
+def _cumsum(node, t, b):
+    where, shape, axis = _static_input(node, t, b, "axis")
+    axis = int(axis.ravel()[0]) % len(shape)
+    if shape[axis] > selection.CUMSUM_MAX_LENGTH:
+        raise UserError(f"{where}: a running sum over {shape[axis]} elements (compiled: <= "
+                        f"{selection.CUMSUM_MAX_LENGTH}); keep it in ONNX Runtime (onnxruntime.keep_nodes)")
+    dtype = helper.tensor_dtype_to_np_dtype(t.elem[node.input[0]])
+    return selection.cumsum(node, shape, axis, dtype, recurrent.Emitter(b, node.name or "cumsum", dtype))
+
+
+def _topk(node, t, b):
+    _, shape, k = _static_input(node, t, b, "k")
+    dtype = helper.tensor_dtype_to_np_dtype(t.elem[node.input[0]])
+    return selection.topk(node, shape, int(k.ravel()[0]), dtype, recurrent.Emitter(b, node.name or "topk", dtype))
+
+
+QUANTIZED_CONSTANTS = {"QLinearMatMul": (1, 2, 4, 5, 6, 7), "QLinearConv": (1, 2, 3, 4, 5, 6, 7, 8),
+                       "ConvInteger": (1, 2, 3)}
+
+
+def _quantized(node, t, b):
+    where = f"node {node.name or '?'} ({node.op_type})"
+    c = [constant(b.graph, n) if n else None for n in node.input]
+    computed = [node.input[i] for i in QUANTIZED_CONSTANTS[node.op_type] if i < len(node.input) and node.input[i]
+                and c[i] is None]
+    if computed:
+        raise UserError(f"{where}: its quantization parameters/weights {computed} are computed at run time; keep it "
+                        "in ONNX Runtime (onnxruntime.keep_nodes)")
+    e = recurrent.Emitter(b, node.name or node.op_type.lower(), np.float32)
+    if node.op_type == "QLinearMatMul":
+        return quantized.qlinear_matmul(node, c, e)
+    return quantized.qlinear_conv(node, c, e) if node.op_type == "QLinearConv" else quantized.conv_integer(node, c, e)
+
+
+# what each lowered operator becomes, for the build report (QLinearConv/ConvInteger are not int8 kernels)
+LOWERED_TO = {"LSTM": "unrolled steps", "GRU": "unrolled steps", "RNN": "unrolled steps",
+              "Resize": "per-axis gathers", "CumSum": "a triangular MatMul", "TopK": "ArgMax rounds",
+              "QLinearMatMul": "MatMulInteger (int8) + requantize", "QLinearConv": "a float32 Conv + requantize",
+              "ConvInteger": "a float32 Conv"}
+
+
+def describe_lowered(lowered: dict[str, int]) -> str:
+    """'QLinearConv x3 -> a float32 Conv + requantize, Resize x2 -> per-axis gathers'"""
+    return ", ".join(f"{op} x{n} -> {LOWERED_TO[op]}" for op, n in sorted(lowered.items()))
+
+
+LOWERINGS = {"LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent, "Resize": _resize, "CumSum": _cumsum,
+             "TopK": _topk, "QLinearMatMul": _quantized, "QLinearConv": _quantized, "ConvInteger": _quantized}
