@@ -11,8 +11,8 @@ while avoiding constructs the importer rejects or gets wrong:
   importer implements only the normalized output).
 * `Shape`/`Size` of a tensor with a static shape: a constant (shapes are static per profile; the
   importer's symbolic shape values are refused by many consumers).
-* `LSTM`, `GRU`, `RNN`: unrolled over the static sequence length (recurrent.py; this and the next
-  three lowerings are registered from lowering.py).
+* `LSTM`, `GRU`, `RNN`: unrolled over the static sequence length (recurrent.py; these, Resize,
+  CumSum/TopK and the QLinear ops are registered from lowering.py).
 * `Resize`: gathers and weighted sums per resized axis, weights from onnxruntime (resize.py).
 * `CumSum`, `TopK`: a triangular MatMul and rounds of ArgMax (selection.py).
 * `Reshape` with allowzero=1 and no 0 in its shape: the flag dropped (it only matters for 0s).
