@@ -6,32 +6,17 @@ what it can tell up front in ONNX Runtime)."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from ..errors import UserError
 from . import quantized, recurrent, resize, selection
-from .attrs import attr
+from .attrs import attr, constant, initializer
+from .model import STATIC_OPERANDS
 
 
-def initializer(graph: onnx.GraphProto, name: str) -> np.ndarray | None:
-    for init in graph.initializer:
-        if init.name == name:
-            return numpy_helper.to_array(init)
-    return None
-
-
-def constant(graph: onnx.GraphProto, name: str) -> np.ndarray | None:
-    """An initializer's or a Constant node's value (tensor or list forms), None if computed."""
-    value = initializer(graph, name)
-    if value is not None:
-        return value
-    for n in graph.node:
-        if n.op_type == "Constant" and n.output[0] == name and len(n.attribute) == 1:
-            a = n.attribute[0]
-            v = helper.get_attribute_value(a)
-            return numpy_helper.to_array(v) if a.name == "value" else np.asarray(v)
-    return None
+def _refuse(node, why: str) -> UserError:
+    return UserError(f"node {node.name or '?'} ({node.op_type}): {why}; keep it in ONNX Runtime "
+                     "(onnxruntime.keep_nodes)")
 
 
 def _recurrent(node, t, b):
@@ -52,7 +37,6 @@ def _recurrent(node, t, b):
 
 
 def _resize(node, t, b):
-    where = f"node {node.name or '?'} (Resize)"
     in_shape, out_shape = t.shape.get(node.input[0]), t.shape.get(node.output[0])
     elem = t.elem.get(node.input[0])
     why = resize.unsupported(node, None if elem is None else helper.tensor_dtype_to_np_dtype(elem).name)
@@ -65,56 +49,48 @@ def _resize(node, t, b):
     if not why and (in_shape is None or out_shape is None or None in in_shape or None in out_shape):
         why = "its input or output has no static shape under this profile"
     if why:
-        raise UserError(f"{where}: {why}; keep it in ONNX Runtime (onnxruntime.keep_nodes)")
+        raise _refuse(node, why)
     dtype = helper.tensor_dtype_to_np_dtype(t.elem[node.input[0]])
     try:
         return resize.lower(node, in_shape, out_shape, dtype, b.opset, consts,
                             recurrent.Emitter(b, node.name or "resize", dtype))
     except ValueError as e:
-        raise UserError(f"{where}: cannot be lowered: {e}; keep it in ONNX Runtime (onnxruntime.keep_nodes)") from None
+        raise _refuse(node, f"cannot be lowered: {e}") from None
 
 
-def _static_input(node, t, b, what: str) -> tuple[str, tuple[int, ...], np.ndarray]:
-    """(where, static shape of input 0, value of input 1) or a clear error."""
-    where = f"node {node.name or '?'} ({node.op_type})"
+def _static_input(node, t, b, what: str) -> tuple[tuple[int, ...], np.ndarray]:
+    """(static shape of input 0, value of input 1) or a clear error."""
     shape = t.shape.get(node.input[0])
     value = constant(b.graph, node.input[1]) if len(node.input) > 1 and node.input[1] else None
     if value is None:
-        raise UserError(f"{where}: its {what} '{node.input[1]}' is computed at run time; keep it in ONNX Runtime "
-                        "(onnxruntime.keep_nodes)")
+        raise _refuse(node, f"its {what} '{node.input[1]}' is computed at run time")
     if shape is None or None in shape:
-        raise UserError(f"{where}: input '{node.input[0]}' has no static shape under this profile")
-    return where, shape, value
+        raise UserError(f"node {node.name or '?'} ({node.op_type}): input '{node.input[0]}' has no static shape "
+                        "under this profile")
+    return shape, value
 
 
 def _cumsum(node, t, b):
-    where, shape, axis = _static_input(node, t, b, "axis")
+    shape, axis = _static_input(node, t, b, "axis")
     axis = int(axis.ravel()[0]) % len(shape)
     if shape[axis] > selection.CUMSUM_MAX_LENGTH:
-        raise UserError(f"{where}: a running sum over {shape[axis]} elements (compiled: <= "
-                        f"{selection.CUMSUM_MAX_LENGTH}); keep it in ONNX Runtime (onnxruntime.keep_nodes)")
+        raise _refuse(node, f"a running sum over {shape[axis]} elements (compiled: <= {selection.CUMSUM_MAX_LENGTH})")
     dtype = helper.tensor_dtype_to_np_dtype(t.elem[node.input[0]])
     return selection.cumsum(node, shape, axis, dtype, recurrent.Emitter(b, node.name or "cumsum", dtype))
 
 
 def _topk(node, t, b):
-    _, shape, k = _static_input(node, t, b, "k")
+    shape, k = _static_input(node, t, b, "k")
     dtype = helper.tensor_dtype_to_np_dtype(t.elem[node.input[0]])
     return selection.topk(node, shape, int(k.ravel()[0]), dtype, recurrent.Emitter(b, node.name or "topk", dtype))
 
 
-QUANTIZED_CONSTANTS = {"QLinearMatMul": (1, 2, 4, 5, 6, 7), "QLinearConv": (1, 2, 3, 4, 5, 6, 7, 8),
-                       "ConvInteger": (1, 2, 3)}
-
-
 def _quantized(node, t, b):
-    where = f"node {node.name or '?'} ({node.op_type})"
     c = [constant(b.graph, n) if n else None for n in node.input]
-    computed = [node.input[i] for i in QUANTIZED_CONSTANTS[node.op_type] if i < len(node.input) and node.input[i]
+    computed = [node.input[i] for i in STATIC_OPERANDS[node.op_type] if i < len(node.input) and node.input[i]
                 and c[i] is None]
     if computed:
-        raise UserError(f"{where}: its quantization parameters/weights {computed} are computed at run time; keep it "
-                        "in ONNX Runtime (onnxruntime.keep_nodes)")
+        raise _refuse(node, f"its quantization parameters/weights {computed} are computed at run time")
     e = recurrent.Emitter(b, node.name or node.op_type.lower(), np.float32)
     if node.op_type == "QLinearMatMul":
         return quantized.qlinear_matmul(node, c, e)

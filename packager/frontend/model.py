@@ -14,6 +14,7 @@ import onnx
 from ..errors import UnsupportedConfigError, UnsupportedOpsError, UserError
 from ..spec import Profile, Spec, spec_error
 from . import recurrent, selection
+from .attrs import initializer
 from .opset import OPSET_MAX, OpsetConversion, default_opset, to_supported_opset
 
 
@@ -161,21 +162,16 @@ def unsupported_configuration(node: onnx.NodeProto, graph: onnx.GraphProto | Non
     if op in recurrent.GATES:
         return recurrent.unsupported(node)
     if op == "Reshape" and "allowzero" in attrs and attrs["allowzero"].i and graph is not None:
-        shape = _initializer_value(graph, node.input[1])
+        shape = initializer(graph, node.input[1])
         if shape is not None and (shape == 0).any():
             return "uses allowzero=1 with a 0 in its shape (an empty tensor)"
     if op == "TopK":
-        k = _initializer_value(graph, node.input[1]) if graph is not None and len(node.input) > 1 else None
+        k = initializer(graph, node.input[1]) if graph is not None and len(node.input) > 1 else None
         if k is not None and int(k.ravel()[0]) > selection.TOPK_MAX_K:
             return f"selects k = {int(k.ravel()[0])} (compiled: k <= {selection.TOPK_MAX_K})"
     if op in ("QuantizeLinear", "DequantizeLinear") and "block_size" in attrs and attrs["block_size"].i:
         return "uses blocked quantization (block_size), which TVM's importer does not implement"
     return None
-
-
-def _initializer_value(graph: onnx.GraphProto, name: str) -> np.ndarray | None:
-    init = next((i for i in graph.initializer if i.name == name), None)
-    return None if init is None else onnx.numpy_helper.to_array(init)
 
 
 def runtime_values(nodes, seeds: set[str], opaque: set[int] = frozenset()) -> set[str]:

@@ -31,8 +31,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import UserError
-from .lowering import LOWERINGS, constant, initializer
-from .attrs import attr
+from .attrs import attr, constant, initializer
+from .lowering import LOWERINGS
 
 FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
 
