@@ -30,7 +30,7 @@ from .emit.readme import package_readme
 from .emit.report import build_report
 from .emit.runtime import build_runtime, bundle_runtimes
 from .frontend import (bind_profiles, check_configurations, check_operators, load_model, profile_shapes,
-                       random_inputs)
+                       random_inputs, without_static_control_flow)
 from .frontend.opset import check_conversion
 from .frontend.lowering import describe_lowered
 from .frontend.units import split_units
@@ -64,6 +64,7 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
     model, dtypes, targets = st.run("check spec and model", check_inputs, spec, only_targets)
     if model.conversion is not None:
         log(f"  {model.conversion.summary()}")
+    _log_control_flow(log, model.control_flow)
     units, split, types = st.run("partition for ONNX Runtime" if spec.onnxruntime.partial else "plan", split_units,
                                  spec, model, dtypes)
     _log_offload(log, model, split)
@@ -96,13 +97,14 @@ def check_inputs(spec: Spec, only_targets: list[str] | None):
     its conversion into the supported opsets), its shapes under the spec's profiles, the targets
     and their toolchains."""
     model = load_model(spec.model)
-    if not spec.onnxruntime.partial:
-        check_operators(model)
-        check_configurations(model)
     dtypes = bind_profiles(spec, model)
     if model.conversion is not None:
         inputs = random_inputs(model, profile_shapes(model, spec.profiles[0]), dtypes, values=spec.verify.inputs)
         check_conversion(spec.model, model.proto, inputs, model.conversion, spec.verify.rtol, spec.verify.atol)
+    model = without_static_control_flow(model, [profile_shapes(model, p) for p in spec.profiles])
+    if not spec.onnxruntime.partial:
+        check_operators(model)
+        check_configurations(model)
     targets = resolve_all(spec, only_targets)
     for kind in dict.fromkeys(t.kind for t in targets):
         backend_for(kind).check_toolchain([t for t in targets if t.kind == kind])
@@ -124,6 +126,16 @@ def _log_offload(log: Log, model, split) -> None:
             f"ONNX Runtime ({', '.join(kept)})")
         log(f"  warning: {', '.join(kept)} run in ONNX Runtime, not compiled: deploy the package through "
             f"ort/model.onnx; `onnxruntime: {{fallback: false}}` in the spec makes this an error instead")
+
+
+def _log_control_flow(log: Log, flow) -> None:
+    """What happened to If/Loop: taken out (static under every profile), or why one stays."""
+    if flow is None:
+        return
+    if flow.inlined:
+        log(f"  frontend: {flow.summary()} (static under every profile)")
+    for node, why in flow.kept.items():
+        log(f"  {node} stays in ONNX Runtime: {why}")
 
 
 def _log_passes(log: Log, units, ort_note: str) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import __version__
+from ..frontend.control_flow import label
 from ..frontend.partition import Partition
 from ..frontend.units import Unit
 from ..spec import PASS_NAMES, Spec
@@ -12,7 +13,7 @@ def build_report(spec: Spec, model, units: list[Unit], split: Partition | None, 
     return {
         "package": spec.name, "packager_version": __version__, "model": str(spec.model),
         "optimize": {"level": spec.optimize.level, "passes": {p: spec.optimize.enabled(p) for p in PASS_NAMES}},
-        "frontend": {"opset": _opset(model), "folding": _folding(units)},
+        "frontend": {"opset": _opset(model), "control_flow": _control_flow(model), "folding": _folding(units)},
         "graph_passes": [p.as_dict() for p in units[0].graph_passes],
         "targets": [dict(r, part=u.name) if u.name else r for u in units for r in u.target_reports],
         "onnxruntime": offload_report(model, split, units) | ({"note": ort_note} if ort_note else {}),
@@ -25,6 +26,12 @@ def _opset(model) -> dict:
     if conv is None:
         return {"source": model.opset, "compiled": model.opset, "converted": False}
     return {"source": conv.source, "compiled": conv.target, "converted": True, "how": conv.how, "check": conv.check}
+
+
+def _control_flow(model) -> dict:
+    """If/Loop taken out because every profile makes them static, and why the others stay."""
+    flow = model.control_flow
+    return {"inlined": dict(flow.inlined), "kept": dict(flow.kept)} if flow else {"inlined": {}, "kept": {}}
 
 
 def _folding(units: list[Unit]) -> dict:
@@ -40,5 +47,12 @@ def offload_report(model, split: Partition | None, units: list[Unit]) -> dict:
         return {"offloaded": "whole model", "kept_nodes": []}
     return {"offloaded": [{"part": u.name, "nodes": len(p.nodes), "op_types": sorted({nodes[k].op_type for k in p.nodes}),
                            "inputs": p.inputs, "outputs": p.outputs} for u, p in zip(units, split.parts)],
-            "kept_nodes": [{"name": nodes[k].name, "op_type": nodes[k].op_type, "reason": split.reasons[k]}
+            "kept_nodes": [{"name": nodes[k].name, "op_type": nodes[k].op_type, "reason": _reason(model, nodes[k],
+                                                                                                    split.reasons[k])}
                            for k in split.kept]}
+
+
+def _reason(model, node, reason: str) -> str:
+    """An If/Loop the frontend could not take out says why (not just 'not supported')."""
+    why = model.control_flow.kept.get(label(node)) if model.control_flow else None
+    return f"{reason}: {why}" if why else reason

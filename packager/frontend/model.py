@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -16,6 +17,9 @@ from ..spec import Profile, Spec, spec_error
 from . import recurrent, selection
 from .attrs import initializer
 from .opset import OPSET_MAX, OpsetConversion, default_opset, to_supported_opset
+
+if TYPE_CHECKING:
+    from .control_flow import ControlFlowResult
 
 
 # Operators the packager compiles: they lower to static-shape TIR kernels with no runtime
@@ -67,6 +71,7 @@ class LoadedModel:
     outputs: list[TensorInfo]
     label: str = ""                  # how messages name it (a part of a model: "model.onnx [part p0]")
     conversion: OpsetConversion | None = None    # set when the file's opset was outside the supported range
+    control_flow: ControlFlowResult | None = None         # control_flow.ControlFlowResult once static If/Loop were taken out
 
     def __str__(self) -> str:
         return self.label or str(self.path)

@@ -80,13 +80,13 @@ def _run_all(sess, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray], extra: list[str] = (),
-                      cuda: bool = False) -> dict[str, np.ndarray]:
-    """onnxruntime (CPU EP, or CUDA EP) on the source model, basic optimizations only; `extra`
-    intermediate tensors are returned too."""
+                      cuda: bool = False, proto: onnx.ModelProto | None = None) -> dict[str, np.ndarray]:
+    """onnxruntime (CPU EP, or CUDA EP) on the source model (or `proto`, a transformed copy of
+    it), basic optimizations only; `extra` intermediate tensors are returned too."""
     try:
-        model: str | bytes = str(model_path)
+        model: str | bytes = str(model_path) if proto is None else proto.SerializeToString()
         if extra:
-            proto = onnx.load(str(model_path))
+            proto = onnx.load(str(model_path)) if proto is None else proto
             have = {o.name for o in proto.graph.output}
             proto.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in extra if n not in have)
             model = proto.SerializeToString()

@@ -19,7 +19,7 @@ import numpy as np
 from ..codegen.backend import backend_for
 from ..emit.manifest import open_package
 from ..errors import UserError
-from ..frontend import load_model, random_inputs
+from ..frontend import load_model, random_inputs, without_static_control_flow
 from .runners import (cuda_ep_available, find_model, reference_outputs, run_package, runner_command, units_of,
                       wrapper_outputs)
 
@@ -113,6 +113,9 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
     units = units_of(pkg)
     boundary = [] if len(units) == 1 and not units[0][0] else sorted(
         {t["name"] for _, u in units for t in u.manifest["inputs"] + u.manifest["outputs"]})
+    flat = without_static_control_flow(loaded, [{n: tuple(s) for n, s in p["inputs"].items()}
+                                                for p in pkg.manifest["profiles"]])
+    inlined = flat.proto if boundary and flat.control_flow and flat.control_flow.inlined else None
     has_gpu = any(backend_for(t).reference_on_gpu() for _, u in units for t in u.manifest["targets"])
     results: list[TargetResult] = []
     with tempfile.TemporaryDirectory(prefix="pack-verify-") as tmp:
@@ -121,13 +124,23 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
         for k, prof in enumerate(pkg.manifest["profiles"]):
             inputs = random_inputs(loaded, {n: tuple(s) for n, s in prof["inputs"].items()}, dtypes, seed=k,
                                    values=pkg.manifest.get("verify", {}).get("inputs"))
-            cpu_ref = reference_outputs(model_path, inputs, boundary)
-            gpu_ref = reference_outputs(model_path, inputs, boundary, cuda=True) if run.gpu_ref else cpu_ref
+            cpu_ref = _reference(model_path, inputs, boundary, inlined)
+            gpu_ref = _reference(model_path, inputs, boundary, inlined, cuda=True) if run.gpu_ref else cpu_ref
             results += _check_targets(run, targets, prof["name"], k, inputs, cpu_ref, gpu_ref)
             if not targets:
                 results += _check_wrapper(run, prof["name"], inputs, cpu_ref, gpu_ref)
     _print(log, pkg.name, rtol, atol, flips, run.gpu_ref, results)
     return results
+
+
+def _reference(model_path: Path, inputs: dict, boundary: list[str], inlined, cuda: bool = False) -> dict:
+    """The source model's outputs and boundary tensors. Tensors of an If branch or Loop body the
+    build inlined exist only in the inlined model: they come from onnxruntime running that one."""
+    if inlined is None:
+        return reference_outputs(model_path, inputs, boundary, cuda=cuda)
+    refs = reference_outputs(model_path, inputs, cuda=cuda)
+    flat = reference_outputs(model_path, inputs, boundary, cuda=cuda, proto=inlined)
+    return {**flat, **refs}
 
 
 def _check_targets(run: _Run, targets: list[str] | None, profile: str, k: int, inputs: dict,
