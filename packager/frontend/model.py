@@ -161,9 +161,6 @@ def unsupported_configuration(node: onnx.NodeProto, graph: onnx.GraphProto | Non
         return "uses the optional Indices output"
     if op == "ConvTranspose" and "output_shape" in attrs:
         return "sets output_shape, which TVM's importer ignores; give pads/output_padding instead"
-    if op == "Resize" and "keep_aspect_ratio_policy" in attrs and attrs["keep_aspect_ratio_policy"].s != b"stretch":
-        # its scale and rounded output size do not fit the per-axis lowering (resize.py)
-        return "uses keep_aspect_ratio_policy (compiled: stretch)"
     if op in recurrent.GATES:
         return recurrent.unsupported(node)
     if op == "Reshape" and "allowzero" in attrs and attrs["allowzero"].i and graph is not None:

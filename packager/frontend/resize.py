@@ -19,11 +19,17 @@ Matching onnxruntime rather than ONNX's reference outputs is deliberate (it is w
 is verified and deployed against): the two differ on align_corners with a fractional downscale,
 where this lowering gives onnxruntime's values.
 
-Not lowered (the node stays in ONNX Runtime): keep_aspect_ratio_policy other than stretch (its
-scale and its rounded output size do not describe one per-axis resize), integer inputs with a
-weighted mode (onnxruntime rounds them), scales/sizes/roi computed at run time.
+keep_aspect_ratio_policy (not_larger / not_smaller) gives every resized axis the one scale of the
+limiting axis and rounds the output length, which a single-axis resize cannot express; such an
+axis is read from onnxruntime on a 4-D tensor whose third axis is the limiting one (constant
+along it, so its resize leaves the values alone) and whose last is the identity (KeepAspect).
+
+Not lowered (the node stays in ONNX Runtime): integer inputs with a weighted mode (onnxruntime
+rounds them), scales/sizes/roi computed at run time.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -36,6 +42,16 @@ MAX_TAPS = 4
 WHOLE_TENSOR_ATTRS = {"axes", "extrapolation_value"}
 
 
+@dataclass(frozen=True)
+class KeepAspect:
+    """The limiting axis of a keep_aspect_ratio_policy resize: its length and requested size, and the
+    size requested for the axis being lowered."""
+
+    limit_in: int
+    limit_size: int
+    size: int
+
+
 def unsupported(node: onnx.NodeProto, dtype: str | None) -> str | None:
     """Why this Resize cannot be lowered from what the node and its input's dtype say, or None."""
     if attr(node, "mode", b"nearest") != b"nearest" and dtype is not None and not dtype.startswith("float"):
@@ -44,26 +60,36 @@ def unsupported(node: onnx.NodeProto, dtype: str | None) -> str | None:
 
 
 def effective_scales(node: onnx.NodeProto, in_shape: tuple[int, ...], scales: np.ndarray | None,
-                     sizes: np.ndarray | None) -> tuple[list[float], list[int]]:
-    """Per-axis scale and output size as the ONNX spec computes them (with `axes`)."""
+                     sizes: np.ndarray | None) -> tuple[list[float], list[int], dict[int, KeepAspect]]:
+    """Per-axis scale and output size as the ONNX spec computes them (with `axes` and
+    keep_aspect_ratio_policy), and the axes a policy other than stretch ties to a limiting one."""
     rank = len(in_shape)
     axes = [a % rank for a in attr(node, "axes", list(range(rank)))]
     scale, out = [1.0] * rank, list(in_shape)
     if scales is not None and scales.size:
         for a, s in zip(axes, scales.astype(np.float64)):
             scale[a], out[a] = float(s), int(np.floor(in_shape[a] * float(np.float32(s))))
-    else:
+        return scale, out, {}
+    policy = attr(node, "keep_aspect_ratio_policy", b"stretch")
+    ratios = {a: float(np.float32(size) / np.float32(in_shape[a])) for a, size in zip(axes, sizes)}
+    if policy == b"stretch":
         for a, size in zip(axes, sizes):
-            scale[a], out[a] = float(size) / in_shape[a], int(size)
-    return scale, out
+            scale[a], out[a] = ratios[a], int(size)
+        return scale, out, {}
+    pick = min if policy == b"not_larger" else max
+    limit = pick(axes, key=lambda a: ratios[a])
+    requested = dict(zip(axes, (int(v) for v in sizes)))
+    for a in axes:
+        scale[a], out[a] = ratios[limit], int(ratios[limit] * in_shape[a] + 0.5)      # ONNX: round half up
+    return scale, out, {a: KeepAspect(in_shape[limit], requested[limit], requested[a]) for a in axes}
 
 
 def axis_weights(node: onnx.NodeProto, opset: int, n: int, m: int, scale: float,
-                 roi: tuple[float, float] | None) -> np.ndarray:
+                 roi: tuple[float, float] | None, keep: KeepAspect | None = None) -> np.ndarray:
     """M [n, m]: output position o along this axis is sum_j M[j, o] * x[j] (zero columns where
     tf_crop_and_resize extrapolates). Computed by onnxruntime on the identity matrix."""
-    import onnxruntime as ort
-
+    if keep is not None:
+        return _keep_aspect_weights(node, opset, n, m, keep)
     if int(np.floor(n * float(np.float32(scale)))) == m:
         scales, sizes = np.array([1.0, scale], np.float32), np.zeros(0, np.int64)
     elif abs(m / n - scale) <= 1e-6 * scale:          # the same scale, given as a size
@@ -78,15 +104,39 @@ def axis_weights(node: onnx.NodeProto, opset: int, n: int, m: int, scale: float,
                                             **attrs)], "axis",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    y = _run(g, opset, np.eye(n, dtype=np.float32))
+    if y.shape != (n, m):
+        raise ValueError(f"onnxruntime resizes {n} to {y.shape[1]} along this axis, shape inference says {m}")
+    return y
+
+
+def _keep_aspect_weights(node: onnx.NodeProto, opset: int, n: int, m: int, keep: KeepAspect) -> np.ndarray:
+    """M [n, m] of an axis under keep_aspect_ratio_policy: the node's resize on x [n, 1, limit_in, n]
+    (4-D: onnxruntime's cubic takes no 3-D input), x[j, 0, :, :] = e_j, over axes (2, 3) with the
+    limiting axis's size on axis 2, so onnxruntime picks the same scale; x is constant along axis
+    2 (interpolation weights sum to 1), so y[:, 0, 0, :] is M."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name not in WHOLE_TENSOR_ATTRS}
+    sizes = numpy_helper.from_array(np.array([keep.limit_size, keep.size], np.int64), "sizes")
+    g = helper.make_graph([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], axes=[2, 3], **attrs)], "axis",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 1, keep.limit_in, n])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [sizes])
+    x = np.broadcast_to(np.eye(n, dtype=np.float32)[:, None, None, :], (n, 1, keep.limit_in, n)).copy()
+    y = _run(g, opset, x)
+    if y.shape[3] != m or not np.allclose(y, y[:, :, :1, :], atol=1e-6):
+        raise ValueError(f"onnxruntime's keep_aspect_ratio_policy resize of {n} gives {y.shape[3]}, "
+                         f"shape inference says {m}")
+    return y[:, 0, 0, :]
+
+
+def _run(g: onnx.GraphProto, opset: int, x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     so = ort.SessionOptions()
     so.log_severity_level = 3
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    (y,) = sess.run(None, {"x": np.eye(n, dtype=np.float32)})
-    if y.shape != (n, m):
-        raise ValueError(f"onnxruntime resizes {n} to {y.shape[1]} along this axis, shape inference says {m}")
-    return y
+    return sess.run(None, {"x": x})[0]
 
 
 def lower(node: onnx.NodeProto, in_shape: tuple[int, ...], out_shape: tuple[int, ...], dtype, opset: int,
@@ -95,7 +145,7 @@ def lower(node: onnx.NodeProto, in_shape: tuple[int, ...], out_shape: tuple[int,
     given); `e`: the node emitter (fresh names, memoized constants) of the recurrent lowering.
     ValueError when onnxruntime's reading of the node disagrees with shape inference."""
     rank = len(in_shape)
-    scale, out = effective_scales(node, in_shape, consts.get("scales"), consts.get("sizes"))
+    scale, out, keep = effective_scales(node, in_shape, consts.get("scales"), consts.get("sizes"))
     if tuple(out) != tuple(out_shape):
         raise ValueError(f"the spec's formulas give the output shape {out}, shape inference {list(out_shape)}")
     crop = attr(node, "coordinate_transformation_mode", b"half_pixel") == b"tf_crop_and_resize"
@@ -110,7 +160,8 @@ def lower(node: onnx.NodeProto, in_shape: tuple[int, ...], out_shape: tuple[int,
     for a in range(rank):
         if out[a] == in_shape[a] and scale[a] == 1.0 and not crop:
             continue
-        M = axis_weights(node, opset, in_shape[a], out[a], scale[a], (roi[a], roi[rank + a]) if crop else None)
+        M = axis_weights(node, opset, in_shape[a], out[a], scale[a], (roi[a], roi[rank + a]) if crop else None,
+                         keep.get(a))
         if M.shape[0] == M.shape[1] and np.array_equal(M, np.eye(M.shape[0], dtype=M.dtype)):
             continue                                  # e.g. a crop of [0, 1] on the batch axis
         x = along_axis(e, x, M.astype(dtype), a, rank)

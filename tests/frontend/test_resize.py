@@ -22,6 +22,14 @@ CASES = {
                                          extrapolation_value=7.0), None, [2, 3, 6, 6],
                                     [0, 0, -0.2, 0.4, 1, 1, 0.6, 1.3]),
     "cubic_exclude_outside_axes": (dict(mode="cubic", exclude_outside=1, axes=[3]), [1.5], None, None),
+    # one scale from the limiting axis, output lengths rounded half up (7 x 9/7 = 9, 5 x 9/7 = 6.43 -> 6)
+    "linear_not_larger": (dict(mode="linear", keep_aspect_ratio_policy="not_larger", axes=[2, 3]), None, [9, 11],
+                          None),
+    "cubic_not_smaller_align_corners": (dict(mode="cubic", keep_aspect_ratio_policy="not_smaller",
+                                             coordinate_transformation_mode="align_corners", axes=[2, 3]), None,
+                                        [4, 3], None),        # max(4/7, 3/5): 7 -> 4.2 -> 4, 5 -> 3
+    "nearest_not_larger_down": (dict(mode="nearest", keep_aspect_ratio_policy="not_larger", axes=[3, 2]), None,
+                                [3, 5], None),
 }
 
 
