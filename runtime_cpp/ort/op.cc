@@ -83,7 +83,9 @@ OrtStatusPtr PackagedModelOp::CreateKernelV2(const OrtApi& api, const OrtKernelI
     std::string base = settings.model_dir.empty() ? library_dir() + "/.." : settings.model_dir;
     std::string path = package[0] == '/' ? package : base + "/" + package;
     std::string target = string_attr(info, "target");
-    int threads = static_cast<int>(int_attr(info, "num_threads", settings.num_threads));
+    int64_t threads64 = int_attr(info, "num_threads", settings.num_threads);
+    if (threads64 < 0 || threads64 > 1024) return fail("attribute num_threads must be 0 (one per core) to 1024");
+    int threads = static_cast<int>(threads64);
 
     // Open: the CUDA EP gets device tensors (a CUDA target), the CPU EP host tensors (a CPU one).
     packrt_options opt;
@@ -124,6 +126,16 @@ OrtStatusPtr PackagedModelOp::CreateKernelV2(const OrtApi& api, const OrtKernelI
       return fail("the node has " + std::to_string(info.GetInputCount()) + " inputs / " +
                   std::to_string(info.GetOutputCount()) + " outputs, the package has " +
                   std::to_string(k->input_names.size()) + " / " + std::to_string(k->output_names.size()));
+    for (size_t o = 0; o < k->output_names.size(); ++o) {   // the wrapper's declared output types
+      packrt_tensor produced;
+      if (packrt_output_info(k->model, 0, static_cast<int32_t>(o), &produced) != PACKRT_OK) return fail(packrt_last_error());
+      Ort::TypeInfo declared = info.GetOutputTypeInfo(o);
+      if (declared.GetONNXType() != ONNX_TYPE_TENSOR) return fail("output '" + k->output_names[o] + "' is not a tensor");
+      auto element = declared.GetTensorTypeAndShapeInfo().GetElementType();
+      if (element != ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED && to_packrt(element) != produced.dtype)
+        return fail("output '" + k->output_names[o] + "' is declared with another element type in the model than "
+                    "the package's " + packrt_dtype_name(produced.dtype));
+    }
     *kernel = k.release();
     return nullptr;
   } catch (const std::exception& e) {
@@ -166,6 +178,14 @@ OrtStatusPtr PackagedModelKernel::ComputeV2(OrtKernelContext* raw) noexcept {
         return error(ORT_FAIL, packrt_last_error());
       std::vector<int64_t> shape(info.shape, info.shape + info.ndim);
       Ort::UnownedValue out = ctx.GetOutput(k, shape);
+      // ONNX Runtime allocated this tensor from the wrapper model's declared type: write into it only
+      // if it is the type and byte size the package produces (else its buffer would overflow)
+      auto got = out.GetTensorTypeAndShapeInfo();
+      if (to_packrt(got.GetElementType()) != info.dtype ||
+          got.GetElementCount() * packrt_dtype_size(info.dtype) != info.nbytes)
+        return error(ORT_INVALID_GRAPH, "output '" + output_names[k] + "' is declared as a different type or size in "
+                                        "the model than the package produces (" + packrt_dtype_name(info.dtype) +
+                                        ", " + std::to_string(info.nbytes) + " bytes)");
       outs[k] = info;
       outs[k].name = output_names[k].c_str();
       outs[k].data = out.GetTensorMutableRawData();

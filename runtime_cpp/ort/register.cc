@@ -52,7 +52,15 @@ PACKAGER_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* opt
     Settings s;
     s.model_dir = config_entry(api, options, kModelDirKey);
     std::string threads = config_entry(api, options, kThreadsKey);
-    if (!threads.empty()) s.num_threads = std::atoi(threads.c_str());
+    if (!threads.empty()) {   // a whole number 0..1024 (atoi would take "12abc" and wrap huge values)
+      char* end = nullptr;
+      long n = std::strtol(threads.c_str(), &end, 10);
+      if (*end != '\0' || n < 0 || n > 1024)
+        return api->CreateStatus(ORT_INVALID_ARGUMENT, (std::string("session config entry ") + kThreadsKey +
+                                                        " must be a number from 0 (one per core) to 1024, got '" +
+                                                        threads + "'").c_str());
+      s.num_threads = static_cast<int>(n);
+    }
     std::lock_guard<std::mutex> lock(g_mu);
     Ort::CustomOpDomain domain{kDomain};
     for (bool on_cuda : {false, true}) {

@@ -22,6 +22,21 @@ namespace {
 
 thread_local std::string g_last_error;
 
+// Errors are one line (kernel messages carry TVM's multi-line tracebacks): line breaks become " | ".
+std::string one_line(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '\n' || c == '\r') {
+      while (i + 1 < text.size() && (text[i + 1] == '\n' || text[i + 1] == '\r' || text[i + 1] == ' ')) ++i;
+      if (i + 1 < text.size() && !out.empty()) out += " | ";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 template <typename F>
 packrt_status guarded(F&& f) {
   try {
@@ -29,13 +44,13 @@ packrt_status guarded(F&& f) {
     g_last_error.clear();
     return PACKRT_OK;
   } catch (const packrt::Failure& e) {
-    g_last_error = e.what();
+    g_last_error = one_line(e.what());
     return e.status;
   } catch (const std::bad_alloc&) {
     g_last_error = "out of memory";
     return PACKRT_ERROR_RUNTIME;
   } catch (const std::exception& e) {
-    g_last_error = std::string("internal error: ") + e.what();
+    g_last_error = one_line(std::string("internal error: ") + e.what());
     return PACKRT_ERROR_RUNTIME;
   }
 }

@@ -16,6 +16,7 @@ struct FreeDeleter {
 using AlignedBuffer = std::unique_ptr<uint8_t[], FreeDeleter>;
 
 inline AlignedBuffer aligned_buffer(size_t nbytes) {
+  if (nbytes > SIZE_MAX - kAlign) throw std::bad_alloc();   // the round-up below would wrap
   size_t n = (nbytes + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, n ? n : kAlign);
   if (!p) throw std::bad_alloc();

@@ -3,11 +3,17 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "checked.h"
 #include "cpu_features.h"
 #include "cuda/cuda_driver.h"
 #include "error.h"
@@ -32,17 +38,41 @@ static std::string get_string(const json& j, const char* key, const std::string&
   return it->get<std::string>();
 }
 
+static int open_inside(const std::string& root, const std::string& rel);
+
+// manifest.json's text, opened like every package file (no symlink, regular file, bounded size).
+static std::string read_manifest(const std::string& root) {
+  int fd = open_inside(root, "manifest.json");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (off_t(1) << 28)) {
+    ::close(fd);
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, root + "/manifest.json is not a regular file of at most 256 MB");
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t r = ::read(fd, &text[got], text.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  text.resize(got);
+  return text;
+}
+
 Package::Package(const std::string& dir) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     fail(PACKRT_ERROR_NOT_FOUND, "package folder not found: '" + dir + "'");
   root_ = real_path(dir);
   std::string manifest_path = root_ + "/manifest.json";
-  std::ifstream in(manifest_path, std::ios::binary);
-  if (!in) fail(PACKRT_ERROR_NOT_FOUND, "'" + dir + "' is not a package: no manifest.json in it");
+  if (::access(manifest_path.c_str(), F_OK) != 0)
+    fail(PACKRT_ERROR_NOT_FOUND, "'" + dir + "' is not a package: no manifest.json in it");
+  std::string text = read_manifest(root_);
   json m;
   try {
-    m = json::parse(in);
+    m = json::parse(text);
   } catch (const json::exception& e) {
     fail(PACKRT_ERROR_CORRUPT_PACKAGE, manifest_path + ": not valid JSON (" + e.what() + ")");
   }
@@ -50,7 +80,7 @@ Package::Package(const std::string& dir) {
   try {
     if (m.value("format", "") != "packager-package")
       fail(PACKRT_ERROR_CORRUPT_PACKAGE, where + ": not a packager manifest (format field)");
-    int version = m.value("version", 0);
+    int version = m.contains("version") ? json_int<int>(m.at("version"), where + ": version") : 0;
     if (version != kManifestVersion)
       fail(PACKRT_ERROR_UNSUPPORTED, where + ": package format version " + std::to_string(version) +
                                          " is not supported by this runtime (it reads version " +
@@ -58,7 +88,8 @@ Package::Package(const std::string& dir) {
     name_ = get_string(m, "name", where);
     id_ = m.value("id", "");
     for (auto& [rel, f] : m.at("files").items()) {
-      files_[rel] = FileEntry{get_string(f, "sha256", where + ": files." + rel), f.at("bytes").get<uint64_t>()};
+      files_[rel] = FileEntry{get_string(f, "sha256", where + ": files." + rel),
+                              json_int<uint64_t>(f, "bytes", where + ": files." + rel)};
     }
     if (!m.contains("targets") || m.at("targets").empty()) {
       std::string parts;
@@ -144,25 +175,49 @@ const FileEntry& Package::entry(const std::string& rel) const {
   return it->second;
 }
 
-std::string Package::path_of(const std::string& rel) const {
-  if (rel.empty() || rel[0] == '/' || rel.find("..") != std::string::npos || rel.find('\\') != std::string::npos)
+void Package::check_rel(const std::string& rel) const {
+  if (rel.empty() || rel[0] == '/' || rel.find("..") != std::string::npos || rel.find('\\') != std::string::npos ||
+      rel.find('\0') != std::string::npos)
     fail(PACKRT_ERROR_CORRUPT_PACKAGE, "manifest.json names a path outside the package: '" + rel + "'");
   entry(rel);
-  std::string p = real_path(root_ + "/" + rel);
-  if (p.empty()) fail(PACKRT_ERROR_CORRUPT_PACKAGE, "package file missing: " + root_ + "/" + rel);
-  if (p.compare(0, root_.size() + 1, root_ + "/") != 0)
-    fail(PACKRT_ERROR_CORRUPT_PACKAGE, "package file '" + rel + "' resolves outside the package (symlink?)");
-  return p;
 }
 
-static void check_size(const std::string& path, const std::string& rel, uint64_t want, uint64_t* got_out) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) fail(PACKRT_ERROR_CORRUPT_PACKAGE, "cannot stat package file " + path);
-  uint64_t got = static_cast<uint64_t>(st.st_size);
-  if (got != want)
-    fail(PACKRT_ERROR_CORRUPT_PACKAGE, "package file '" + rel + "' has " + std::to_string(got) + " bytes, manifest says " +
-                                           std::to_string(want) + ": the package is truncated or was modified");
-  if (got_out) *got_out = got;
+namespace {
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+// Opens a listed file once, component by component from the package root, following no symlink
+// (O_NOFOLLOW at every step) and accepting only a regular file (a FIFO or a device would block or
+// never end); everything after reads this descriptor, so nothing can be swapped in between.
+static int open_inside(const std::string& root, const std::string& rel) {
+  Fd dir;
+  dir.fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir.fd < 0) fail(PACKRT_ERROR_NOT_FOUND, "cannot open package folder " + root);
+  size_t start = 0;
+  for (;;) {
+    size_t slash = rel.find('/', start);
+    std::string part = rel.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    bool last = slash == std::string::npos;
+    int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? O_NONBLOCK : O_DIRECTORY);
+    int fd = part.empty() || part == "." ? -1 : ::openat(dir.fd, part.c_str(), flags);
+    if (fd < 0) {
+      if (errno == ELOOP || errno == ENOTDIR)
+        fail(PACKRT_ERROR_CORRUPT_PACKAGE, "package file '" + rel + "' goes through a symlink or a non-folder ('" +
+                                               part + "'); package files must be regular files inside the package");
+      fail(PACKRT_ERROR_CORRUPT_PACKAGE, "package file missing: " + root + "/" + rel);
+    }
+    if (last) return fd;
+    ::close(dir.fd);
+    dir.fd = fd;
+    start = slash + 1;
+  }
 }
 
 static void check_digest(Sha256& h, const FileEntry& e, const std::string& rel) {
@@ -173,16 +228,30 @@ static void check_digest(Sha256& h, const FileEntry& e, const std::string& rel) 
 }
 
 AlignedBuffer Package::read(const std::string& rel, bool verify, uint64_t* size) const {
+  check_rel(rel);
   const FileEntry& e = entry(rel);
-  std::string path = path_of(rel);
-  uint64_t n = 0;
-  check_size(path, rel, e.bytes, &n);
-  AlignedBuffer buf = aligned_buffer(n);
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail(PACKRT_ERROR_CORRUPT_PACKAGE, "cannot open package file " + path);
-  size_t got = n ? std::fread(buf.get(), 1, n, f) : 0;
-  std::fclose(f);
-  if (got != n) fail(PACKRT_ERROR_CORRUPT_PACKAGE, "short read from package file " + path);
+  Fd f;
+  f.fd = open_inside(root_, rel);
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode))
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, "package file '" + rel + "' is not a regular file");
+  uint64_t n = static_cast<uint64_t>(st.st_size);
+  if (n != e.bytes)
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, "package file '" + rel + "' has " + std::to_string(n) + " bytes, manifest says " +
+                                           std::to_string(e.bytes) + ": the package is truncated or was modified");
+  AlignedBuffer buf;
+  try {
+    buf = aligned_buffer(n);
+  } catch (const std::bad_alloc&) {
+    fail(PACKRT_ERROR_RUNTIME, "out of memory reading package file '" + rel + "' (" + std::to_string(n) + " bytes)");
+  }
+  uint64_t got = 0;
+  while (got < n) {
+    ssize_t r = ::read(f.fd, buf.get() + got, std::min<uint64_t>(n - got, uint64_t(1) << 30));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) fail(PACKRT_ERROR_CORRUPT_PACKAGE, "short read from package file '" + rel + "' (it changed while loading?)");
+    got += static_cast<uint64_t>(r);
+  }
   if (verify) {
     Sha256 h;
     h.update(buf.get(), n);
@@ -190,21 +259,6 @@ AlignedBuffer Package::read(const std::string& rel, bool verify, uint64_t* size)
   }
   if (size) *size = n;
   return buf;
-}
-
-void Package::check(const std::string& rel, bool verify) const {
-  const FileEntry& e = entry(rel);
-  std::string path = path_of(rel);
-  check_size(path, rel, e.bytes, nullptr);
-  if (!verify) return;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail(PACKRT_ERROR_CORRUPT_PACKAGE, "cannot open package file " + path);
-  Sha256 h;
-  char chunk[1 << 16];
-  size_t got;
-  while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) h.update(chunk, got);
-  std::fclose(f);
-  check_digest(h, e, rel);
 }
 
 }  // namespace packrt

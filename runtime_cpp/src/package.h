@@ -40,16 +40,13 @@ class Package {
   const TargetEntry& select_target(const std::string& wanted, packrt_device_type type = PACKRT_DEVICE_ANY,
                                    int cuda_device = 0) const;
 
-  // Absolute path of a file listed in the manifest, after checking it stays inside the package.
-  std::string path_of(const std::string& rel) const;
-
-  // Reads a listed file into an aligned buffer, checking its size and (if verify) its sha256.
+  // Reads a listed file into an aligned buffer, checking its size and (if verify) its sha256: the
+  // file is opened once inside the package (no symlinks, regular files only) and the bytes that
+  // were hashed are the bytes returned, so nothing can be swapped in between.
   AlignedBuffer read(const std::string& rel, bool verify, uint64_t* size = nullptr) const;
 
-  // Checks size and (if verify) sha256 of a listed file without keeping its bytes.
-  void check(const std::string& rel, bool verify) const;
-
  private:
+  void check_rel(const std::string& rel) const;   // a listed path that stays inside the package
   const FileEntry& entry(const std::string& rel) const;
   std::string root_, name_, id_;
   std::vector<TargetEntry> targets_;

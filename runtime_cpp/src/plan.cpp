@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checked.h"
 #include "error.h"
 
 namespace packrt {
@@ -9,6 +10,8 @@ namespace packrt {
 using json = nlohmann::json;
 
 static constexpr int kPlanVersion = 1;
+static constexpr int kMaxKernelArgs = 1 << 16;
+static constexpr uint64_t kMaxArenaBytes = uint64_t(1) << 48;   // beyond any machine: a corrupt size
 
 static const struct {
   int32_t dtype;
@@ -47,8 +50,9 @@ struct Bad {
 // The header: format, version, target, device (and a CUDA plan's module), weights size.
 void parse_header(const json& j, Plan& plan, const Bad& bad) {
   if (j.value("format", "") != "packager-plan") bad("not a packager plan (format field)");
-  if (j.value("version", 0) != kPlanVersion)
-    fail(PACKRT_ERROR_UNSUPPORTED, bad.where + ": plan version " + std::to_string(j.value("version", 0)) +
+  int version = json_int<int>(j, "version", bad.where);
+  if (version != kPlanVersion)
+    fail(PACKRT_ERROR_UNSUPPORTED, bad.where + ": plan version " + std::to_string(version) +
                                        " is not supported by this runtime (it reads version " +
                                        std::to_string(kPlanVersion) + ")");
   plan.target = j.at("target").get<std::string>();
@@ -56,34 +60,39 @@ void parse_header(const json& j, Plan& plan, const Bad& bad) {
   if (plan.device != "cpu" && plan.device != "cuda")
     fail(PACKRT_ERROR_UNSUPPORTED, bad.where + ": device '" + plan.device + "' is not supported by this runtime");
   if (plan.device == "cuda") plan.module = j.at("module").get<std::string>();
-  plan.weights_bytes = j.at("weights").at("bytes").get<uint64_t>();
+  plan.weights_bytes = json_int<uint64_t>(j.at("weights"), "bytes", bad.where + ": weights");
 }
 
 // One device-kernel launch of CUDA kernel `pk` (its args and workspace already read).
 PlanLaunch parse_launch(const json& l, const PlanKernel& pk, const Bad& bad) {
   PlanLaunch pl;
   pl.function = l.at("function").get<std::string>();
-  pl.args = l.at("args").get<std::vector<int>>();
-  auto grid = l.at("grid").get<std::vector<unsigned>>(), block = l.at("block").get<std::vector<unsigned>>();
+  const std::string what = bad.where + ": kernel '" + pk.name + "' launch ";
+  pl.args = json_ints<int>(l.at("args"), what + "args");
+  auto grid = json_ints<unsigned>(l.at("grid"), what + "grid"), block = json_ints<unsigned>(l.at("block"), what + "block");
   if (grid.size() != 3 || block.size() != 3) bad("kernel '" + pk.name + "': grid and block need 3 extents");
   for (int d = 0; d < 3; ++d) {
     if (!grid[d] || !block[d]) bad("kernel '" + pk.name + "': zero launch extent");
     pl.grid[d] = grid[d];
     pl.block[d] = block[d];
   }
-  pl.shared_bytes = l.value("shared_bytes", 0u);
-  for (int a : pl.args)
-    if (a >= pk.num_args || -a > static_cast<int>(pk.workspace.size()))
+  pl.shared_bytes = l.contains("shared_bytes") ? json_int<unsigned>(l.at("shared_bytes"), what + "shared_bytes") : 0u;
+  for (int a : pl.args)   // a < 0: scratch buffer -(a + 1), computed in 64 bits (no INT_MIN negation)
+    if (a >= pk.num_args || (a < 0 && -static_cast<int64_t>(a) > static_cast<int64_t>(pk.workspace.size())))
       bad("kernel '" + pk.name + "': launch argument " + std::to_string(a) + " out of range");
   return pl;
 }
 
 // A kernel: name, symbol, argument count; for CUDA plans its workspace and launches.
 PlanKernel parse_kernel(const json& k, const Plan& plan, const Bad& bad) {
-  PlanKernel pk{k.at("name").get<std::string>(), k.at("symbol").get<std::string>(), k.at("num_args").get<int>(),
-                {}, {}};
+  PlanKernel pk{k.at("name").get<std::string>(), k.at("symbol").get<std::string>(), 0, {}, {}};
+  pk.num_args = json_int<int>(k, "num_args", bad.where + ": kernel '" + pk.name + "'");
+  if (pk.num_args < 0 || pk.num_args > kMaxKernelArgs) bad("kernel '" + pk.name + "': bad argument count");
   if (plan.device == "cuda") {
-    pk.workspace = k.at("workspace").get<std::vector<uint64_t>>();
+    pk.workspace = json_ints<uint64_t>(k.at("workspace"), bad.where + ": kernel '" + pk.name + "' workspace");
+    if (pk.workspace.size() > 1024) bad("kernel '" + pk.name + "' has more than 1024 scratch buffers");
+    for (uint64_t b : pk.workspace)      // sizes the CUDA backend rounds up and sums: keep them far from wrapping
+      if (b > kMaxArenaBytes) bad("kernel '" + pk.name + "' asks for a " + std::to_string(b) + "-byte scratch buffer");
     for (const auto& l : k.at("launches")) pk.launches.push_back(parse_launch(l, pk, bad));
     if (pk.launches.empty()) bad("kernel '" + pk.name + "' has no launches");
   }
@@ -95,27 +104,27 @@ PlanTensor parse_tensor(const json& t, const Plan& plan, const PlanProfile& prof
   PlanTensor pt;
   pt.dtype = dtype_from_name(t.at("dtype").get<std::string>());
   if (pt.dtype == PACKRT_DTYPE_UNKNOWN) bad("unknown dtype " + t.at("dtype").dump());
-  pt.shape = t.at("shape").get<std::vector<int64_t>>();
+  pt.shape = json_ints<int64_t>(t.at("shape"), bad.where + ": tensor shape in profile " + prof.name);
   std::string storage = t.at("storage").get<std::string>();
   if (storage != "arena" && storage != "weights") bad("unknown tensor storage '" + storage + "'");
   pt.in_weights = storage == "weights";
-  pt.offset = t.at("offset").get<uint64_t>();
-  pt.nbytes = t.at("bytes").get<uint64_t>();
-  uint64_t n = dtype_size(pt.dtype);
+  pt.offset = json_int<uint64_t>(t, "offset", bad.where + ": tensor in profile " + prof.name);
+  pt.nbytes = json_int<uint64_t>(t, "bytes", bad.where + ": tensor in profile " + prof.name);
+  if (pt.shape.size() > PACKRT_MAX_DIMS) bad("tensor rank above " + std::to_string(PACKRT_MAX_DIMS));
+  uint64_t n = dtype_size(pt.dtype), end = 0;
   for (int64_t d : pt.shape) {
     if (d < 0) bad("negative dimension in profile " + prof.name);
-    n *= static_cast<uint64_t>(d);
+    if (mul_overflows(n, static_cast<uint64_t>(d), &n)) bad("tensor size overflows in profile " + prof.name);
   }
-  if (pt.shape.size() > PACKRT_MAX_DIMS) bad("tensor rank above " + std::to_string(PACKRT_MAX_DIMS));
   if (n != pt.nbytes) bad("tensor byte size does not match its shape in profile " + prof.name);
   uint64_t limit = pt.in_weights ? plan.weights_bytes : prof.arena_bytes;
-  if (pt.offset % 64 != 0 || pt.offset + pt.nbytes > limit)
+  if (pt.offset % 64 != 0 || add_overflows(pt.offset, pt.nbytes, &end) || end > limit)
     bad("tensor outside its " + storage + " region in profile " + prof.name);
   return pt;
 }
 
 int tensor_id(const json& v, const PlanProfile& prof, const Bad& bad) {
-  int id = v.get<int>();
+  int id = json_int<int>(v, bad.where + ": tensor index in profile " + prof.name);
   if (id < 0 || id >= static_cast<int>(prof.tensors.size())) bad("tensor index out of range in " + prof.name);
   return id;
 }
@@ -140,7 +149,7 @@ PlanStep parse_step(const json& s, const Plan& plan, const PlanProfile& prof, co
   for (const auto& a : s.at("args")) st.args.push_back(tensor_id(a, prof, bad));
   if (op == "kernel") {
     st.kind = PlanStep::kKernel;
-    st.kernel = s.at("kernel").get<int>();
+    st.kernel = json_int<int>(s, "kernel", bad.where + ": step in profile " + prof.name);
     if (st.kernel < 0 || st.kernel >= static_cast<int>(plan.kernels.size())) bad("kernel index out of range");
     if (static_cast<int>(st.args.size()) != plan.kernels[st.kernel].num_args)
       bad("step calls kernel '" + plan.kernels[st.kernel].name + "' with the wrong number of arguments");
@@ -148,6 +157,12 @@ PlanStep parse_step(const json& s, const Plan& plan, const PlanProfile& prof, co
     st.kind = PlanStep::kCopy;
     if (st.args.size() != 2 || prof.tensors[st.args[0]].nbytes != prof.tensors[st.args[1]].nbytes)
       bad("malformed copy step in profile " + prof.name);
+    const PlanTensor &src = prof.tensors[st.args[0]], &dst = prof.tensors[st.args[1]];
+    if (dst.in_weights) bad("a copy step writes into the weights in profile " + prof.name);
+    bool same_range = src.in_weights == dst.in_weights && src.offset == dst.offset;
+    if (!same_range && src.in_weights == dst.in_weights && src.offset < dst.offset + dst.nbytes &&
+        dst.offset < src.offset + src.nbytes)
+      bad("a copy step's source and destination overlap in profile " + prof.name);
   } else {
     bad("unknown step op '" + op + "'");
   }
@@ -157,7 +172,9 @@ PlanStep parse_step(const json& s, const Plan& plan, const PlanProfile& prof, co
 PlanProfile parse_profile(const json& p, const Plan& plan, const Bad& bad) {
   PlanProfile prof;
   prof.name = p.at("name").get<std::string>();
-  prof.arena_bytes = p.at("arena_bytes").get<uint64_t>();
+  prof.arena_bytes = json_int<uint64_t>(p, "arena_bytes", bad.where + ": profile " + prof.name);
+  if (prof.arena_bytes > kMaxArenaBytes) bad("profile " + prof.name + " asks for an arena of " +
+                                             std::to_string(prof.arena_bytes) + " bytes");
   for (const auto& t : p.at("tensors")) prof.tensors.push_back(parse_tensor(t, plan, prof, bad));
   parse_io(p, prof, bad);
   for (const auto& s : p.at("steps")) prof.steps.push_back(parse_step(s, plan, prof, bad));

@@ -33,7 +33,9 @@ struct Array {
     a.dtype = dtype;
     a.shape = std::move(shape);
     a.nbytes = packrt_dtype_size(dtype);
-    for (int64_t d : a.shape) a.nbytes *= static_cast<uint64_t>(d);
+    for (int64_t d : a.shape)
+      if (d < 0 || __builtin_mul_overflow(a.nbytes, static_cast<uint64_t>(d), &a.nbytes) || a.nbytes > (uint64_t(1) << 56))
+        throw std::runtime_error("array shape is negative or too large");
     size_t n = (a.nbytes + 63) / 64 * 64;
     a.data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, n ? n : 64)));
     if (!a.data) throw std::bad_alloc();
@@ -56,13 +58,42 @@ inline const Descr* descrs() {
 }
 
 inline std::string field(const std::string& header, const std::string& key, const std::string& path) {
+  const std::string bad = path + ": malformed .npy header (field '" + key + "')";
   size_t k = header.find("'" + key + "'");
   if (k == std::string::npos) throw std::runtime_error(path + ": .npy header has no '" + key + "'");
   size_t colon = header.find(':', k);
-  size_t start = header.find_first_not_of(" ", colon + 1);
-  if (header[start] == '(') return header.substr(start, header.find(')', start) - start + 1);
-  if (header[start] == '\'') return header.substr(start + 1, header.find('\'', start + 1) - start - 1);
-  return header.substr(start, header.find_first_of(",}", start) - start);
+  size_t start = colon == std::string::npos ? colon : header.find_first_not_of(" ", colon + 1);
+  if (start == std::string::npos) throw std::runtime_error(bad);
+  char open = header[start];
+  size_t end = open == '(' ? header.find(')', start) : open == '\'' ? header.find('\'', start + 1)
+                                                                    : header.find_first_of(",}", start);
+  if (end == std::string::npos) throw std::runtime_error(bad);
+  if (open == '(') return header.substr(start, end - start + 1);
+  if (open == '\'') return header.substr(start + 1, end - start - 1);
+  return header.substr(start, end - start);
+}
+
+// "(2, 3)" -> {2, 3}: non-negative decimal dims only (no exceptions from std::stoll, no wrap).
+inline std::vector<int64_t> parse_shape(const std::string& txt, const std::string& path) {
+  std::vector<int64_t> shape;
+  size_t i = 1;
+  while (i < txt.size()) {
+    size_t j = txt.find_first_of(",)", i);
+    if (j == std::string::npos) j = txt.size();
+    size_t a = txt.find_first_not_of(' ', i), b = txt.find_last_not_of(' ', j - 1);
+    if (a != std::string::npos && a < j) {
+      int64_t d = 0;
+      for (size_t c = a; c <= b; ++c) {
+        if (txt[c] < '0' || txt[c] > '9' || d > (int64_t(1) << 56))
+          throw std::runtime_error(path + ": .npy shape " + txt + " is not a list of non-negative sizes");
+        d = d * 10 + (txt[c] - '0');
+      }
+      shape.push_back(d);
+    }
+    i = j + 1;
+  }
+  if (shape.size() > 8) throw std::runtime_error(path + ": .npy array has more than 8 dimensions");
+  return shape;
 }
 
 }  // namespace detail
@@ -84,6 +115,7 @@ inline Array load(const std::string& path) {
     if (std::fread(b, 1, 4, f) != 4) throw std::runtime_error(path + ": truncated .npy header");
     hlen = b[0] | (b[1] << 8) | (b[2] << 16) | (uint32_t(b[3]) << 24);
   }
+  if (hlen > (1u << 20)) throw std::runtime_error(path + ": .npy header longer than 1 MB");
   std::string header(hlen, '\0');
   if (std::fread(&header[0], 1, hlen, f) != hlen) throw std::runtime_error(path + ": truncated .npy header");
 
@@ -96,15 +128,22 @@ inline Array load(const std::string& path) {
   if (dtype == PACKRT_DTYPE_UNKNOWN) throw std::runtime_error(path + ": dtype '" + descr + "' is not supported");
   if (detail::field(header, "fortran_order", path) != "False")
     throw std::runtime_error(path + ": Fortran-ordered arrays are not supported (save with np.ascontiguousarray)");
-  std::string shape_txt = detail::field(header, "shape", path);
-  std::vector<int64_t> shape;
-  for (size_t i = 1; i < shape_txt.size();) {
-    size_t j = shape_txt.find_first_of(",)", i);
-    std::string tok = shape_txt.substr(i, j - i);
-    if (tok.find_first_not_of(" ") != std::string::npos) shape.push_back(std::stoll(tok));
-    i = j + 1;
+  std::vector<int64_t> shape = detail::parse_shape(detail::field(header, "shape", path), path);
+  // the data must be in the file before anything that large is allocated
+  long here = std::ftell(f);
+  uint64_t need = packrt_dtype_size(dtype);
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(need, static_cast<uint64_t>(d), &need)) need = UINT64_MAX;
+  if (here < 0 || std::fseek(f, 0, SEEK_END) != 0) throw std::runtime_error(path + ": cannot seek in .npy file");
+  long size = std::ftell(f);
+  if (size < here || need > static_cast<uint64_t>(size - here) || std::fseek(f, here, SEEK_SET) != 0)
+    throw std::runtime_error(path + ": file is shorter than its header says");
+  Array a;
+  try {
+    a = Array::allocate(dtype, shape);
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error(path + ": not enough memory for the array");
   }
-  Array a = Array::allocate(dtype, shape);
   if (a.nbytes && std::fread(a.data.get(), 1, a.nbytes, f) != a.nbytes)
     throw std::runtime_error(path + ": file is shorter than its header says");
   return a;

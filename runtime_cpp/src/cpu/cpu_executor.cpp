@@ -1,5 +1,6 @@
 #include "cpu/cpu_executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -24,6 +25,8 @@ DLDataType to_dl(int32_t dtype) {
   }
 }
 
+constexpr int kMaxThreads = 1024;   // more is a typo or an attack, not a machine
+
 alignas(64) uint8_t g_empty[64];  // data pointer for zero-byte tensors (kernels reject NULL)
 
 std::vector<PackedKernel> resolve(const KernelLibrary& lib, const Plan& plan) {
@@ -34,14 +37,14 @@ std::vector<PackedKernel> resolve(const KernelLibrary& lib, const Plan& plan) {
 
 }  // namespace
 
-CpuExecutor::CpuExecutor(const Plan& plan, const std::string& target, const std::string& kernels,
-                         AlignedBuffer weights, int num_threads)
+CpuExecutor::CpuExecutor(const Plan& plan, const std::string& target, const AlignedBuffer& kernels,
+                         size_t kernels_size, const std::string& kernels_label, AlignedBuffer weights, int num_threads)
     : plan_(plan),
       target_(target),
-      kernels_(kernels),
+      kernels_(kernels.get(), kernels_size, kernels_label),
       fns_(resolve(kernels_, plan)),
       weights_(std::move(weights)),
-      pool_(num_threads > 0 ? num_threads : host_cores()),
+      pool_(num_threads > 0 ? std::min(num_threads, kMaxThreads) : host_cores()),
       free_contexts_(plan.profiles.size()) {}
 
 std::unique_ptr<CpuExecutor::Context> CpuExecutor::acquire(int profile) {
@@ -57,7 +60,12 @@ std::unique_ptr<CpuExecutor::Context> CpuExecutor::acquire(int profile) {
   const PlanProfile& prof = plan_.profiles[profile];
   auto ctx = std::make_unique<Context>();
   ctx->profile = profile;
-  ctx->arena = aligned_buffer(prof.arena_bytes);
+  try {
+    ctx->arena = aligned_buffer(prof.arena_bytes);
+  } catch (const std::bad_alloc&) {
+    fail(PACKRT_ERROR_RUNTIME, "out of memory: cannot allocate the " + std::to_string(prof.arena_bytes) +
+                                         "-byte arena of profile '" + prof.name + "'");
+  }
   ctx->tensors.resize(prof.tensors.size());
   for (size_t i = 0; i < prof.tensors.size(); ++i) {
     const PlanTensor& t = prof.tensors[i];
@@ -97,7 +105,8 @@ void CpuExecutor::execute(Context& ctx, std::vector<double>* step_ms) {
     auto t0 = step_ms ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     if (step.kind == PlanStep::kCopy) {
       const PlanTensor& src = prof.tensors[step.args[0]];
-      std::memcpy(ctx.tensors[step.args[1]].data, ctx.tensors[step.args[0]].data, src.nbytes);
+      // memmove: an input and an output the caller bound to the same buffer may alias
+      std::memmove(ctx.tensors[step.args[1]].data, ctx.tensors[step.args[0]].data, src.nbytes);
     } else {
       TVMFFIAny result;
       std::memset(&result, 0, sizeof result);
@@ -160,9 +169,11 @@ void CpuExecutor::run_device(int, const std::vector<const void*>&, const std::ve
 }
 
 std::unique_ptr<Executor> open_cpu_executor(ExecutorSource& source) {
-  source.package.check(source.target.kernels, source.options.verify_checksums != 0);
-  return std::make_unique<CpuExecutor>(source.plan, source.target.name, source.package.path_of(source.target.kernels),
-                                       std::move(source.weights), source.options.num_threads);
+  uint64_t size = 0;
+  AlignedBuffer image = source.package.read(source.target.kernels, source.options.verify_checksums != 0, &size);
+  return std::make_unique<CpuExecutor>(source.plan, source.target.name, image, size,
+                                       source.package.root() + "/" + source.target.kernels, std::move(source.weights),
+                                       source.options.num_threads);
 }
 
 }  // namespace packrt

@@ -20,10 +20,11 @@ namespace packrt {
 
 class CpuExecutor final : public Executor {
  public:
-  // `target`: the target's name (for messages); `kernels`: path of its kernels.so; `weights`:
-  // the plan's weights (kept); `num_threads`: pool size, 0 for one thread per core.
-  CpuExecutor(const Plan& plan, const std::string& target, const std::string& kernels, AlignedBuffer weights,
-              int num_threads);
+  // `target`: the target's name (for messages); `kernels`: its kernels.so's checked bytes;
+  // `weights`: the plan's weights (kept); `num_threads`: pool size, 0 for one thread per core
+  // (capped at kMaxThreads).
+  CpuExecutor(const Plan& plan, const std::string& target, const AlignedBuffer& kernels, size_t kernels_size,
+              const std::string& kernels_label, AlignedBuffer weights, int num_threads);
 
   packrt_device_type device_type() const override { return PACKRT_DEVICE_CPU; }
   const char* device_name() const override { return "cpu"; }

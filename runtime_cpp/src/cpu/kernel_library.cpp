@@ -1,10 +1,18 @@
 #include "cpu/kernel_library.h"
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
 #include <packrt/kernel_abi.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "buffer.h"
@@ -89,35 +97,108 @@ int free_workspace(int /*device_type*/, int /*device_id*/, void* p) {
 }
 
 template <typename T>
-void set_hook(void* handle, const char* name, T value) {
-  if (auto* slot = reinterpret_cast<T*>(dlsym(handle, name))) *slot = value;
+void set_hook(void* slot, T value) {
+  if (slot) *reinterpret_cast<T*>(slot) = value;
 }
 
 }  // namespace
 
-KernelLibrary::KernelLibrary(const std::string& path) : path_(path) {
+// The ELF header, program and section header tables and every segment lie inside the file (a
+// truncated kernels.so otherwise faults inside dlopen), for this machine's architecture.
+static void check_elf(const uint8_t* d, size_t n, const std::string& label) {
+  auto bad = [&](const std::string& why) { fail(PACKRT_ERROR_CORRUPT_PACKAGE, label + ": " + why); };
+  ElfW(Ehdr) h;
+  if (n < sizeof h || std::memcmp(d, ELFMAG, SELFMAG) != 0) bad("not an ELF shared library");
+  std::memcpy(&h, d, sizeof h);
+#if defined(__x86_64__)
+  const int machine = EM_X86_64;
+#elif defined(__aarch64__)
+  const int machine = EM_AARCH64;
+#else
+  const int machine = h.e_machine;
+#endif
+  if (h.e_ident[EI_CLASS] != ELFCLASS64 || h.e_type != ET_DYN || h.e_machine != machine)
+    bad("not a 64-bit shared library for this machine's architecture");
+  if (h.e_phentsize != sizeof(ElfW(Phdr)) || h.e_phoff > n || h.e_phnum > (n - h.e_phoff) / sizeof(ElfW(Phdr)))
+    bad("program headers outside the file (truncated?)");
+  if (h.e_shnum && (h.e_shentsize != sizeof(ElfW(Shdr)) || h.e_shoff > n ||
+                    h.e_shnum > (n - h.e_shoff) / sizeof(ElfW(Shdr))))
+    bad("section headers outside the file (truncated?)");
+  for (unsigned i = 0; i < h.e_phnum; ++i) {
+    ElfW(Phdr) p;
+    std::memcpy(&p, d + h.e_phoff + i * sizeof p, sizeof p);
+    if (p.p_offset > n || p.p_filesz > n - p.p_offset) bad("a segment lies outside the file (truncated?)");
+  }
+}
+
+// The checked bytes in a sealed in-memory file that dlopen maps: the code that runs is the code
+// that was hashed, whatever happens to the package file afterwards.
+static int sealed_memfd(const uint8_t* d, size_t n, const std::string& label) {
+  int fd = static_cast<int>(::syscall(SYS_memfd_create, "packrt-kernels", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (fd < 0) fail(PACKRT_ERROR_RUNTIME, label + ": cannot create an in-memory file to load it from");
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = ::write(fd, d + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      ::close(fd);
+      fail(PACKRT_ERROR_RUNTIME, label + ": cannot write its in-memory copy");
+    }
+    done += static_cast<size_t>(w);
+  }
+  ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  return fd;
+}
+
+KernelLibrary::KernelLibrary(const uint8_t* image, size_t size, const std::string& label) : path_(label) {
+  check_elf(image, size, label);
+  memfd_ = sealed_memfd(image, size, label);
+  // the descriptor stays open while the library is loaded: dlopen matches libraries by path name,
+  // so a reused /proc/self/fd/N would hand back another model's kernels
+  std::string path = "/proc/self/fd/" + std::to_string(memfd_);
   handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle_) fail(PACKRT_ERROR_CORRUPT_PACKAGE, std::string("cannot load kernels: ") + dlerror());
-  auto abi = reinterpret_cast<int (*)()>(dlsym(handle_, "packrt_kernels_abi_version"));
-  last_error_ = reinterpret_cast<const char* (*)()>(dlsym(handle_, "packrt_kernels_last_error"));
+  if (!handle_) {
+    ::close(memfd_);
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, label + ": cannot load kernels: " + dlerror());
+  }
+  auto abi = reinterpret_cast<int (*)()>(own_symbol("packrt_kernels_abi_version", true));
+  last_error_ = reinterpret_cast<const char* (*)()>(own_symbol("packrt_kernels_last_error", true));
   if (!abi || !last_error_ || abi() != PACKRT_KERNEL_ABI_VERSION) {
     dlclose(handle_);
-    fail(PACKRT_ERROR_UNSUPPORTED, path + ": kernel library ABI does not match this runtime");
+    ::close(memfd_);
+    fail(PACKRT_ERROR_UNSUPPORTED, label + ": kernel library ABI does not match this runtime");
   }
   // The kernels' own weak hook variables (bound locally: the library is linked -Bsymbolic).
-  set_hook(handle_, "__TVMBackendAllocWorkspace", &alloc_workspace);
-  set_hook(handle_, "__TVMBackendFreeWorkspace", &free_workspace);
-  set_hook(handle_, "__TVMBackendParallelLaunch", &parallel_launch);
-  set_hook<packrt_parallel_barrier_fn>(handle_, "packrt_parallel_barrier", &parallel_barrier);
+  set_hook(own_symbol("__TVMBackendAllocWorkspace", false), &alloc_workspace);
+  set_hook(own_symbol("__TVMBackendFreeWorkspace", false), &free_workspace);
+  set_hook(own_symbol("__TVMBackendParallelLaunch", false), &parallel_launch);
+  set_hook<packrt_parallel_barrier_fn>(own_symbol("packrt_parallel_barrier", false), &parallel_barrier);
 }
 
 KernelLibrary::~KernelLibrary() {
   if (handle_) dlclose(handle_);
+  if (memfd_ >= 0) ::close(memfd_);
+}
+
+void* KernelLibrary::own_symbol(const char* name, bool function) const {
+  void* p = dlsym(handle_, name);
+  Dl_info info{};
+  void* entry = nullptr;
+  if (!p || !dladdr1(p, &info, &entry, RTLD_DL_SYMENT) || !entry || info.dli_saddr != p)
+    return nullptr;
+  // defined in kernels.so itself (dlsym also searches its dependencies: libc's exit, abort, ...)
+  struct link_map* lm = nullptr;
+  if (dlinfo(handle_, RTLD_DI_LINKMAP, &lm) != 0 || !lm || reinterpret_cast<uintptr_t>(info.dli_fbase) == 0 ||
+      std::string(info.dli_fname ? info.dli_fname : "") != lm->l_name)
+    return nullptr;
+  int type = ELF64_ST_TYPE(static_cast<const ElfW(Sym)*>(entry)->st_info);
+  return (function ? type == STT_FUNC : type == STT_OBJECT) ? p : nullptr;
 }
 
 PackedKernel KernelLibrary::kernel(const std::string& symbol) const {
-  void* f = dlsym(handle_, symbol.c_str());
-  if (!f) fail(PACKRT_ERROR_CORRUPT_PACKAGE, path_ + " has no kernel '" + symbol + "'");
+  // only the packed kernels TVM generates (__tvm_ffi_<name>), defined in kernels.so, as functions
+  void* f = symbol.rfind(kKernelPrefix, 0) == 0 ? own_symbol(symbol.c_str(), true) : nullptr;
+  if (!f) fail(PACKRT_ERROR_CORRUPT_PACKAGE, path_ + " has no kernel function '" + symbol + "'");
   return reinterpret_cast<PackedKernel>(f);
 }
 

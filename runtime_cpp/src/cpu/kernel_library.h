@@ -5,6 +5,8 @@
 #pragma once
 #include <tvm/ffi/c_api.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "cpu/thread_pool.h"
@@ -16,7 +18,8 @@ using PackedKernel = int (*)(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
 
 class KernelLibrary {
  public:
-  explicit KernelLibrary(const std::string& path);
+  // Loads kernels.so from its checked bytes (`label` names it in errors).
+  KernelLibrary(const uint8_t* image, size_t size, const std::string& label);
   ~KernelLibrary();
   KernelLibrary(const KernelLibrary&) = delete;
   KernelLibrary& operator=(const KernelLibrary&) = delete;
@@ -25,7 +28,10 @@ class KernelLibrary {
   std::string last_error() const;                          // this thread's last kernel error
 
  private:
+  static constexpr const char* kKernelPrefix = "__tvm_ffi_";
+  void* own_symbol(const char* name, bool function) const;   // defined in kernels.so itself, or null
   void* handle_ = nullptr;
+  int memfd_ = -1;
   const char* (*last_error_)() = nullptr;
   std::string path_;
 };

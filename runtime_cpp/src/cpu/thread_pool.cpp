@@ -11,6 +11,11 @@
   } while (0)
 #endif
 
+#include <string>
+#include <system_error>
+
+#include "error.h"
+
 namespace packrt {
 namespace {
 
@@ -24,16 +29,25 @@ struct Barrier {
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+  try {
+    for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+  } catch (const std::system_error& e) {   // the system refused a thread: stop the ones started
+    shutdown();
+    throw Failure(PACKRT_ERROR_RUNTIME, "cannot start " + std::to_string(num_threads) + " threads (" + e.what() +
+                                            "); ask for fewer threads");
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { shutdown(); }
+
+void ThreadPool::shutdown() {
   stop_ = true;
   {
     std::lock_guard<std::mutex> l(sleep_mu_);
   }
   wake_.notify_all();
-  for (auto& t : workers_) t.join();
+  for (auto& t : workers_)
+    if (t.joinable()) t.join();
 }
 
 void ThreadPool::worker(int id) {

@@ -31,6 +31,7 @@ class ThreadPool {
 
  private:
   void worker(int id);
+  void shutdown();   // stops and joins the workers
   std::vector<std::thread> workers_;
   std::mutex launch_mu_, sleep_mu_;
   std::condition_variable wake_;
