@@ -86,7 +86,11 @@ def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray], extra: li
     try:
         model: str | bytes = str(model_path) if proto is None else proto.SerializeToString()
         if extra:
-            proto = onnx.load(str(model_path)) if proto is None else proto
+            if proto is None:
+                proto = onnx.load(str(model_path))
+            else:                                  # the caller's copy stays as it was
+                proto, given = onnx.ModelProto(), proto
+                proto.CopyFrom(given)
             have = {o.name for o in proto.graph.output}
             proto.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in extra if n not in have)
             model = proto.SerializeToString()

@@ -114,8 +114,8 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
     boundary = [] if len(units) == 1 and not units[0][0] else sorted(
         {t["name"] for _, u in units for t in u.manifest["inputs"] + u.manifest["outputs"]})
     flat = without_static_control_flow(loaded, [{n: tuple(s) for n, s in p["inputs"].items()}
-                                                for p in pkg.manifest["profiles"]])
-    inlined = flat.proto if boundary and flat.control_flow and flat.control_flow.inlined else None
+                                                for p in pkg.manifest["profiles"]]) if boundary else loaded
+    inlined = flat.proto if flat.control_flow and flat.control_flow.inlined else None
     has_gpu = any(backend_for(t).reference_on_gpu() for _, u in units for t in u.manifest["targets"])
     results: list[TargetResult] = []
     with tempfile.TemporaryDirectory(prefix="pack-verify-") as tmp:
