@@ -61,3 +61,11 @@ def cnn_input(tmp_path_factory) -> tuple[Path, np.ndarray]:
     np.save(p, x)
     return p, x
 
+
+
+@pytest.fixture
+def cnn_copy(packages, tmp_path) -> Path:
+    """A copy of the cnn package a test may damage."""
+    dst = tmp_path / "cnn"
+    shutil.copytree(packages["cnn"], dst, symlinks=True)
+    return dst

@@ -14,33 +14,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from support.helpers import REPO  # noqa: F401  (keeps the tests' import root on sys.path)
+from support.packrt import X86, cli, one_line_error, run
 
 pytestmark = pytest.mark.slow
-X86 = "x86_64"
-
-
-def cli(pkg: Path) -> list[str]:
-    return [str(pkg / "runtime" / X86 / "bin" / "packrt-run"), str(pkg)]
-
-
-def run(cmd, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=60, **kw)
-
-
-def one_line_error(r, code, *needles):
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("packrt-run: error:"), r.stderr
-    for n in needles:
-        assert n in r.stderr, (n, r.stderr)
-
-
-@pytest.fixture
-def cnn(packages, tmp_path) -> Path:
-    dst = tmp_path / "cnn"
-    shutil.copytree(packages["cnn"], dst, symlinks=True)
-    return dst
 
 
 def _resign(pkg: Path, rel: str) -> None:
@@ -52,7 +28,7 @@ def _resign(pkg: Path, rel: str) -> None:
     (pkg / "manifest.json").write_text(json.dumps(m))
 
 
-def test_kernels_swapped_after_the_hash_check_never_run(cnn, cnn_input, tmp_path):
+def test_kernels_swapped_after_the_hash_check_never_run(cnn_copy, cnn_input, tmp_path):
     """A thread keeps swapping kernels.so with a library whose constructor leaves a marker; every
     run must use the bytes that were hashed (or fail the hash check), and the marker never appear."""
     marker = tmp_path / "evil-ran"
@@ -62,7 +38,7 @@ def test_kernels_swapped_after_the_hash_check_never_run(cnn, cnn_input, tmp_path
                    '{ return -1; }\n')
     evil = tmp_path / "evil.so"
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(evil), str(src)], check=True)
-    kernels = cnn / "targets" / "x86-64" / "kernels.so"
+    kernels = cnn_copy / "targets" / "x86-64" / "kernels.so"
     good = tmp_path / "good.so"
     shutil.copy2(kernels, good)
     stop = threading.Event()
@@ -77,7 +53,7 @@ def test_kernels_swapped_after_the_hash_check_never_run(cnn, cnn_input, tmp_path
     t = threading.Thread(target=swap)
     t.start()
     try:
-        outcomes = [run([*cli(cnn), "--input", f"image={cnn_input[0]}"]) for _ in range(60)]
+        outcomes = [run([*cli(cnn_copy), cnn_copy, "--input", f"image={cnn_input[0]}"]) for _ in range(60)]
     finally:
         stop.set()
         t.join()
@@ -89,55 +65,55 @@ def test_kernels_swapped_after_the_hash_check_never_run(cnn, cnn_input, tmp_path
 
 @pytest.mark.parametrize("symbol", ["exit", "abort", "malloc", "__tvm_ffi_no_such_kernel",
                                     "packrt_kernels_abi_version", "__TVMBackendAllocWorkspace"])
-def test_kernel_symbols_must_be_kernels_defined_in_the_library(cnn, cnn_input, symbol):
-    plan = cnn / "targets" / "x86-64" / "plan.json"
+def test_kernel_symbols_must_be_kernels_defined_in_the_library(cnn_copy, cnn_input, symbol):
+    plan = cnn_copy / "targets" / "x86-64" / "plan.json"
     p = json.loads(plan.read_text())
     p["kernels"][0]["symbol"] = symbol
     plan.write_text(json.dumps(p))
-    _resign(cnn, "targets/x86-64/plan.json")
-    one_line_error(run([*cli(cnn), "--input", f"image={cnn_input[0]}"]), 2, "has no kernel function", symbol)
+    _resign(cnn_copy, "targets/x86-64/plan.json")
+    one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", f"image={cnn_input[0]}"]), 2, "has no kernel function", symbol)
 
 
 @pytest.mark.parametrize("field,value,needle", [
     ("offset", -64, "must be an integer"), ("offset", 2**64 - 64, "outside its"), ("bytes", 0.75, "must be an integer"),
     ("bytes", True, "must be an integer"), ("shape", [2**32, 2**32, 16], "overflows"), ("offset", 1e300, "integer"),
 ])
-def test_tensor_fields_are_checked_integers(cnn, cnn_input, field, value, needle):
-    plan = cnn / "targets" / "x86-64" / "plan.json"
+def test_tensor_fields_are_checked_integers(cnn_copy, cnn_input, field, value, needle):
+    plan = cnn_copy / "targets" / "x86-64" / "plan.json"
     p = json.loads(plan.read_text())
     p["profiles"][0]["tensors"][1][field] = value
     plan.write_text(json.dumps(p))
-    _resign(cnn, "targets/x86-64/plan.json")
-    one_line_error(run([*cli(cnn), "--input", f"image={cnn_input[0]}"]), 2, needle)
+    _resign(cnn_copy, "targets/x86-64/plan.json")
+    one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", f"image={cnn_input[0]}"]), 2, needle)
 
 
-def test_a_fifo_plan_is_refused_without_hanging(cnn, cnn_input):
+def test_a_fifo_plan_is_refused_without_hanging(cnn_copy, cnn_input):
     import os
 
-    plan = cnn / "targets" / "x86-64" / "plan.json"
+    plan = cnn_copy / "targets" / "x86-64" / "plan.json"
     plan.unlink()
     os.mkfifo(plan)
-    one_line_error(run([*cli(cnn), "--input", f"image={cnn_input[0]}"]), 2, "not a regular file")
+    one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", f"image={cnn_input[0]}"]), 2, "not a regular file")
 
 
-def test_truncated_kernels_are_refused_before_dlopen(cnn, cnn_input):
-    k = cnn / "targets" / "x86-64" / "kernels.so"
+def test_truncated_kernels_are_refused_before_dlopen(cnn_copy, cnn_input):
+    k = cnn_copy / "targets" / "x86-64" / "kernels.so"
     k.write_bytes(k.read_bytes()[: k.stat().st_size // 2])
-    _resign(cnn, "targets/x86-64/kernels.so")
-    one_line_error(run([*cli(cnn), "--input", f"image={cnn_input[0]}"]), 2, "outside the file")
+    _resign(cnn_copy, "targets/x86-64/kernels.so")
+    one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", f"image={cnn_input[0]}"]), 2, "outside the file")
 
 
 @pytest.mark.parametrize("header", ["(-1, 3)", "(99999999999, 99999999999)", "(abc)", "(2,"])
-def test_malformed_npy_inputs_are_one_line_errors(cnn, tmp_path, header):
+def test_malformed_npy_inputs_are_one_line_errors(cnn_copy, tmp_path, header):
     f = tmp_path / "bad.npy"
     body = "{'descr': '<f4', 'fortran_order': False, 'shape': " + header + ", }"
     body += " " * ((64 - (10 + len(body) + 1) % 64) % 64) + "\n"
     f.write_bytes(b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode() + b"\0" * 16)
-    one_line_error(run([*cli(cnn), "--input", f"image={f}"]), 2)
+    one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", f"image={f}"]), 2)
 
 
-def test_ort_op_refuses_a_wrapper_declaring_another_output_type(cnn):
-    wrapper = cnn / "ort" / "model.onnx"
+def test_ort_op_refuses_a_wrapper_declaring_another_output_type(cnn_copy):
+    wrapper = cnn_copy / "ort" / "model.onnx"
     m = onnx.load(str(wrapper))
     m.graph.output[0].type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
     for vi in m.graph.value_info:
@@ -145,7 +121,7 @@ def test_ort_op_refuses_a_wrapper_declaring_another_output_type(cnn):
             vi.type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
     onnx.save(m, str(wrapper))
     so = ort.SessionOptions()
-    so.register_custom_ops_library(str(cnn / "ort" / X86 / "libpackager_ort.so"))
+    so.register_custom_ops_library(str(cnn_copy / "ort" / X86 / "libpackager_ort.so"))
     with pytest.raises(Exception) as e:
         s = ort.InferenceSession(str(wrapper), so, providers=["CPUExecutionProvider"])
         s.run(None, {s.get_inputs()[0].name: np.zeros([d if isinstance(d, int) else 1 for d in s.get_inputs()[0].shape],

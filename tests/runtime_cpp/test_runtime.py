@@ -5,42 +5,17 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from support.helpers import HAS_QEMU, REPO, ort_run
+from support.packrt import X86, cli, one_line_error, run
 
 pytestmark = pytest.mark.slow
 
-X86 = "x86_64"
 HERE = Path(__file__).resolve().parent
-
-
-def cli(pkg: Path, arch: str = X86) -> list[str]:
-    exe = str(pkg / "runtime" / arch / "bin" / "packrt-run")
-    return [exe] if arch == X86 else ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", exe]
-
-
-def run(cmd, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-
-
-def one_line_error(r, code, *needles):
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("packrt-run: error:"), r.stderr
-    for n in needles:
-        assert n in r.stderr, (n, r.stderr)
-
-
-@pytest.fixture
-def cnn_copy(packages, tmp_path) -> Path:
-    dst = tmp_path / "cnn"
-    shutil.copytree(packages["cnn"], dst, symlinks=True)
-    return dst
 
 
 @pytest.mark.parametrize("arch", [X86, "aarch64"])
