@@ -974,6 +974,7 @@ def run_variants(package: Path, inputs: dict[str, Path] | None = None, table: Pa
     exe = Path(runtime) if runtime else own
     work = Path(work) if work else Path(tempfile.mkdtemp(prefix="malformed-"))
     work.mkdir(parents=True, exist_ok=True)
+    work = work.resolve()
     inputs = dict(inputs) if inputs else default_inputs(base, work)
     rel = {k: host_target(json.loads((base / "manifest.json").read_text()))[k] for k in ("plan", "kernels", "weights")}
 
@@ -1007,13 +1008,14 @@ def run_variants(package: Path, inputs: dict[str, Path] | None = None, table: Pa
         rc, err, secs = execute(own if v.native else exe, case, d / "out", timeout, native=v.native)
         judged = ALLOCATION_WARNING.sub("", err)
         outcome = classify(rc, judged, lambda out=d / "out": outputs_equal(out, reference))
-        rows.append(Row(v.name, v.cls, outcome, _exit_text(rc, timeout), first_line(judged, outcome), secs, err))
+        message = first_line(judged, outcome).replace(f"{work}/", "")   # variant folders: relative
+        rows.append(Row(v.name, v.cls, outcome, _exit_text(rc, timeout), message, secs, err))
         if log:
             log(f"{v.name:45s} {outcome:9s} {rows[-1].exit:8s} {rows[-1].message[:100]}")
         if not keep and outcome in ("clean", "correct"):
             shutil.rmtree(d, ignore_errors=True)
     if table:
-        write_table(rows, Path(table), title=f"packrt-run `{exe}` on variants of `{base}`")
+        write_table(rows, Path(table), title=f"packrt-run `{exe}` on variants of `{base}` (in `{work}`)")
     return rows
 
 
