@@ -588,8 +588,8 @@ def variants() -> list[Variant]:
     add("shape-strings", c, set_tensor(_in, shape=lambda t, pr: [str(d) for d in t["shape"]]))
     add("shape-float-dim", c, set_tensor(_in, shape=lambda t, pr: t["shape"][:-1] + [t["shape"][-1] + 0.5]))
     add("dtype-number", c, set_tensor(_produced, dtype=1))
-    add("version-string", c, on_plan(lambda p: p.update(version="1")))
-    add("version-true", c, on_plan(lambda p: p.update(version=True)))
+    add("plan-version-string", c, on_plan(lambda p: p.update(version="1")))
+    add("plan-version-true", c, on_plan(lambda p: p.update(version=True)))
     add("missing-format", c, del_key(lambda p: p, "format"))
     add("missing-weights", c, del_key(lambda p: p, "weights"))
     add("missing-kernels", c, del_key(lambda p: p, "kernels"))
@@ -762,7 +762,7 @@ def variants() -> list[Variant]:
     add("target-cpu-features-string", c, on_target(cpu_features="avx2"))
     add("target-plan-number", c, on_target(plan=123))
     add("target-plan-is-the-weights", c, on_manifest(lambda m, c_: c_.target(m).update(plan=c_.rel["weights"])))
-    add("version-string", c, on_manifest(lambda m, c_: m.update(version="1")))
+    add("manifest-version-string", c, on_manifest(lambda m, c_: m.update(version="1")))
     add("format-wrong", c, on_manifest(lambda m, c_: m.update(format="packager-plan")))
     add("name-missing", c, on_manifest(lambda m, c_: m.pop("name")))
     add("manifest-json-array", c, write_text("manifest", "[]"), sign=False)
@@ -770,6 +770,7 @@ def variants() -> list[Variant]:
         lambda c_: (c_.pkg / "manifest.json").write_text((c_.pkg / "manifest.json").read_text() + "\n}{"), sign=False)
     add("tampered-weights-unsigned", c, flip_byte("weights"), sign=False)
     add("tampered-plan-unsigned", c, set_tensor(_in, offset=lambda t, pr: t["offset"] + 64), sign=False)
+    assert len({v.name for v in out}) == len(out), "variant names must be unique (they name folders)"
     return out
 
 
