@@ -1,8 +1,8 @@
-"""Malformed packages (tests/support/malformed.py): packrt-run, built with ASan + UBSan, must refuse
+"""Malformed packages (tests/support/malformed/): packrt-run, built with ASan + UBSan, must refuse
 every damaged variant of the cnn package with one clean error line, or run it correctly; never
 crash, hang, trip a sanitizer, give wrong outputs or fail with a messy error.
 
-By hand: PYTHONPATH=. python tests/support/malformed.py --sanitized --table malformed.md PKG
+By hand: PYTHONPATH=tests python -m support.malformed --sanitized --table malformed.md PKG
 """
 from __future__ import annotations
 
