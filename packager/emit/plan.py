@@ -1,12 +1,14 @@
 """plan.json: the compiled execution plan of one target, read by the C++ runtime.
 
-Schema (format "packager-plan", version 1):
+Schema (format "packager-plan", version 2):
   target, device ("cpu" | "cuda"), weights {file, bytes}, kernels [{name, symbol, num_args, flops, bytes}],
   profiles [{name, arena_bytes, tensors [{dtype, shape, storage: arena|weights, offset, bytes}],
              inputs [{name, tensor}], outputs [{name, tensor}],
-             steps [{op: kernel, kernel, args} | {op: copy, args: [src, dst]}]}]
+             steps [{op: kernel, kernel, args, outputs} | {op: copy, args: [src, dst]}]}]
 Tensor ids index the profile's tensor list; kernel args are inputs then outputs, in the
-PrimFunc's parameter order. CUDA plans also name the module (kernels.fatbin) and give each kernel
+PrimFunc's parameter order, and `outputs` says how many of the last args the kernel writes (so
+the runtime can check the data flow: every arena tensor written once, before it is read, and not
+overwritten while it is still to be read). CUDA plans also name the module (kernels.fatbin) and give each kernel
 its device launches [{function, args, grid, block, shared_bytes}] (args: PrimFunc parameter
 index, or -(k+1) for scratch buffer k) and its scratch buffers `workspace` [bytes]. Every input and output has its own arena slot, so the runtime can
 stage unaligned caller buffers; aligned ones are bound in place.
@@ -19,7 +21,7 @@ from ..codegen.graph import Graph
 from .memory import Lifetime, plan_offsets
 from .weights import WeightStore
 
-PLAN_FORMAT, PLAN_VERSION = "packager-plan", 1
+PLAN_FORMAT, PLAN_VERSION = "packager-plan", 2
 
 
 @dataclass
@@ -35,7 +37,8 @@ class ProfileStats:
 def _profile(name: str, graph: Graph, kernel_index: dict[str, int], weights: WeightStore,
              input_names: list[str], output_names: list[str]) -> tuple[dict, ProfileStats]:
     tensors = [{"dtype": t.dtype, "shape": list(t.shape), "bytes": t.nbytes} for t in graph.tensors]
-    steps = [{"op": "kernel", "kernel": kernel_index[c.kernel], "args": list(c.args)} for c in graph.calls]
+    steps = [{"op": "kernel", "kernel": kernel_index[c.kernel], "args": list(c.args), "outputs": c.n_outputs}
+             for c in graph.calls]
 
     outputs, seen = [], set()
     for tid, oname in zip(graph.outputs, output_names):

@@ -1,5 +1,8 @@
 #include "plan.h"
 
+#include <algorithm>
+#include <tuple>
+
 #include <nlohmann/json.hpp>
 
 #include "checked.h"
@@ -9,7 +12,7 @@ namespace packrt {
 
 using json = nlohmann::json;
 
-static constexpr int kPlanVersion = 1;
+static constexpr int kPlanVersion = 2;
 static constexpr int kMaxKernelArgs = 1 << 16;
 static constexpr uint64_t kMaxArenaBytes = uint64_t(1) << 48;   // beyond any machine: a corrupt size
 
@@ -153,20 +156,92 @@ PlanStep parse_step(const json& s, const Plan& plan, const PlanProfile& prof, co
     if (st.kernel < 0 || st.kernel >= static_cast<int>(plan.kernels.size())) bad("kernel index out of range");
     if (static_cast<int>(st.args.size()) != plan.kernels[st.kernel].num_args)
       bad("step calls kernel '" + plan.kernels[st.kernel].name + "' with the wrong number of arguments");
+    st.num_outputs = json_int<int>(s, "outputs", bad.where + ": step in profile " + prof.name);
+    if (st.num_outputs < 1 || st.num_outputs > static_cast<int>(st.args.size()))
+      bad("step calls kernel '" + plan.kernels[st.kernel].name + "' with a bad output count");
   } else if (op == "copy") {
     st.kind = PlanStep::kCopy;
     if (st.args.size() != 2 || prof.tensors[st.args[0]].nbytes != prof.tensors[st.args[1]].nbytes)
-      bad("malformed copy step in profile " + prof.name);
-    const PlanTensor &src = prof.tensors[st.args[0]], &dst = prof.tensors[st.args[1]];
-    if (dst.in_weights) bad("a copy step writes into the weights in profile " + prof.name);
-    bool same_range = src.in_weights == dst.in_weights && src.offset == dst.offset;
-    if (!same_range && src.in_weights == dst.in_weights && src.offset < dst.offset + dst.nbytes &&
-        dst.offset < src.offset + src.nbytes)
-      bad("a copy step's source and destination overlap in profile " + prof.name);
+      bad("malformed copy step in profile " + prof.name);   // weights and overlaps: check_dataflow
   } else {
     bad("unknown step op '" + op + "'");
   }
   return st;
+}
+
+bool overlap(const PlanTensor& a, const PlanTensor& b) {
+  return a.in_weights == b.in_weights && a.nbytes && b.nbytes && a.offset < b.offset + b.nbytes &&
+         b.offset < a.offset + a.nbytes;
+}
+
+// The profile's data flow, run symbolically: every arena tensor is an input or is written by
+// exactly one step (never a weight), a step reads only tensors that hold their value (written
+// and not overwritten since through an overlapping range), a step's outputs overlap neither its
+// inputs nor each other, and every output holds its value at the end. This is what makes the
+// memory plan's reuse of arena ranges safe; a plan that breaks it would compute wrong results.
+void check_dataflow(const PlanProfile& prof, const Bad& bad) {
+  const size_t n = prof.tensors.size();
+  std::vector<char> holds(n, 0), written(n, 0);
+  for (size_t t = 0; t < n; ++t) holds[t] = prof.tensors[t].in_weights;
+  for (const auto& io : prof.inputs) holds[io.tensor] = written[io.tensor] = 1;
+  std::vector<int> by_offset;   // arena tensors by offset, with the largest end so far: finds overlaps
+  for (size_t t = 0; t < n; ++t)
+    if (!prof.tensors[t].in_weights) by_offset.push_back(static_cast<int>(t));
+  std::sort(by_offset.begin(), by_offset.end(),
+            [&](int a, int b) { return prof.tensors[a].offset < prof.tensors[b].offset; });
+  std::vector<uint64_t> max_end(by_offset.size());
+  for (size_t i = 0; i < by_offset.size(); ++i) {
+    const PlanTensor& t = prof.tensors[by_offset[i]];
+    max_end[i] = std::max(i ? max_end[i - 1] : 0, t.offset + t.nbytes);
+  }
+  uint64_t budget = uint64_t(1) << 28;   // overlap visits: a plan needing more is not one we wrote
+  auto clobber = [&](int w) {            // w was just written: what overlaps it lost its value
+    const PlanTensor& tw = prof.tensors[w];
+    auto end = std::lower_bound(by_offset.begin(), by_offset.end(), tw.offset + tw.nbytes,
+                                [&](int a, uint64_t off) { return prof.tensors[a].offset < off; });
+    for (auto i = end - by_offset.begin(); i-- > 0 && max_end[i] > tw.offset;) {
+      if (!budget--) bad("profile " + prof.name + " has too many overlapping tensors to check");
+      if (by_offset[i] != w && overlap(prof.tensors[by_offset[i]], tw)) holds[by_offset[i]] = 0;
+    }
+  };
+  for (size_t s = 0; s < prof.steps.size(); ++s) {
+    const PlanStep& st = prof.steps[s];
+    const std::string at = "step " + std::to_string(s) + " of profile " + prof.name;
+    const size_t first_out = st.args.size() - static_cast<size_t>(st.num_outputs);
+    for (size_t i = 0; i < first_out; ++i)
+      if (!holds[st.args[i]])
+        bad(at + " reads tensor " + std::to_string(st.args[i]) +
+            " before it is written or after an overlapping tensor overwrote it");
+    for (size_t o = first_out; o < st.args.size(); ++o) {
+      int w = st.args[o];
+      if (prof.tensors[w].in_weights) bad(at + " writes into the weights");
+      if (written[w]) bad(at + " writes tensor " + std::to_string(w) + ", an input or a tensor already written");
+      for (size_t i = 0; i < st.args.size(); ++i)
+        if (i != o && (st.args[i] == w || overlap(prof.tensors[st.args[i]], prof.tensors[w])))
+          bad(at + " writes tensor " + std::to_string(w) + " over another of its own arguments");
+    }
+    for (size_t o = first_out; o < st.args.size(); ++o) {
+      written[st.args[o]] = holds[st.args[o]] = 1;
+      clobber(st.args[o]);
+    }
+  }
+  for (const auto& io : prof.outputs)
+    if (!holds[io.tensor]) bad("output '" + io.name + "' of profile " + prof.name + " is not computed by its steps");
+}
+
+// Weight tensors are disjoint or the very same bytes (the writer stores identical constants once);
+// a partial overlap means one constant reads another's bytes.
+void check_weights_disjoint(const PlanProfile& prof, const Bad& bad) {
+  std::vector<const PlanTensor*> w;
+  for (const auto& t : prof.tensors)
+    if (t.in_weights && t.nbytes) w.push_back(&t);
+  std::sort(w.begin(), w.end(), [](auto a, auto b) { return std::tie(a->offset, a->nbytes) < std::tie(b->offset, b->nbytes); });
+  uint64_t end = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    bool same = i && w[i]->offset == w[i - 1]->offset && w[i]->nbytes == w[i - 1]->nbytes;
+    if (!same && w[i]->offset < end) bad("two weight tensors of profile " + prof.name + " partly overlap");
+    end = std::max(end, w[i]->offset + w[i]->nbytes);
+  }
 }
 
 PlanProfile parse_profile(const json& p, const Plan& plan, const Bad& bad) {
@@ -178,6 +253,8 @@ PlanProfile parse_profile(const json& p, const Plan& plan, const Bad& bad) {
   for (const auto& t : p.at("tensors")) prof.tensors.push_back(parse_tensor(t, plan, prof, bad));
   parse_io(p, prof, bad);
   for (const auto& s : p.at("steps")) prof.steps.push_back(parse_step(s, plan, prof, bad));
+  check_weights_disjoint(prof, bad);
+  check_dataflow(prof, bad);
   return prof;
 }
 

@@ -25,6 +25,7 @@ struct PlanStep {
   enum Kind { kKernel, kCopy } kind = kKernel;
   int kernel = -1;        // kKernel: index into Plan::kernels
   std::vector<int> args;  // kKernel: tensor ids (inputs then outputs); kCopy: {src, dst}
+  int num_outputs = 1;    // how many of the last args the step writes
 };
 
 struct PlanProfile {
