@@ -22,7 +22,7 @@ import onnx
 from . import __version__
 from .codegen.backend import backend_for
 from .codegen.compile import compile_unit, optimize_unit
-from .emit.manifest import package_manifest, sha256_file, unit_manifest
+from .emit.manifest import WRAPPER_MODEL, package_manifest, sha256_file, unit_manifest
 from .emit.ort_headers import ort_headers
 from .emit.ort_wrapper import wrapper_for
 from .emit.package import PackageWriter
@@ -74,19 +74,23 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
     runtimes = {a: st.run(f"C++ runtime for {a}", build_runtime, a, log) for a in arches}
     model_sha = sha256_file(spec.model)
     ids = {u.name: _package_id(spec, model_sha, u.name) for u in units}
+    pins: dict[str, str] = {}      # unit name -> sha256 of the manifest its PackagedModel node opens
     with PackageWriter(spec.output) as w:
         for u in units:
             compile_unit(u, targets, spec.optimize, w, log)
             if u.rel:
-                w.write_manifest(unit_manifest(spec, u, targets, ids[u.name]), under=u.rel)
+                pins[u.name] = w.write_manifest(unit_manifest(spec, u, targets, ids[u.name]), under=u.rel)
         runtime, ort_libs = bundle_runtimes(w, runtimes) if bundle_runtime else ({}, {})
-        onnx.save(wrapper_for(model, units, split, ids, types), str(w.path("ort/model.onnx")))
         w.write_text("README.md", package_readme(spec, model, targets, ort_libs, split is not None))
         ort_note = "" if ort_libs or not bundle_runtime else f"custom-op library not built: {ort_headers()[1]}"
         w.write_json("build_report.json", build_report(spec, model, units, split, st.times,
                                                        time.perf_counter() - t_start, ort_note))
-        out = w.finish(package_manifest(spec, model, dtypes, units, split, targets, _package_id(spec, model_sha),
-                                        model_sha, runtime, ort_libs))
+        root_sha = w.write_manifest(package_manifest(spec, model, dtypes, units, split, targets,
+                                                     _package_id(spec, model_sha), model_sha, runtime, ort_libs))
+        pins.update({u.name: root_sha for u in units if not u.rel})
+        # Written after the manifest, which it pins (so the manifest does not list it).
+        onnx.save(wrapper_for(model, units, split, ids, pins, types), str(w.path(WRAPPER_MODEL)))
+        out = w.finish()
     _log_passes(log, units, ort_note)
     log(f"wrote {out} ({time.perf_counter() - t_start:.1f} s)")
     return out

@@ -9,7 +9,10 @@ Schema (format "packager-package", version 1), at the package root:
                                                             with its own manifest.json of the same form)
   ort {model, library {arch: path}, domain, op}, runtime {arch: {cli, library, static_library, example,
   include}}, runtime_source, verify {rtol, atol, inputs (fixed test values)}, build_report,
-  files {relative path: {bytes, sha256}}   (every file below the manifest's folder but itself)
+  files {relative path: {bytes, sha256}}   (every file below the manifest's folder but itself and the
+                                            wrapper model ort/model.onnx, written after it: each of the
+                                            wrapper's PackagedModel nodes pins the sha256 of the
+                                            manifest.json it opens instead)
 Paths are relative to the manifest's folder. The C++ runtime reads the same fields
 (runtime_cpp/src/package.cpp).
 """
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from ..targets import Target
 
 MANIFEST_FORMAT, MANIFEST_VERSION = "packager-package", 1
+WRAPPER_MODEL = "ort/model.onnx"   # the ONNX Runtime wrapper model, relative to the package root
 
 
 def sha256_file(path: Path) -> str:
@@ -89,7 +93,7 @@ def package_manifest(spec: Spec, model, dtypes: dict[str, str], units: list[Unit
         "spec": spec.raw, **io_entries(model, dtypes),
         "profiles": [{"name": p.name, "inputs": {k: list(v) for k, v in profile_shapes(model, p).items()}}
                      for p in spec.profiles] if split is not None else profile_entries(units[0]),
-        "ort": {"model": "ort/model.onnx", "library": ort_libs, "domain": "ai.packager", "op": "PackagedModel"},
+        "ort": {"model": WRAPPER_MODEL, "library": ort_libs, "domain": "ai.packager", "op": "PackagedModel"},
         "runtime": runtime, "runtime_source": "runtime/src",
         "verify": {"rtol": spec.verify.rtol, "atol": spec.verify.atol, "inputs": spec.verify.inputs},
         "build_report": "build_report.json",
@@ -140,6 +144,28 @@ class PackageInfo:
                 problems.append(f"{rel}: {p.stat().st_size} bytes, manifest says {f['bytes']}")
             elif sha256_file(p) != f["sha256"]:
                 problems.append(f"{rel}: sha256 mismatch")
+        return problems + self._check_pins()
+
+    def _check_pins(self) -> list[str]:
+        """The wrapper model is not listed (it is written after the manifest): each of its
+        PackagedModel nodes must pin the sha256 of the manifest.json it opens."""
+        import onnx
+
+        wrapper = self.root / WRAPPER_MODEL
+        if not wrapper.is_file():
+            return [f"{WRAPPER_MODEL}: missing"] if "ort" in self.manifest else []
+        problems = []
+        for node in onnx.load(str(wrapper), load_external_data=False).graph.node:
+            if node.domain != "ai.packager":
+                continue
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            pin = attrs.get("package_sha256", b"").decode()
+            target = (wrapper.parent / attrs.get("package", b"").decode() / "manifest.json").resolve()
+            if not target.is_file():
+                problems.append(f"{WRAPPER_MODEL}: node {node.name} opens {target.parent}, which has no manifest.json")
+            elif sha256_file(target) != pin:
+                problems.append(f"{WRAPPER_MODEL}: node {node.name} pins manifest sha256 {pin or '(none)'}, "
+                                f"{target.relative_to(self.root)} has {sha256_file(target)}")
         return problems
 
 

@@ -23,17 +23,20 @@ MAX_IR_VERSION = 10          # every onnxruntime release we support reads IR 10 
 
 @dataclass(frozen=True)
 class PackagedNode:
-    """One compiled part: its package folder relative to ort/, identity, and boundary tensors."""
+    """One compiled part: its package folder relative to ort/, identity, the sha256 of its
+    manifest.json (the custom op opens only that build), and boundary tensors."""
 
     name: str
     package: str
     package_id: str
+    package_sha256: str
     inputs: list[str]
     outputs: list[str]
 
     def node(self) -> onnx.NodeProto:
         return helper.make_node(OP, self.inputs, self.outputs, name=self.name, domain=DOMAIN,
-                                package=self.package, package_id=self.package_id)
+                                package=self.package, package_id=self.package_id,
+                                package_sha256=self.package_sha256)
 
 
 def wrapper_model(source: onnx.ModelProto, parts: list[PackagedNode], kept_nodes: list[onnx.NodeProto],
@@ -75,15 +78,17 @@ def _toposort(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.Nod
     return out
 
 
-def wrapper_for(model, units: list[Unit], split: Partition | None, ids: dict[str, str], types) -> onnx.ModelProto:
-    """The whole model as one PackagedModel node, or the kept nodes plus one node per compiled part."""
+def wrapper_for(model, units: list[Unit], split: Partition | None, ids: dict[str, str], pins: dict[str, str],
+                types) -> onnx.ModelProto:
+    """The whole model as one PackagedModel node, or the kept nodes plus one node per compiled part.
+    `ids` and `pins` (manifest sha256) are per unit name."""
     nodes = list(model.proto.graph.node)
     if split is None:
         u = units[0]
-        part = PackagedNode(model.path.stem, "..", ids[u.name], [i.name for i in model.inputs],
+        part = PackagedNode(model.path.stem, "..", ids[u.name], pins[u.name], [i.name for i in model.inputs],
                             [o.name for o in model.outputs])
         return wrapper_model(model.proto, [part], [], [])
-    parts = [PackagedNode(f"packaged_{p.name}", f"../parts/{p.name}", ids[u.name], p.inputs, p.outputs)
+    parts = [PackagedNode(f"packaged_{p.name}", f"../parts/{p.name}", ids[u.name], pins[u.name], p.inputs, p.outputs)
              for p, u in zip(split.parts, units)]
     produced = [o for p in split.parts for o in p.outputs]
     graph_outputs = {o.name for o in model.proto.graph.output}

@@ -5,13 +5,14 @@ destination, so a failed build leaves no partial output behind (and keeps any ol
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..errors import InternalError, UserError
 from .manifest import MANIFEST_FORMAT, MANIFEST_VERSION, sha256_file
 
 class PackageWriter:
@@ -62,14 +63,18 @@ class PackageWriter:
                 out[rel] = {"sha256": sha256_file(p), "bytes": p.stat().st_size}
         return out
 
-    def write_manifest(self, manifest: dict[str, Any], under: str = "") -> None:
-        """manifest.json for the package (or a sub-package folder), listing every file below it."""
+    def write_manifest(self, manifest: dict[str, Any], under: str = "") -> str:
+        """manifest.json for the package (or a sub-package folder), listing every file below it
+        (written so far: files written later pin this manifest instead). Returns its sha256."""
         doc = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, **manifest, "files": self.files(under)}
-        self.write_text(f"{under}/manifest.json" if under else "manifest.json", json.dumps(doc, indent=1) + "\n")
+        text = json.dumps(doc, indent=1) + "\n"
+        self.write_text(f"{under}/manifest.json" if under else "manifest.json", text)
+        return hashlib.sha256(text.encode()).hexdigest()
 
-    def finish(self, manifest: dict[str, Any]) -> Path:
-        """Write the top-level manifest.json and move the package into place."""
-        self.write_manifest(manifest)
+    def finish(self) -> Path:
+        """Move the finished package into place (its manifest.json is written)."""
+        if not (self.root / "manifest.json").is_file():
+            raise InternalError("the package's manifest.json was not written")
         old = self.dest.parent / f".{self.dest.name}.old-{os.getpid()}"
         if self.dest.exists():
             self.dest.rename(old)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..codegen.backend import backend_for
-from ..emit.manifest import open_package
+from ..emit.manifest import open_package, sha256_file
 from ..frontend.lowering import describe_lowered
 
 
@@ -48,9 +48,12 @@ def inspect_package(package: Path, log: Callable[[str], None] = print) -> list[s
     libs = ", ".join(sorted(m.get("ort", {}).get("library", {}))) or "none"
     log(f"  ONNX Runtime: {m.get('ort', {}).get('model', '-')} with custom-op library for {libs}")
     problems = pkg.check_files()
+    log(f"  manifest sha256: {sha256_file(pkg.root / 'manifest.json')} (pin: packrt-run --expect-sha256, "
+        "C API expected_sha256)")
     total = sum(f["bytes"] for f in m["files"].values())
     log(f"  files: {len(m['files'])}, {total / 1e6:.1f} MB, "
-         + ("all sizes and checksums match" if not problems else f"{len(problems)} PROBLEM(S)"))
+         + ("all sizes and checksums match, the wrapper pins this manifest" if not problems
+            else f"{len(problems)} PROBLEM(S)"))
     for p in problems:
         log(f"    {p}")
     return problems

@@ -83,8 +83,10 @@ OrtStatusPtr PackagedModelOp::CreateKernelV2(const OrtApi& api, const OrtKernelI
     std::string base = settings.model_dir.empty() ? library_dir() + "/.." : settings.model_dir;
     std::string path = package[0] == '/' ? package : base + "/" + package;
     std::string target = string_attr(info, "target");
+    std::string pin = string_attr(info, "package_sha256");   // written by pack build: only that build opens
     int64_t threads64 = int_attr(info, "num_threads", settings.num_threads);
-    if (threads64 < 0 || threads64 > 1024) return fail("attribute num_threads must be 0 (one per core) to 1024");
+    if (threads64 < 0 || threads64 > PACKRT_MAX_THREADS)
+      return fail("attribute num_threads must be 0 (one per core) to " + std::to_string(PACKRT_MAX_THREADS));
     int threads = static_cast<int>(threads64);
 
     // Open: the CUDA EP gets device tensors (a CUDA target), the CPU EP host tensors (a CPU one).
@@ -93,6 +95,7 @@ OrtStatusPtr PackagedModelOp::CreateKernelV2(const OrtApi& api, const OrtKernelI
     opt.target = target.empty() ? nullptr : target.c_str();
     opt.num_threads = threads;
     opt.device_type = cuda ? PACKRT_DEVICE_CUDA : PACKRT_DEVICE_CPU;
+    opt.expected_sha256 = pin.empty() ? nullptr : pin.c_str();
     auto k = std::make_unique<PackagedModelKernel>();
     k->node = node;
     k->compute = cuda ? compute_on_device : compute_on_host;
@@ -109,7 +112,7 @@ OrtStatusPtr PackagedModelOp::CreateKernelV2(const OrtApi& api, const OrtKernelI
     if (opened == PACKRT_OK && cuda && std::string(packrt_model_device(k->model)) != "cuda")
       k->compute = compute_staged;  // the node names a CPU target but runs under the CUDA EP
     if (opened != PACKRT_OK) {
-      std::string hint = package[0] == '/' ? "" : " (relative to " + base +
+      std::string hint = package[0] == '/' || opened != PACKRT_ERROR_NOT_FOUND ? "" : " (relative to " + base +
           "; set the session config entry '" + kModelDirKey + "' to the wrapper model's folder if the library "
           "is not the one shipped next to it)";
       return fail(std::string(packrt_last_error()) + hint);

@@ -1,7 +1,7 @@
 // ONNX Runtime custom-op library: domain "ai.packager", op "PackagedModel".
 //
 // Each node names a package folder (attribute `package`; optional `target`, `num_threads`,
-// `package_id`) and runs it through the packrt C API on ONNX Runtime's tensors. The package is
+// `package_id`, `package_sha256`) and runs it through the packrt C API on ONNX Runtime's tensors. The package is
 // opened once per kernel instance (once per session); concurrent Compute calls are safe because
 // packrt gives every concurrent run its own scratch memory.
 //
@@ -20,7 +20,8 @@
 // not tell a kernel where its model file is, so the folder is found as, in order: the session
 // config entry "ai.packager.model_dir" (set before registering the library), else the folder
 // above this library's own folder (a package ships the library as ort/<arch>/ next to its
-// ort/model.onnx). `package_id` guards against resolving into the wrong package.
+// ort/model.onnx). `package_id` guards against resolving into the wrong package; `package_sha256`
+// (the sha256 of the package's manifest.json, which lists every file's sha256) pins the exact build.
 #pragma once
 #define ORT_API_MANUAL_INIT
 #include "onnxruntime_cxx_api.h"

@@ -52,12 +52,13 @@ PACKAGER_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* opt
     Settings s;
     s.model_dir = config_entry(api, options, kModelDirKey);
     std::string threads = config_entry(api, options, kThreadsKey);
-    if (!threads.empty()) {   // a whole number 0..1024 (atoi would take "12abc" and wrap huge values)
+    if (!threads.empty()) {   // a whole number 0..PACKRT_MAX_THREADS (atoi takes "12abc" and wraps huge values)
       char* end = nullptr;
       long n = std::strtol(threads.c_str(), &end, 10);
-      if (*end != '\0' || n < 0 || n > 1024)
+      if (end == threads.c_str() || *end != '\0' || n < 0 || n > PACKRT_MAX_THREADS)
         return api->CreateStatus(ORT_INVALID_ARGUMENT, (std::string("session config entry ") + kThreadsKey +
-                                                        " must be a number from 0 (one per core) to 1024, got '" +
+                                                        " must be a number from 0 (one per core) to " +
+                                                        std::to_string(PACKRT_MAX_THREADS) + ", got '" +
                                                         threads + "'").c_str());
       s.num_threads = static_cast<int>(n);
     }

@@ -110,6 +110,7 @@ const char* packrt_last_error(void) { return g_last_error.c_str(); }
 
 const char* packrt_model_name(const packrt_model* m) { return m ? m->impl.name().c_str() : ""; }
 const char* packrt_model_id(const packrt_model* m) { return m ? m->impl.id().c_str() : ""; }
+const char* packrt_manifest_sha256(const packrt_model* m) { return m ? m->impl.manifest_sha256().c_str() : ""; }
 const char* packrt_model_target(const packrt_model* m) { return m ? m->impl.target().c_str() : ""; }
 const char* packrt_model_device(const packrt_model* m) { return m ? m->impl.device() : ""; }
 int32_t packrt_num_threads(const packrt_model* m) { return m ? m->impl.num_threads() : 0; }

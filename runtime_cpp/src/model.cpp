@@ -22,28 +22,32 @@ std::string shape_str(const std::vector<int64_t>& s) { return shape_str(s.data()
 }  // namespace
 
 Model::Model(const std::string& package_dir, const packrt_options& options) {
-  Package pkg(package_dir);
+  Package pkg(package_dir, options.verify_checksums != 0, options.expected_sha256 ? options.expected_sha256 : "");
   if (options.device_type != PACKRT_DEVICE_ANY && options.device_type != PACKRT_DEVICE_CPU &&
       options.device_type != PACKRT_DEVICE_CUDA)
     fail(PACKRT_ERROR_INVALID_ARGUMENT, "device_type must be 0 (any), 1 (CPU) or 2 (CUDA)");
   const TargetEntry& t = pkg.select_target(options.target ? options.target : "",
                                            static_cast<packrt_device_type>(options.device_type), options.cuda_device);
-  bool verify = options.verify_checksums != 0;
   name_ = pkg.name();
   id_ = pkg.id();
+  manifest_sha256_ = pkg.manifest_sha256();
   target_ = t.name;
 
   uint64_t plan_size = 0;
-  AlignedBuffer plan_text = pkg.read(t.plan, verify, &plan_size);
+  AlignedBuffer plan_text = pkg.read(t.plan, &plan_size);
   plan_ = parse_plan(reinterpret_cast<const char*>(plan_text.get()), plan_size, pkg.root() + "/" + t.plan);
 
   uint64_t weights_size = 0;
-  AlignedBuffer weights = pkg.read(t.weights, verify, &weights_size);
+  AlignedBuffer weights = pkg.read(t.weights, &weights_size);
   if (weights_size != plan_.weights_bytes)
     fail(PACKRT_ERROR_CORRUPT_PACKAGE, t.weights + " has " + std::to_string(weights_size) + " bytes, the plan expects " +
                                            std::to_string(plan_.weights_bytes));
+  if (!make_read_only(weights))   // shared by every run: a kernel that writes them faults instead
+    fail(PACKRT_ERROR_RUNTIME, "cannot make the weights of target '" + t.name + "' read-only");
 
-  if (options.num_threads < 0) fail(PACKRT_ERROR_INVALID_ARGUMENT, "num_threads must be >= 0");
+  if (options.num_threads < 0 || options.num_threads > PACKRT_MAX_THREADS)
+    fail(PACKRT_ERROR_INVALID_ARGUMENT, "num_threads " + std::to_string(options.num_threads) + " is outside 0 (one per core) to " +
+                                            std::to_string(PACKRT_MAX_THREADS));
   executor_ = open_executor({pkg, t, plan_, std::move(weights), options});
   for (const auto& prof : plan_.profiles) step_times_.emplace_back(prof.steps.size());
 }

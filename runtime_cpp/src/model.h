@@ -21,6 +21,7 @@ class Model {
 
   const std::string& name() const { return name_; }
   const std::string& id() const { return id_; }
+  const std::string& manifest_sha256() const { return manifest_sha256_; }
   const std::string& target() const { return target_; }
   const char* device() const { return executor_->device_name(); }
   int num_threads() const { return executor_->num_threads(); }
@@ -54,7 +55,7 @@ class Model {
   int match_profile(const packrt_tensor* inputs, const std::vector<int>& order) const;
   std::vector<int> bind_order(const packrt_tensor* ts, int n, const std::vector<PlanIO>& ios, const char* what) const;
 
-  std::string name_, id_, target_;
+  std::string name_, id_, manifest_sha256_, target_;
   Plan plan_;
   std::unique_ptr<Executor> executor_;
   std::atomic<bool> profiling_{false};

@@ -1,5 +1,6 @@
 #include "package.h"
 
+#include <cctype>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -61,7 +62,18 @@ static std::string read_manifest(const std::string& root) {
   return text;
 }
 
-Package::Package(const std::string& dir) {
+// A pin as given: 64 hex digits (either case), returned in lower case.
+static std::string normalized_pin(const std::string& pin) {
+  std::string out;
+  for (char c : pin) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (out.size() != 64 || out.find_first_not_of("0123456789abcdef") != std::string::npos)
+    fail(PACKRT_ERROR_INVALID_ARGUMENT, "expected sha256 '" + pin.substr(0, 80) + "' is not 64 hex digits");
+  return out;
+}
+
+Package::Package(const std::string& dir, bool verify, const std::string& expected_sha256) {
+  const std::string pin = expected_sha256.empty() ? "" : normalized_pin(expected_sha256);
+  verify_ = verify || !pin.empty();   // a pin covers every file only if every file is checked
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     fail(PACKRT_ERROR_NOT_FOUND, "package folder not found: '" + dir + "'");
@@ -70,6 +82,12 @@ Package::Package(const std::string& dir) {
   if (::access(manifest_path.c_str(), F_OK) != 0)
     fail(PACKRT_ERROR_NOT_FOUND, "'" + dir + "' is not a package: no manifest.json in it");
   std::string text = read_manifest(root_);
+  Sha256 h;
+  h.update(text.data(), text.size());
+  manifest_sha256_ = h.hex();
+  if (!pin.empty() && manifest_sha256_ != pin)
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, manifest_path + " has sha256 " + manifest_sha256_ + ", not the pinned " + pin +
+                                           ": this is not the package that was expected");
   json m;
   try {
     m = json::parse(text);
@@ -227,7 +245,7 @@ static void check_digest(Sha256& h, const FileEntry& e, const std::string& rel) 
                                            ", got " + got + "): the package was modified or damaged");
 }
 
-AlignedBuffer Package::read(const std::string& rel, bool verify, uint64_t* size) const {
+AlignedBuffer Package::read(const std::string& rel, uint64_t* size) const {
   check_rel(rel);
   const FileEntry& e = entry(rel);
   Fd f;
@@ -241,7 +259,7 @@ AlignedBuffer Package::read(const std::string& rel, bool verify, uint64_t* size)
                                            std::to_string(e.bytes) + ": the package is truncated or was modified");
   AlignedBuffer buf;
   try {
-    buf = aligned_buffer(n);
+    buf = mapped_buffer(n);
   } catch (const std::bad_alloc&) {
     fail(PACKRT_ERROR_RUNTIME, "out of memory reading package file '" + rel + "' (" + std::to_string(n) + " bytes)");
   }
@@ -252,7 +270,7 @@ AlignedBuffer Package::read(const std::string& rel, bool verify, uint64_t* size)
     if (r <= 0) fail(PACKRT_ERROR_CORRUPT_PACKAGE, "short read from package file '" + rel + "' (it changed while loading?)");
     got += static_cast<uint64_t>(r);
   }
-  if (verify) {
+  if (verify_) {
     Sha256 h;
     h.update(buf.get(), n);
     check_digest(h, e, rel);

@@ -26,11 +26,14 @@ struct FileEntry {
 
 class Package {
  public:
-  explicit Package(const std::string& dir);
+  // Opens dir/manifest.json. `verify`: read() checks every file's sha256 (else only its size);
+  // a non-empty `expected_sha256` is the hash the manifest must have, and implies verify.
+  explicit Package(const std::string& dir, bool verify = true, const std::string& expected_sha256 = "");
 
   const std::string& root() const { return root_; }
   const std::string& name() const { return name_; }
   const std::string& id() const { return id_; }
+  const std::string& manifest_sha256() const { return manifest_sha256_; }
   const std::vector<TargetEntry>& targets() const { return targets_; }
 
   // The target to run: `wanted` by name, or the first one (of `type`) that runs on this machine:
@@ -40,15 +43,17 @@ class Package {
   const TargetEntry& select_target(const std::string& wanted, packrt_device_type type = PACKRT_DEVICE_ANY,
                                    int cuda_device = 0) const;
 
-  // Reads a listed file into an aligned buffer, checking its size and (if verify) its sha256: the
+  // Reads a listed file into an aligned buffer, checking its size and (if verifying) its sha256: the
   // file is opened once inside the package (no symlinks, regular files only) and the bytes that
-  // were hashed are the bytes returned, so nothing can be swapped in between.
-  AlignedBuffer read(const std::string& rel, bool verify, uint64_t* size = nullptr) const;
+  // were hashed are the bytes returned, so nothing can be swapped in between. The buffer is a page
+  // mapping of its own (make_read_only can seal it).
+  AlignedBuffer read(const std::string& rel, uint64_t* size = nullptr) const;
 
  private:
   void check_rel(const std::string& rel) const;   // a listed path that stays inside the package
   const FileEntry& entry(const std::string& rel) const;
-  std::string root_, name_, id_;
+  std::string root_, name_, id_, manifest_sha256_;
+  bool verify_ = true;
   std::vector<TargetEntry> targets_;
   std::map<std::string, FileEntry> files_;
 };

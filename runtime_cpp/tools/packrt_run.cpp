@@ -1,6 +1,6 @@
 // packrt-run: run a package from .npy inputs, write .npy outputs, print latency statistics.
 //   packrt-run PKG [--target NAME] --input NAME=FILE.npy ... [--output-dir DIR]
-//              [--warmup N] [--iters N] [--threads N] [--json FILE] [--info]
+//              [--warmup N] [--iters N] [--threads N] [--json FILE] [--info] [--expect-sha256 HEX]
 // Exit codes: 0 ok, 2 bad input (arguments, files, shapes, package), 1 runtime failure.
 #include <packrt/npy.hpp>
 #include <packrt/packrt.hpp>
@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -56,6 +57,7 @@ double percentile(std::vector<double> v, double q) {
 
 void print_info(const packrt::Model& m) {
   std::printf("package: %s  target: %s  threads: %d\n", m.name().c_str(), m.target().c_str(), m.num_threads());
+  std::printf("manifest sha256: %s (pin it with --expect-sha256)\n", m.manifest_sha256().c_str());
   for (int p = 0; p < m.num_profiles(); ++p) {
     std::printf("profile %s\n", m.profile_name(p).c_str());
     for (auto& t : m.inputs(p))
@@ -67,7 +69,7 @@ void print_info(const packrt::Model& m) {
 
 // Command line.
 struct Args {
-  std::string package, target, output_dir, json_path;
+  std::string package, target, output_dir, json_path, expect_sha256;
   std::vector<std::string> inputs;
   int warmup = 1, iters = 10, threads = 0, cuda_device = 0;
   bool cuda_graph = false;
@@ -79,22 +81,29 @@ int parse_args(int argc, char** argv, Args& a) {
   CLI::App app{"Run a packaged model from .npy inputs (packager runtime " + std::string(packrt_version()) + ")"};
   app.add_option("package", a.package, "package folder")->required();
   app.add_option("--target", a.target, "target to run (default: the first that runs on this machine)");
-  app.add_option("--cuda-device", a.cuda_device, "CUDA device ordinal for CUDA targets")->check(CLI::NonNegativeNumber);
+  app.add_option("--cuda-device", a.cuda_device, "CUDA device ordinal for CUDA targets")->check(CLI::Range(0, 1 << 16));
   app.add_flag("--cuda-graph", a.cuda_graph, "CUDA targets: replay the kernels as a CUDA graph after the first run");
   app.add_option("-i,--input", a.inputs, "NAME=FILE.npy (or FILE.npy, in input order)");
   app.add_option("-o,--output-dir", a.output_dir, "write one NAME.npy per output here");
-  app.add_option("--warmup", a.warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
-  app.add_option("--iters", a.iters, "timed runs")->check(CLI::PositiveNumber);
-  app.add_option("--threads", a.threads, "worker threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", a.warmup, "untimed runs first")->check(CLI::Range(0, INT_MAX));
+  app.add_option("--iters", a.iters, "timed runs")->check(CLI::Range(1, INT_MAX));
+  app.add_option("--threads", a.threads, "worker threads (0: all cores)")->check(CLI::Range(0, PACKRT_MAX_THREADS));
   app.add_option("--json", a.json_path, "also write statistics as JSON to this file ('-' for stdout)");
   app.add_flag("--info", a.info, "print targets, profiles, inputs and outputs, then exit");
   app.add_flag("--profile", a.profile, "time every plan step and print the slowest kernels");
-  app.add_flag("--no-verify", a.no_verify, "skip sha256 checks of package files (sizes are still checked)");
+  auto* no_verify = app.add_flag("--no-verify", a.no_verify, "skip sha256 checks of package files (sizes are still checked)");
+  app.add_option("--expect-sha256", a.expect_sha256,
+                 "run only the package whose manifest.json has this sha256 (see --info); checks every file")
+      ->excludes(no_verify);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);   // --help
+    std::string msg = e.what();                       // one line, like every other error
+    for (char& c : msg)
+      if (c == '\n') c = ' ';
+    std::fprintf(stderr, "packrt-run: error: %s (see --help)\n", msg.c_str());
+    return 2;
   }
   return -1;
 }
@@ -104,6 +113,7 @@ packrt::Model open_model(const Args& a) {
   opt.target = a.target;
   opt.num_threads = a.threads;
   opt.verify_checksums = !a.no_verify;
+  opt.expected_sha256 = a.expect_sha256;
   opt.cuda_device = a.cuda_device;
   opt.cuda_graph = a.cuda_graph;
   return packrt::Model(a.package, opt);

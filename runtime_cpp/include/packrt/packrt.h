@@ -38,6 +38,7 @@ extern "C" {
 
 #define PACKRT_ABI_VERSION 1
 #define PACKRT_MAX_DIMS 8
+#define PACKRT_MAX_THREADS 1024 /* num_threads above this is refused: a typo or an attack, not a machine */
 
 typedef enum packrt_status {
   PACKRT_OK = 0,
@@ -72,11 +73,14 @@ typedef enum packrt_device_type {
 typedef struct packrt_options {
   uint32_t struct_size;      /* set by packrt_options_init; lets the struct grow compatibly */
   const char* target;        /* NULL: the first target in the package that runs on this CPU */
-  int32_t num_threads;       /* 0: all cores */
+  int32_t num_threads;       /* 0: all cores; at most PACKRT_MAX_THREADS */
   int32_t verify_checksums;  /* 1 (default): check sha256 of every file used; 0: sizes only */
   int32_t device_type;       /* packrt_device_type, used with target NULL: ANY (default), CPU only or CUDA only */
   int32_t cuda_device;       /* CUDA device ordinal for CUDA targets (default 0) */
   int32_t cuda_graph;        /* 1: after a profile's first packrt_run, replay its kernels as a CUDA graph */
+  const char* expected_sha256; /* NULL: any package. Else the sha256 (64 hex digits) its manifest.json must
+                                  have: pins one build (the manifest lists every file's sha256), and every
+                                  file used is then checked whatever verify_checksums says */
 } packrt_options;
 
 /* A tensor passed to or from packrt_run, also used to describe inputs/outputs.
@@ -107,6 +111,8 @@ PACKRT_API const char* packrt_last_error(void);
 PACKRT_API const char* packrt_model_name(const packrt_model* model);
 /* The package's identity (manifest "id"): lets a loader check it opened the package it meant. */
 PACKRT_API const char* packrt_model_id(const packrt_model* model);
+/* sha256 of the package's manifest.json (64 hex digits): the value expected_sha256 pins. */
+PACKRT_API const char* packrt_manifest_sha256(const packrt_model* model);
 PACKRT_API const char* packrt_model_target(const packrt_model* model);
 /* "cpu" or "cuda": where the opened target runs. */
 PACKRT_API const char* packrt_model_device(const packrt_model* model);

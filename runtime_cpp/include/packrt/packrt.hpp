@@ -39,6 +39,7 @@ struct Options {
   int32_t device_type = PACKRT_DEVICE_ANY;  // a packrt_device_type; with no target: any, CPU only or CUDA only
   int cuda_device = 0;  // CUDA device ordinal
   bool cuda_graph = false;  // replay each profile's kernels as a CUDA graph after its first run
+  std::string expected_sha256;  // non-empty: the sha256 manifest.json must have (pins one build)
 };
 
 class Model {
@@ -52,6 +53,7 @@ class Model {
     o.device_type = opt.device_type;
     o.cuda_device = opt.cuda_device;
     o.cuda_graph = opt.cuda_graph ? 1 : 0;
+    o.expected_sha256 = opt.expected_sha256.empty() ? nullptr : opt.expected_sha256.c_str();
     check(packrt_open(package_dir.c_str(), &o, &m_));
   }
   ~Model() { packrt_close(m_); }
@@ -64,6 +66,7 @@ class Model {
   }
 
   std::string name() const { return packrt_model_name(m_); }
+  std::string manifest_sha256() const { return packrt_manifest_sha256(m_); }
   std::string target() const { return packrt_model_target(m_); }
   std::string device() const { return packrt_model_device(m_); }
   int num_threads() const { return packrt_num_threads(m_); }

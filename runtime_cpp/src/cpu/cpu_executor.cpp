@@ -25,8 +25,6 @@ DLDataType to_dl(int32_t dtype) {
   }
 }
 
-constexpr int kMaxThreads = 1024;   // more is a typo or an attack, not a machine
-
 alignas(64) uint8_t g_empty[64];  // data pointer for zero-byte tensors (kernels reject NULL)
 
 std::vector<PackedKernel> resolve(const KernelLibrary& lib, const Plan& plan) {
@@ -44,8 +42,12 @@ CpuExecutor::CpuExecutor(const Plan& plan, const std::string& target, const Alig
       kernels_(kernels.get(), kernels_size, kernels_label),
       fns_(resolve(kernels_, plan)),
       weights_(std::move(weights)),
-      pool_(num_threads > 0 ? std::min(num_threads, kMaxThreads) : host_cores()),
-      free_contexts_(plan.profiles.size()) {}
+      pool_(num_threads > 0 ? std::min(num_threads, PACKRT_MAX_THREADS) : host_cores()),
+      free_contexts_(plan.profiles.size()) {
+  // Every profile's arena now, so a machine without the memory fails at open, not at the first
+  // run (untouched pages cost address space only until a run uses them).
+  for (size_t p = 0; p < plan.profiles.size(); ++p) release(acquire(static_cast<int>(p)));
+}
 
 std::unique_ptr<CpuExecutor::Context> CpuExecutor::acquire(int profile) {
   {
@@ -99,7 +101,7 @@ void CpuExecutor::release(std::unique_ptr<Context> ctx) {
 
 void CpuExecutor::execute(Context& ctx, std::vector<double>* step_ms) {
   const PlanProfile& prof = plan_.profiles[ctx.profile];
-  PoolScope scope(&pool_);
+  PoolScope scope(&pool_, &kernels_);
   for (size_t s = 0; s < prof.steps.size(); ++s) {
     const PlanStep& step = prof.steps[s];
     auto t0 = step_ms ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
@@ -170,7 +172,7 @@ void CpuExecutor::run_device(int, const std::vector<const void*>&, const std::ve
 
 std::unique_ptr<Executor> open_cpu_executor(ExecutorSource& source) {
   uint64_t size = 0;
-  AlignedBuffer image = source.package.read(source.target.kernels, source.options.verify_checksums != 0, &size);
+  AlignedBuffer image = source.package.read(source.target.kernels, &size);
   return std::make_unique<CpuExecutor>(source.plan, source.target.name, image, size,
                                        source.package.root() + "/" + source.target.kernels, std::move(source.weights),
                                        source.options.num_threads);

@@ -22,9 +22,15 @@ namespace packrt {
 namespace {
 
 thread_local ThreadPool* tls_pool = nullptr;
+thread_local const KernelLibrary* tls_library = nullptr;
 
 int parallel_launch(ParallelLambda fn, void* cdata, int num_task) {
-  if (tls_pool) return tls_pool->launch(fn, cdata, num_task);
+  if (tls_pool) {
+    std::string worker_error;
+    int rc = tls_pool->launch(fn, cdata, num_task, tls_library ? tls_library->error_reader() : nullptr, &worker_error);
+    if (rc != 0 && tls_library && !worker_error.empty()) tls_library->set_error(worker_error);
+    return rc;
+  }
   ParallelEnv env{nullptr, 1};
   return fn(0, &env, cdata) == 0 ? 0 : -1;
 }
@@ -163,7 +169,8 @@ KernelLibrary::KernelLibrary(const uint8_t* image, size_t size, const std::strin
   }
   auto abi = reinterpret_cast<int (*)()>(own_symbol("packrt_kernels_abi_version", true));
   last_error_ = reinterpret_cast<const char* (*)()>(own_symbol("packrt_kernels_last_error", true));
-  if (!abi || !last_error_ || abi() != PACKRT_KERNEL_ABI_VERSION) {
+  set_error_ = reinterpret_cast<void (*)(const char*, const char*)>(own_symbol("TVMFFIErrorSetRaisedFromCStr", true));
+  if (!abi || !last_error_ || !set_error_ || abi() != PACKRT_KERNEL_ABI_VERSION) {
     dlclose(handle_);
     ::close(memfd_);
     fail(PACKRT_ERROR_UNSUPPORTED, label + ": kernel library ABI does not match this runtime");
@@ -204,7 +211,20 @@ PackedKernel KernelLibrary::kernel(const std::string& symbol) const {
 
 std::string KernelLibrary::last_error() const { return last_error_ ? last_error_() : ""; }
 
-PoolScope::PoolScope(ThreadPool* pool) : previous_(tls_pool) { tls_pool = pool; }
-PoolScope::~PoolScope() { tls_pool = previous_; }
+void KernelLibrary::set_error(const std::string& text) const {
+  size_t colon = text.find(": ");
+  std::string kind = colon == std::string::npos ? "Error" : text.substr(0, colon);
+  std::string msg = colon == std::string::npos ? text : text.substr(colon + 2);
+  set_error_(kind.c_str(), msg.c_str());
+}
+
+PoolScope::PoolScope(ThreadPool* pool, const KernelLibrary* library) : previous_(tls_pool), previous_library_(tls_library) {
+  tls_pool = pool;
+  tls_library = library;
+}
+PoolScope::~PoolScope() {
+  tls_pool = previous_;
+  tls_library = previous_library_;
+}
 
 }  // namespace packrt

@@ -26,6 +26,10 @@ class KernelLibrary {
 
   PackedKernel kernel(const std::string& symbol) const;  // throws if missing
   std::string last_error() const;                          // this thread's last kernel error
+  // Sets this thread's kernel error to `text` ("Kind: message"): a worker's error, handed to the
+  // thread that reports the failure.
+  void set_error(const std::string& text) const;
+  const char* (*error_reader() const)() { return last_error_; }
 
  private:
   static constexpr const char* kKernelPrefix = "__tvm_ffi_";
@@ -33,17 +37,19 @@ class KernelLibrary {
   void* handle_ = nullptr;
   int memfd_ = -1;
   const char* (*last_error_)() = nullptr;
+  void (*set_error_)(const char* kind, const char* msg) = nullptr;
   std::string path_;
 };
 
-// Makes `pool` the target of parallel launches from kernels run on this thread, for a scope.
+// Makes `pool` the target of parallel launches from `library`'s kernels run on this thread, for a scope.
 class PoolScope {
  public:
-  explicit PoolScope(ThreadPool* pool);
+  PoolScope(ThreadPool* pool, const KernelLibrary* library);
   ~PoolScope();
 
  private:
   ThreadPool* previous_;
+  const KernelLibrary* previous_library_;
 };
 
 }  // namespace packrt

@@ -67,12 +67,18 @@ void ThreadPool::worker(int id) {
     }
     if (stop_) return;
     seen = generation_.load(std::memory_order_acquire);
-    if (id < env_.num_task && fn_(id, &env_, cdata_) != 0) failed_ = 1;
+    if (id < env_.num_task && fn_(id, &env_, cdata_) != 0) {
+      failed_ = 1;
+      std::lock_guard<std::mutex> l(error_mu_);
+      if (worker_error_.empty())
+        worker_error_ = (error_text_ ? std::string(error_text_()) : "") + " (in parallel task " + std::to_string(id) + ")";
+    }
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
-int ThreadPool::launch(ParallelLambda fn, void* cdata, int num_task) {
+int ThreadPool::launch(ParallelLambda fn, void* cdata, int num_task, const char* (*error_text)(),
+                       std::string* worker_error) {
   std::unique_lock<std::mutex> busy(launch_mu_, std::try_to_lock);
   int n = (num_task <= 0 || num_task > num_threads()) ? num_threads() : num_task;
   if (!busy.owns_lock() || n == 1 || workers_.empty()) {
@@ -83,6 +89,8 @@ int ThreadPool::launch(ParallelLambda fn, void* cdata, int num_task) {
   Barrier bar;
   fn_ = fn;
   cdata_ = cdata;
+  error_text_ = error_text;
+  worker_error_.clear();
   env_ = ParallelEnv{&bar, n};
   failed_ = 0;
   pending_.store(static_cast<int>(workers_.size()), std::memory_order_release);
@@ -91,9 +99,13 @@ int ThreadPool::launch(ParallelLambda fn, void* cdata, int num_task) {
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }
   if (sleepers_.load()) wake_.notify_all();
-  if (fn(0, &env_, cdata) != 0) failed_ = 1;
+  bool caller_failed = fn(0, &env_, cdata) != 0;
   while (pending_.load(std::memory_order_acquire) != 0) PACKRT_PAUSE();
-  return failed_ ? -1 : 0;
+  if (failed_ && !caller_failed && worker_error) {
+    std::lock_guard<std::mutex> l(error_mu_);
+    *worker_error = worker_error_;
+  }
+  return caller_failed || failed_ ? -1 : 0;
 }
 
 int parallel_barrier(int /*task_id*/, ParallelEnv* env) {

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,7 +28,11 @@ class ThreadPool {
   // Runs fn for tasks [0, num_task) (0: one per thread); the caller runs task 0. If another
   // thread is using the pool, runs everything on the calling thread as a single task, which
   // TVM's lambdas support (they split work by env->num_task). Returns 0 or -1 if a task failed.
-  int launch(ParallelLambda fn, void* cdata, int num_task);
+  // `error_text` reads the calling thread's last kernel error: when only worker tasks failed, the
+  // first one's text goes to `worker_error` (the caller, who reports the failure, cannot see
+  // another thread's error); when task 0 failed, the caller's own error text stands.
+  int launch(ParallelLambda fn, void* cdata, int num_task, const char* (*error_text)() = nullptr,
+             std::string* worker_error = nullptr);
 
  private:
   void worker(int id);
@@ -36,6 +41,9 @@ class ThreadPool {
   std::mutex launch_mu_, sleep_mu_;
   std::condition_variable wake_;
   ParallelLambda fn_ = nullptr;
+  const char* (*error_text_)() = nullptr;
+  std::mutex error_mu_;
+  std::string worker_error_;
   void* cdata_ = nullptr;
   ParallelEnv env_{};
   std::atomic<uint64_t> generation_{0};

@@ -238,7 +238,7 @@ void CudaExecutor::run_device(int profile, const std::vector<const void*>& input
 }
 
 std::unique_ptr<Executor> open_cuda_executor(ExecutorSource& source) {
-  AlignedBuffer image = source.package.read(source.target.kernels, source.options.verify_checksums != 0);
+  AlignedBuffer image = source.package.read(source.target.kernels);
   auto executor = std::make_unique<CudaExecutor>(source.plan, image.get(), source.weights.get(),
                                                  source.plan.weights_bytes, source.options.cuda_device,
                                                  source.options.cuda_graph != 0);

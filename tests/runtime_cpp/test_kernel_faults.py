@@ -1,0 +1,113 @@
+"""Kernels that fail or misbehave, in a package written by hand around a small C kernels.so (the
+packager's glue + kernels below): a failure in a worker thread's parallel task reaches the caller
+with its text, and the weights are read-only memory (a kernel that writes them faults instead of
+corrupting them for every later run). The packrt-run used is the cnn package's."""
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.packrt import cli, one_line_error, run
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+KERNELS_C = r"""
+#include <stdint.h>
+typedef struct { int32_t type_index; uint32_t pad; void* v_ptr; } Any;   /* TVMFFIAny */
+typedef struct { void* data; } TensorHead;                                /* DLTensor's first field */
+typedef struct { void* sync_handle; int32_t num_task; } Env;
+typedef int (*Lambda)(int task_id, Env* env, void* cdata);
+int (*__TVMBackendParallelLaunch)(Lambda, void*, int) = 0;                /* hook set by the runtime */
+void TVMFFIErrorSetRaisedFromCStr(const char* kind, const char* msg);     /* from the glue */
+
+static int task(int id, Env* env, void* cdata) {
+  if (id == 1) { TVMFFIErrorSetRaisedFromCStr("ValueError", "task one failed on purpose"); return -1; }
+  return 0;
+}
+int __tvm_ffi_fail_in_worker(void* self, const Any* args, int32_t n, Any* r) {
+  return __TVMBackendParallelLaunch(task, 0, 2);
+}
+int __tvm_ffi_copy(void* self, const Any* args, int32_t n, Any* r) {
+  float* in = ((TensorHead*)args[0].v_ptr)->data;
+  float* out = ((TensorHead*)args[1].v_ptr)->data;
+  for (int i = 0; i < 4; ++i) out[i] = in[i];
+  return 0;
+}
+int __tvm_ffi_write_first_arg(void* self, const Any* args, int32_t n, Any* r) {
+  float* w = ((TensorHead*)args[0].v_ptr)->data;
+  w[0] = 42.0f;
+  return __tvm_ffi_copy(self, args, n, r);
+}
+"""
+
+
+def _sha(p: Path) -> dict:
+    data = p.read_bytes()
+    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+
+def synthetic_package(root: Path, symbol: str, input_storage: str) -> Path:
+    """A one-step package: kernel `symbol` (arg 0: a float32[4] input or weight, arg 1: the output)."""
+    tdir = root / "targets" / "x86-64"
+    tdir.mkdir(parents=True)
+    src = root / "kernels.c"
+    src.write_text(KERNELS_C)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-o", str(tdir / "kernels.so"), str(src),
+                    str(REPO / "runtime_cpp" / "kernel_glue" / "packrt_kernel_glue.c")], check=True)
+    src.unlink()
+    weights = np.arange(16, dtype=np.float32)            # 64 bytes
+    (tdir / "weights.bin").write_bytes(weights.tobytes())
+    t = {"dtype": "float32", "shape": [4], "bytes": 16}
+    tensors = [dict(t, storage="arena", offset=0), dict(t, storage="arena", offset=64), dict(t, storage="weights", offset=0)]
+    src_id = 0 if input_storage == "arena" else 2
+    plan = {"format": "packager-plan", "version": 2, "target": "x86-64", "device": "cpu",
+            "weights": {"file": "weights.bin", "bytes": 64},
+            "kernels": [{"name": symbol, "symbol": f"__tvm_ffi_{symbol}", "num_args": 2}],
+            "profiles": [{"name": "default", "arena_bytes": 128, "tensors": tensors,
+                          "inputs": [{"name": "x", "tensor": 0}], "outputs": [{"name": "y", "tensor": 1}],
+                          "steps": [{"op": "kernel", "kernel": 0, "args": [src_id, 1], "outputs": 1}]}]}
+    (tdir / "plan.json").write_text(json.dumps(plan))
+    files = {f"targets/x86-64/{n}": _sha(tdir / n) for n in ("plan.json", "kernels.so", "weights.bin")}
+    manifest = {"format": "packager-package", "version": 1, "name": "synthetic", "id": "synthetic",
+                "inputs": [{"name": "x", "dtype": "float32", "shape": [4]}],
+                "outputs": [{"name": "y", "dtype": "float32", "shape": [4]}],
+                "targets": [{"name": "x86-64", "kind": "cpu", "arch": "x86_64", "isa": "x86-64", "cpu_features": [],
+                             "path": "targets/x86-64", "plan": "targets/x86-64/plan.json",
+                             "weights": "targets/x86-64/weights.bin", "kernels": "targets/x86-64/kernels.so"}],
+                "files": files}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return root
+
+
+@pytest.fixture
+def x_npy(tmp_path) -> Path:
+    p = tmp_path / "x.npy"
+    np.save(p, np.array([1, 2, 3, 4], np.float32))
+    return p
+
+
+def test_synthetic_package_runs(packages, tmp_path, x_npy):
+    pkg = synthetic_package(tmp_path / "pkg", "copy", "arena")
+    r = run([*cli(packages["cnn"]), pkg, "--input", f"x={x_npy}", "--output-dir", tmp_path / "out", "--iters", "1"])
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), [1, 2, 3, 4])
+
+
+def test_a_worker_tasks_error_reaches_the_caller(packages, tmp_path, x_npy):
+    pkg = synthetic_package(tmp_path / "pkg", "fail_in_worker", "arena")
+    r = run([*cli(packages["cnn"]), pkg, "--input", f"x={x_npy}", "--threads", "2", "--iters", "1"])
+    one_line_error(r, 1, "kernel 'fail_in_worker' (step 0) failed", "ValueError: task one failed on purpose",
+                   "in parallel task 1")
+
+
+def test_weights_are_read_only(packages, tmp_path, x_npy):
+    pkg = synthetic_package(tmp_path / "pkg", "write_first_arg", "weights")
+    r = run([*cli(packages["cnn"]), pkg, "--input", f"x={x_npy}", "--iters", "1"])
+    assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stderr)
