@@ -3,11 +3,11 @@ kernel symbols outside kernels.so are refused, the ORT op refuses a wrapper that
 output type, malformed .npy inputs are clean errors."""
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
 import threading
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -15,17 +15,9 @@ import onnxruntime as ort
 import pytest
 
 from support.packrt import X86, cli, one_line_error, run
+from support.resign import resign
 
 pytestmark = pytest.mark.slow
-
-
-def _resign(pkg: Path, rel: str) -> None:
-    import hashlib
-
-    m = json.loads((pkg / "manifest.json").read_text())
-    data = (pkg / rel).read_bytes()
-    m["files"][rel] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-    (pkg / "manifest.json").write_text(json.dumps(m))
 
 
 def test_kernels_swapped_after_the_hash_check_never_run(cnn_copy, cnn_input, tmp_path):
@@ -70,7 +62,7 @@ def test_kernel_symbols_must_be_kernels_defined_in_the_library(cnn_copy, cnn_inp
     p = json.loads(plan.read_text())
     p["kernels"][0]["symbol"] = symbol
     plan.write_text(json.dumps(p))
-    _resign(cnn_copy, "targets/x86-64/plan.json")
+    resign(cnn_copy, "targets/x86-64/plan.json")
     one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", f"image={cnn_input[0]}"]), 2, "has no kernel function", symbol)
 
 
@@ -83,7 +75,7 @@ def test_tensor_fields_are_checked_integers(cnn_copy, cnn_input, field, value, n
     p = json.loads(plan.read_text())
     p["profiles"][0]["tensors"][1][field] = value
     plan.write_text(json.dumps(p))
-    _resign(cnn_copy, "targets/x86-64/plan.json")
+    resign(cnn_copy, "targets/x86-64/plan.json")
     one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", f"image={cnn_input[0]}"]), 2, needle)
 
 
@@ -99,7 +91,7 @@ def test_a_fifo_plan_is_refused_without_hanging(cnn_copy, cnn_input):
 def test_truncated_kernels_are_refused_before_dlopen(cnn_copy, cnn_input):
     k = cnn_copy / "targets" / "x86-64" / "kernels.so"
     k.write_bytes(k.read_bytes()[: k.stat().st_size // 2])
-    _resign(cnn_copy, "targets/x86-64/kernels.so")
+    resign(cnn_copy, "targets/x86-64/kernels.so")
     one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", f"image={cnn_input[0]}"]), 2, "outside the file")
 
 
@@ -127,3 +119,38 @@ def test_ort_op_refuses_a_wrapper_declaring_another_output_type(cnn_copy):
         s.run(None, {s.get_inputs()[0].name: np.zeros([d if isinstance(d, int) else 1 for d in s.get_inputs()[0].shape],
                                                        np.float32)})
     assert m.graph.output[0].name in str(e.value) and "type" in str(e.value)
+
+
+def test_expect_sha256_pins_the_package(cnn_copy, cnn_input):
+    image = f"image={cnn_input[0]}"
+    sha = hashlib.sha256((cnn_copy / "manifest.json").read_bytes()).hexdigest()
+    info = run([*cli(cnn_copy), cnn_copy, "--info"])
+    assert f"manifest sha256: {sha}" in info.stdout, info.stdout
+    ok = run([*cli(cnn_copy), cnn_copy, "--input", image, "--iters", "1", "--expect-sha256", sha.upper()])
+    assert ok.returncode == 0, ok.stderr
+    other = sha[:-1] + ("0" if sha[-1] != "0" else "1")
+    one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", image, "--expect-sha256", other]), 2,
+                   "not the pinned", "not the package that was expected")
+    one_line_error(run([*cli(cnn_copy), cnn_copy, "--expect-sha256", "abc"]), 2, "is not 64 hex digits")
+    one_line_error(run([*cli(cnn_copy), cnn_copy, "--expect-sha256", sha, "--no-verify"]), 2, "excludes")
+
+
+def test_a_pin_covers_the_files_the_manifest_lists(cnn_copy, cnn_input):
+    """The pin is on manifest.json; a same-size change to a file it lists (caught only by the
+    file's hash, which --no-verify skips) is refused under the pin."""
+    sha = hashlib.sha256((cnn_copy / "manifest.json").read_bytes()).hexdigest()
+    w = cnn_copy / "targets" / "x86-64" / "weights.bin"
+    data = bytearray(w.read_bytes())
+    data[0] ^= 1
+    w.write_bytes(bytes(data))
+    r = run([*cli(cnn_copy), cnn_copy, "--input", f"image={cnn_input[0]}", "--iters", "1", "--no-verify"])
+    assert r.returncode == 0, r.stderr                       # sizes only: runs
+    one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", f"image={cnn_input[0]}", "--expect-sha256", sha]), 2,
+                   "weights.bin")
+
+
+@pytest.mark.parametrize("args, needle", [(["--threads", "-1"], "--threads"), (["--threads", "5000"], "0 to 1024"),
+                                          (["--threads", "many"], "--threads"), (["--iters", "0"], "--iters"),
+                                          (["--bogus"], "bogus")])
+def test_option_errors_are_one_line(cnn_copy, args, needle):
+    one_line_error(run([*cli(cnn_copy), cnn_copy, *args]), 2, needle)

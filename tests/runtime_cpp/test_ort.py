@@ -13,6 +13,7 @@ import onnxruntime as ort
 import pytest
 
 from support.helpers import HAS_QEMU, ort_run, run_pack, save_model, write_spec
+from support.resign import repin
 from packager.frontend import load_model, random_inputs
 
 pytestmark = pytest.mark.slow
@@ -86,9 +87,23 @@ def test_library_of_another_package_is_detected_and_model_dir_fixes_it(packages)
     cnn, mlp = packages["cnn"], packages["mlp"]
     with pytest.raises(Exception) as e:                      # mlp's wrapper + cnn's library: '..' is cnn
         session(mlp, lib_pkg=cnn)
-    assert "holds package 'cnn'" in str(e.value) and "ai.packager.model_dir" in str(e.value)
+    # the node pins mlp's manifest: cnn's is another (before the package-id check, kernels.so is never loaded)
+    assert "not the package that was expected" in str(e.value) and "ai.packager.model_dir" in str(e.value)
     sess = session(mlp, model_dir=str(mlp / "ort"), lib_pkg=cnn)
     assert sess.run(None, {"features": np.ones((4, 256), np.float32)})[0].shape == (4, 10)
+
+
+def test_wrapper_opens_only_the_build_it_pins(packages, tmp_path):
+    pkg = tmp_path / "cnn"
+    shutil.copytree(packages["cnn"], pkg)
+    m = json.loads((pkg / "manifest.json").read_text())
+    m["name"] = "cnn-rebuilt"                                # any other manifest: another build
+    (pkg / "manifest.json").write_text(json.dumps(m, indent=1))
+    with pytest.raises(Exception) as e:
+        session(pkg)
+    assert "PackagedModel node" in str(e.value) and "not the pinned" in str(e.value), str(e.value)
+    repin(pkg)                                                # the wrapper pins the new manifest: it opens
+    assert session(pkg).run(None, {"image": np.zeros((1, 3, 64, 64), np.float32)})[0].shape == (1, 10)
 
 
 def test_missing_package_folder_fails_at_session_creation(packages, tmp_path):
