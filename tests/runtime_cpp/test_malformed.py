@@ -30,3 +30,16 @@ def test_malformed_packages_are_refused_cleanly(packages, cnn_input, sanitized_r
     assert not bad, (f"{len(bad)} of {len(rows)} malformed variants were neither refused cleanly nor run correctly "
                      f"(table: {table}; their folders are kept beside it):\n"
                      + "\n".join(f"  {r.name} [{r.cls}]: {r.outcome} (exit {r.exit}) {r.message[:200]}" for r in bad))
+
+
+def test_malformed_packages_are_refused_cleanly_in_onnxruntime(packages, cnn_input, tmp_path):
+    """The same variants (less packrt-run's own .npy and --threads ones) through the wrapper model
+    and the custom-op library, one Python process per variant (not sanitized: ONNX Runtime is not)."""
+    table = tmp_path / "malformed-ort.md"
+    rows = run_variants(packages["cnn"], {"image": cnn_input[0]}, table=table, work=tmp_path / "variants",
+                        timeout=60, engine="onnxruntime")
+    assert len(rows) >= 60, len(rows)
+    bad = [r for r in rows if r.outcome not in ("clean", "correct")]
+    assert not bad, (f"{len(bad)} of {len(rows)} malformed variants were neither refused cleanly nor run correctly "
+                     f"in onnxruntime (table: {table}):\n"
+                     + "\n".join(f"  {r.name} [{r.cls}]: {r.outcome} (exit {r.exit}) {r.message[:200]}" for r in bad))

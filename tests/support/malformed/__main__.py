@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     rt.add_argument("--sanitized", action="store_true", help="build (once, cached) and use the ASan+UBSan packrt-run")
     rt.add_argument("--runtime", type=Path, help="this packrt-run instead of the package's own")
     ap.add_argument("--timeout", type=float, default=20.0)
+    ap.add_argument("--onnxruntime", action="store_true",
+                    help="run the wrapper model in onnxruntime with the package's custom-op library instead")
     ap.add_argument("--only", action="append", help="only variants whose name contains this (repeatable)")
     ap.add_argument("--work", type=Path, help="folder for the variants (default: a new temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep every variant's folder")
@@ -40,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     inputs = dict(s.split("=", 1) for s in a.input) if a.input else None
     inputs = {k: Path(v).resolve() for k, v in inputs.items()} if inputs else None
     t0 = time.monotonic()
-    rows = run_variants(a.package, inputs, a.table, runtime, a.work, a.timeout, a.only, a.keep, log=print)
+    rows = run_variants(a.package, inputs, a.table, runtime, a.work, a.timeout, a.only, a.keep, log=print,
+                        engine="onnxruntime" if a.onnxruntime else "packrt-run")
     bad = [r for r in rows if r.outcome not in ("clean", "correct")]
     print(f"{len(rows)} variants in {time.monotonic() - t0:.0f} s; {len(bad)} neither clean nor correct"
           + (f"; table: {a.table}" if a.table else ""))

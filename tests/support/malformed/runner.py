@@ -18,6 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from support.resign import repin
+
+from . import ort as ort_engine
 from .mutations import Case, host_target
 from .sanitized import SANITIZER_ENV
 from .variants import variants
@@ -107,7 +110,8 @@ class Row:
     stderr: str = field(default="", repr=False)
 
 
-def classify(returncode: int | None, stderr: str, outputs_equal: Callable[[], bool]) -> str:
+def classify(returncode: int | None, stderr: str, outputs_equal: Callable[[], bool],
+             prefix: str = "packrt-run: error:") -> str:
     if returncode is None:
         return "hang"
     if any(m in stderr for m in SANITIZER_MARKERS):
@@ -117,7 +121,7 @@ def classify(returncode: int | None, stderr: str, outputs_equal: Callable[[], bo
     if returncode == 0:
         return "correct" if outputs_equal() else "wrong"
     lines = stderr.strip().splitlines()
-    if returncode in (1, 2) and len(lines) == 1 and lines[0].startswith("packrt-run: error:"):
+    if returncode in (1, 2) and len(lines) == 1 and lines[0].startswith(prefix):
         return "clean"
     return "messy"
 
@@ -213,8 +217,9 @@ def _safe(name: str) -> str:
 
 def run_variants(package: Path, inputs: dict[str, Path] | None = None, table: Path | None = None,
                  runtime: Path | None = None, work: Path | None = None, timeout: float = 20.0,
-                 only: list[str] | None = None, keep: bool = False, log=None) -> list[Row]:
-    """Runs packrt-run (`runtime`, default the package's own) on every variant of `package` and
+                 only: list[str] | None = None, keep: bool = False, log=None, engine: str = "packrt-run") -> list[Row]:
+    """Runs packrt-run (`runtime`, default the package's own), or with engine="onnxruntime" the
+    package's wrapper model with its custom-op library, on every variant of `package` and
     classifies each result against the undamaged package's outputs. Writes the Markdown table
     to `table` if given. A variant's folder is kept under `work` when its outcome is neither
     clean nor correct (or always with keep=True)."""
@@ -231,11 +236,19 @@ def run_variants(package: Path, inputs: dict[str, Path] | None = None, table: Pa
         d = work / _safe(name)
         shutil.rmtree(d, ignore_errors=True)
         (d / "scratch").mkdir(parents=True)
-        copy_package(base, d / "pkg")
+        if engine == "onnxruntime":
+            shutil.copytree(base, d / "pkg", symlinks=True, ignore=ort_engine.ignore_for_copy(base))
+        else:
+            copy_package(base, d / "pkg")
         return Case(d / "pkg", d / "scratch", dict(inputs), rel), d
 
+    def execute_variant(case: Case, out: Path, native: bool = False):
+        if engine == "onnxruntime":
+            return ort_engine.execute_ort(ort_engine.library(base), case, out, timeout)
+        return execute(own if native else exe, case, out, timeout, native=native)
+
     case, d = prepare("_reference")
-    rc, err, _ = execute(exe, case, d / "out", timeout)
+    rc, err, _ = execute_variant(case, d / "out")
     if rc != 0:
         raise RuntimeError(f"the undamaged package does not run ({_exit_text(rc, timeout)}): {err.strip()[-2000:]}")
     reference = load_outputs(d / "out")
@@ -246,6 +259,8 @@ def run_variants(package: Path, inputs: dict[str, Path] | None = None, table: Pa
     for v in variants():
         if only and not any(o in v.name for o in only):
             continue
+        if engine == "onnxruntime" and v.cls in ort_engine.PACKRT_RUN_ONLY:
+            continue
         case, d = prepare(v.name)
         before = snapshot(case.pkg)
         try:
@@ -254,9 +269,12 @@ def run_variants(package: Path, inputs: dict[str, Path] | None = None, table: Pa
             raise RuntimeError(f"variant {v.name}: the mutation itself failed: {e!r}") from e
         if v.sign:
             resign(case.pkg, before)
-        rc, err, secs = execute(own if v.native else exe, case, d / "out", timeout, native=v.native)
+            if engine == "onnxruntime":
+                repin(case.pkg)
+        rc, err, secs = execute_variant(case, d / "out", v.native)
         judged = ALLOCATION_WARNING.sub("", err)
-        outcome = classify(rc, judged, lambda out=d / "out": outputs_equal(out, reference))
+        prefix = ort_engine.PREFIX if engine == "onnxruntime" else "packrt-run: error:"
+        outcome = classify(rc, judged, lambda out=d / "out": outputs_equal(out, reference), prefix)
         message = first_line(judged, outcome).replace(f"{work}/", "")   # variant folders: relative
         rows.append(Row(v.name, v.cls, outcome, _exit_text(rc, timeout), message, secs, err))
         if log:
@@ -264,7 +282,8 @@ def run_variants(package: Path, inputs: dict[str, Path] | None = None, table: Pa
         if not keep and outcome in ("clean", "correct"):
             shutil.rmtree(d, ignore_errors=True)
     if table:
-        write_table(rows, Path(table), title=f"packrt-run `{exe}` on variants of `{base}` (in `{work}`)")
+        what = f"onnxruntime with `{ort_engine.library(base)}`" if engine == "onnxruntime" else f"packrt-run `{exe}`"
+        write_table(rows, Path(table), title=f"{what} on variants of `{base}` (in `{work}`)")
     return rows
 
 
