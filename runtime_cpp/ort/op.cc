@@ -112,7 +112,9 @@ OrtStatusPtr PackagedModelOp::CreateKernelV2(const OrtApi& api, const OrtKernelI
     if (opened == PACKRT_OK && cuda && std::string(packrt_model_device(k->model)) != "cuda")
       k->compute = compute_staged;  // the node names a CPU target but runs under the CUDA EP
     if (opened != PACKRT_OK) {
-      std::string hint = package[0] == '/' || opened != PACKRT_ERROR_NOT_FOUND ? "" : " (relative to " + base +
+      // a missing package, or another build than the pinned one: maybe the library resolved '..' elsewhere
+      bool located = opened != PACKRT_ERROR_NOT_FOUND && !(opened == PACKRT_ERROR_CORRUPT_PACKAGE && !pin.empty());
+      std::string hint = package[0] == '/' || located ? "" : " (relative to " + base +
           "; set the session config entry '" + kModelDirKey + "' to the wrapper model's folder if the library "
           "is not the one shipped next to it)";
       return fail(std::string(packrt_last_error()) + hint);
