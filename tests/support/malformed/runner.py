@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .mutations import Case, host_target
-from .sanitized import SANITIZER_ENV
+from ..sanitized import SANITIZER_ENV
 from .variants import variants
 
 # --------------------------------------------------------------------------------------------
