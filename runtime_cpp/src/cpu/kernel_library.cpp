@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "buffer.h"
@@ -20,6 +21,13 @@
 
 namespace packrt {
 namespace {
+
+// Loading a kernel library (dlopen, then writing its hook variables) and unloading it, one thread
+// at a time. glibc already serializes dlopen/dlclose under its loader lock, so this costs nothing,
+// but ThreadSanitizer cannot see that lock: when a model is opened on one thread after another
+// thread closed its own, the new library is often mapped where the old one was, and the two
+// threads' writes to the same hook addresses looked like a data race.
+std::mutex g_loader_mu;
 
 thread_local ThreadPool* tls_pool = nullptr;
 thread_local const KernelLibrary* tls_library = nullptr;
@@ -162,6 +170,7 @@ KernelLibrary::KernelLibrary(const uint8_t* image, size_t size, const std::strin
   // the descriptor stays open while the library is loaded: dlopen matches libraries by path name,
   // so a reused /proc/self/fd/N would hand back another model's kernels
   std::string path = "/proc/self/fd/" + std::to_string(memfd_);
+  std::lock_guard<std::mutex> loader(g_loader_mu);
   handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle_) {
     ::close(memfd_);
@@ -183,7 +192,10 @@ KernelLibrary::KernelLibrary(const uint8_t* image, size_t size, const std::strin
 }
 
 KernelLibrary::~KernelLibrary() {
-  if (handle_) dlclose(handle_);
+  if (handle_) {
+    std::lock_guard<std::mutex> loader(g_loader_mu);
+    dlclose(handle_);
+  }
   if (memfd_ >= 0) ::close(memfd_);
 }
 

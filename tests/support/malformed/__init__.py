@@ -1,5 +1,6 @@
 """Malformed packages for packrt-run: a generator of damaged copies of a built package, a runner
-that classifies how the runtime takes each one, and a sanitized (ASan + UBSan) build of the runtime.
+that classifies how the runtime takes each one; the sanitized (ASan + UBSan) build of the runtime it
+runs is support.sanitized's (re-exported here).
 
 Every variant is (name, defect class, a function that damages a copy of the package). After the
 damage the copy's manifest is re-signed (sha256 and bytes of every changed file recomputed) so the
@@ -22,7 +23,7 @@ threads instead of taking every pid of the machine.
 By hand (the package's own packrt-run, or the sanitized one with --sanitized):
     PYTHONPATH=tests python -m support.malformed --sanitized --table malformed.md PKG
 """
+from ..sanitized import SANITIZER_ENV, build_sanitized_runtime  # noqa: F401
 from .mutations import Case, Variant  # noqa: F401
 from .runner import Row, run_variants, write_table  # noqa: F401
-from .sanitized import build_sanitized_runtime  # noqa: F401
 from .variants import CLASSES, variants  # noqa: F401

@@ -6,8 +6,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..sanitized import build_sanitized_runtime
 from .runner import run_variants
-from .sanitized import build_sanitized_runtime
 from .variants import variants
 
 

@@ -22,7 +22,7 @@ from support.resign import repin
 
 from . import ort as ort_engine
 from .mutations import Case, host_target
-from .sanitized import SANITIZER_ENV
+from ..sanitized import SANITIZER_ENV
 from .variants import variants
 
 # --------------------------------------------------------------------------------------------
