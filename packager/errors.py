@@ -12,10 +12,20 @@ class PackagerError(Exception):
     exit_code = 1
 
 
+def one_line(text: str) -> str:
+    """`text` with line breaks and other control characters escaped (as `\\n`, `\\x1c`, ...):
+    messages quote keys, node and tensor names from the user's files, which may hold any
+    character, and a user error must stay one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class UserError(PackagerError):
-    """Bad input: a spec, model, package or argument the user can fix."""
+    """Bad input: a spec, model, package or argument the user can fix. Its message is one line."""
 
     exit_code = 2
+
+    def __init__(self, message: object = "", *args: object):
+        super().__init__(one_line(str(message)), *args)
 
 
 class InternalError(PackagerError):

@@ -21,12 +21,6 @@ from .model import (DIM_MAX, DTYPES, LEVEL_PASSES, NAME_RE, PASS_NAMES, InputSpe
 MAX_ENTRIES = 100_000
 
 
-def one_line(text: str) -> str:
-    """`text` with line breaks and other control characters escaped: messages quote keys and
-    values from the user's file, and an error must stay one line."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 class _Reader:
     """Walks the parsed YAML, remembering line numbers so errors can point at them."""
 
@@ -39,7 +33,7 @@ class _Reader:
             mark = getattr(e, "problem_mark", None)
             where = f":{mark.line + 1}" if mark is not None else ""
             why = getattr(e, "problem", None) or str(e).strip().splitlines()[0]
-            raise UserError(one_line(f"{path}{where}: not valid YAML: {why}")) from None
+            raise UserError(f"{path}{where}: not valid YAML: {why}") from None
         except RecursionError:
             raise UserError(f"{path}: not a spec: the YAML is nested too deeply") from None
         self.lines: dict[str, int] = {}
@@ -77,7 +71,7 @@ class _Reader:
             path = path_parent
             line = self.lines.get(path)
         loc = f"{self.path}:{line}" if line else str(self.path)
-        raise UserError(one_line(f"{loc}: {path or 'spec'}: {msg}"))
+        raise UserError(f"{loc}: {path or 'spec'}: {msg}")
 
     def mapping(self, value: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
         if not isinstance(value, dict):
@@ -183,7 +177,7 @@ def _read_text(path: Path) -> str:
     except FileNotFoundError:
         raise UserError(f"{path}: spec file not found") from None
     except (OSError, ValueError) as e:
-        raise UserError(one_line(f"{path}: cannot read the spec file: {getattr(e, 'strerror', None) or e}")) from None
+        raise UserError(f"{path}: cannot read the spec file: {getattr(e, 'strerror', None) or e}") from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
