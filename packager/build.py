@@ -29,6 +29,7 @@ from .emit.package import PackageWriter
 from .emit.readme import package_readme
 from .emit.report import build_report
 from .emit.runtime import build_runtime, bundle_runtimes
+from .errors import UserError
 from .frontend import (bind_profiles, check_configurations, check_operators, load_model, profile_shapes,
                        random_inputs, without_static_control_flow)
 from .frontend.opset import check_conversion
@@ -99,7 +100,13 @@ def check_inputs(spec: Spec, only_targets: list[str] | None):
     model = load_model(spec.model)
     dtypes = bind_profiles(spec, model)
     if model.conversion is not None:
-        inputs = random_inputs(model, profile_shapes(model, spec.profiles[0]), dtypes, values=spec.verify.inputs)
+        shapes = profile_shapes(model, spec.profiles[0])
+        try:
+            inputs = random_inputs(model, shapes, dtypes, values=spec.verify.inputs)
+        except MemoryError:
+            raise UserError(f"{spec.model}: not enough memory for test inputs of shapes {shapes} to check the "
+                            f"opset {model.conversion.source} -> {model.conversion.target} conversion; give smaller "
+                            "shapes in the spec, or re-export the model at a supported opset") from None
         check_conversion(spec.model, model.proto, inputs, model.conversion, spec.verify.rtol, spec.verify.atol)
     model = without_static_control_flow(model, [profile_shapes(model, p) for p in spec.profiles])
     if not spec.onnxruntime.partial:
