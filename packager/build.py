@@ -25,7 +25,7 @@ from .codegen.compile import compile_unit, optimize_unit
 from .emit.manifest import package_manifest, sha256_file, unit_manifest
 from .emit.ort_headers import ort_headers
 from .emit.ort_wrapper import wrapper_for
-from .emit.package import PackageWriter
+from .emit.package import PackageWriter, check_destination
 from .emit.readme import package_readme
 from .emit.report import build_report
 from .emit.runtime import build_runtime, bundle_runtimes
@@ -96,7 +96,7 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
 def check_inputs(spec: Spec, only_targets: list[str] | None):
     """Everything about the input that can be wrong, before anything is compiled: the model (and
     its conversion into the supported opsets), its shapes under the spec's profiles, the targets
-    and their toolchains."""
+    and their toolchains, and an output folder that can take the package."""
     model = load_model(spec.model)
     dtypes = bind_profiles(spec, model)
     if model.conversion is not None:
@@ -115,6 +115,7 @@ def check_inputs(spec: Spec, only_targets: list[str] | None):
     targets = resolve_all(spec, only_targets)
     for kind in dict.fromkeys(t.kind for t in targets):
         backend_for(kind).check_toolchain([t for t in targets if t.kind == kind])
+    check_destination(spec.output)
     return model, dtypes, targets
 
 
