@@ -219,6 +219,31 @@ def test_pack_build_into_a_read_only_folder_stops_before_compiling(read_only, tm
     assert [p.name for p in read_only.iterdir()] == ["pkg"]
 
 
+def test_full_cache_disk_leaves_no_partial_entry(disk, monkeypatch):
+    """Staging the runtime sources (~2 MB) into a full cache: a UserError naming the cache, and
+    no half-copied src-*.tmp or src-* folder that a later build could take for complete."""
+    from packager.emit.runtime import staged_sources
+
+    monkeypatch.setenv("PACKAGER_CACHE_DIR", str(disk))
+    monkeypatch.setenv("PACKAGER_ORT_INCLUDE", str(disk / "no-ort-headers"))    # no download attempt
+    with pytest.raises(UserError) as e:
+        staged_sources()
+    msg = str(e.value)
+    assert f"cannot write to the packager cache {disk}: No space left on device" in msg and "\n" not in msg, msg
+    assert "PACKAGER_CACHE_DIR" in msg
+    assert [p.name for p in (disk / "runtime").iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_full_disk_under_the_tuning_database(disk):
+    from packager.optimize.schedule.database import TuningDatabase
+
+    db = TuningDatabase(disk / "tuning")
+    db.put("kernel", {"schedule": "x" * BIG})
+    with pytest.raises(UserError, match=f"cannot write to {disk / 'tuning'}: No space left on device"):
+        db.save()
+    assert [p.name for p in (disk / "tuning").iterdir()] == [".lock"]
+
+
 @pytest.mark.slow
 def test_pack_build_onto_a_full_disk(disk, tmp_path):
     """The whole `pack build` of the mlp sample (x86-64 only) into a 1 MiB file system that holds
