@@ -25,10 +25,11 @@ from .codegen.compile import compile_unit, optimize_unit
 from .emit.manifest import WRAPPER_MODEL, package_manifest, sha256_file, unit_manifest
 from .emit.ort_headers import ort_headers
 from .emit.ort_wrapper import wrapper_for
-from .emit.package import PackageWriter
+from .emit.package import PackageWriter, check_destination
 from .emit.readme import package_readme
 from .emit.report import build_report
 from .emit.runtime import build_runtime, bundle_runtimes
+from .errors import UserError
 from .frontend import (bind_profiles, check_configurations, check_operators, load_model, profile_shapes,
                        random_inputs, without_static_control_flow)
 from .frontend.opset import check_conversion
@@ -99,11 +100,17 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
 def check_inputs(spec: Spec, only_targets: list[str] | None):
     """Everything about the input that can be wrong, before anything is compiled: the model (and
     its conversion into the supported opsets), its shapes under the spec's profiles, the targets
-    and their toolchains."""
+    and their toolchains, and an output folder that can take the package."""
     model = load_model(spec.model)
     dtypes = bind_profiles(spec, model)
     if model.conversion is not None:
-        inputs = random_inputs(model, profile_shapes(model, spec.profiles[0]), dtypes, values=spec.verify.inputs)
+        shapes = profile_shapes(model, spec.profiles[0])
+        try:
+            inputs = random_inputs(model, shapes, dtypes, values=spec.verify.inputs)
+        except MemoryError:
+            raise UserError(f"{spec.model}: not enough memory for test inputs of shapes {shapes} to check the "
+                            f"opset {model.conversion.source} -> {model.conversion.target} conversion; give smaller "
+                            "shapes in the spec, or re-export the model at a supported opset") from None
         check_conversion(spec.model, model.proto, inputs, model.conversion, spec.verify.rtol, spec.verify.atol)
     model = without_static_control_flow(model, [profile_shapes(model, p) for p in spec.profiles])
     if not spec.onnxruntime.partial:
@@ -112,6 +119,7 @@ def check_inputs(spec: Spec, only_targets: list[str] | None):
     targets = resolve_all(spec, only_targets)
     for kind in dict.fromkeys(t.kind for t in targets):
         backend_for(kind).check_toolchain([t for t in targets if t.kind == kind])
+    check_destination(spec.output)
     return model, dtypes, targets
 
 

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..cache import cache_dir, locked
+from ..cache import cache_dir, filling, locked
 from ..errors import InternalError, UserError
 from .tools import run_tool
 
@@ -98,9 +98,10 @@ def compile_fatbin(source: str, sm: str, out: Path) -> str:
                     run_tool([_tool("fatbinary"), "--64", f"--create={t / 'k.fatbin'}",
                           f"--image3=kind=elf,sm={n},file={t / 'k.cubin'}",
                           f"--image3=kind=ptx,sm={n},file={t / 'k.ptx'}"], f"fatbinary for {sm}")
-                cached.parent.mkdir(parents=True, exist_ok=True)
                 tmp_out = cached.with_suffix(".tmp")
-                shutil.copyfile(t / "k.fatbin", tmp_out)
-                tmp_out.replace(cached)
+                with filling(tmp_out):
+                    cached.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(t / "k.fatbin", tmp_out)
+                    tmp_out.replace(cached)
     shutil.copyfile(cached, out)
     return compiler

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..cache import cache_dir, locked
+from ..cache import cache_dir, filling, locked
 
 DEB = "libonnxruntime-dev"
 SOURCES = "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main\n"
@@ -39,27 +39,36 @@ def ort_headers() -> tuple[Path | None, str]:
     with locked(root.with_suffix(".lock")):
         if (include / HEADER).is_file():
             return include, ""
-        work = root.with_name("ort-headers.tmp")
-        shutil.rmtree(work, ignore_errors=True)
-        for d in ("lists/partial", "cache/archives/partial", "deb"):
-            (work / d).mkdir(parents=True)
-        (work / "sources.list").write_text(SOURCES)
-        steps = [(_apt(work) + ["update"], None), (_apt(work) + ["download", DEB], work / "deb")]
-        for cmd, cwd in steps:
-            r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=300)
-            if r.returncode != 0:
-                shutil.rmtree(work, ignore_errors=True)
-                tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-                return None, f"fetching {DEB} from Debian trixie failed: {tail[0]}"
-        debs = list((work / "deb").glob(f"{DEB}_*.deb"))
-        r = subprocess.run(["dpkg", "-x", str(debs[0]), str(work / "x")], capture_output=True, text=True)
-        found = list((work / "x").rglob(HEADER))
-        if r.returncode != 0 or not found:
+        work, staged = root.with_name("ort-headers.tmp"), root.with_name("ort-headers.new")
+        with filling(work, staged):
+            return _fetch(root, work, staged)
+
+
+def _fetch(root: Path, work: Path, staged: Path) -> tuple[Path | None, str]:
+    """Download and unpack the .deb in `work`, stage the headers in `staged`, then move them to
+    `root` in one rename (the header's presence marks a complete entry, so it must appear last)."""
+    include = root / "include" / "onnxruntime"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(staged, ignore_errors=True)
+    for d in ("lists/partial", "cache/archives/partial", "deb"):
+        (work / d).mkdir(parents=True)
+    (work / "sources.list").write_text(SOURCES)
+    steps = [(_apt(work) + ["update"], None), (_apt(work) + ["download", DEB], work / "deb")]
+    for cmd, cwd in steps:
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=300)
+        if r.returncode != 0:
             shutil.rmtree(work, ignore_errors=True)
-            return None, f"{debs[0].name} has no {HEADER}"
-        shutil.rmtree(root, ignore_errors=True)
-        root.mkdir(parents=True)
-        shutil.copytree(found[0].parent, include)
-        (root / "SOURCE").write_text(f"{debs[0].name} from {SOURCES}")
+            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+            return None, f"fetching {DEB} from Debian trixie failed: {tail[0]}"
+    debs = list((work / "deb").glob(f"{DEB}_*.deb"))
+    r = subprocess.run(["dpkg", "-x", str(debs[0]), str(work / "x")], capture_output=True, text=True)
+    found = list((work / "x").rglob(HEADER))
+    if r.returncode != 0 or not found:
         shutil.rmtree(work, ignore_errors=True)
+        return None, f"{debs[0].name} has no {HEADER}"
+    shutil.copytree(found[0].parent, staged / "include" / "onnxruntime")
+    (staged / "SOURCE").write_text(f"{debs[0].name} from {SOURCES}")
+    shutil.rmtree(root, ignore_errors=True)
+    staged.rename(root)
+    shutil.rmtree(work, ignore_errors=True)
     return include, ""

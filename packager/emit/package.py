@@ -9,23 +9,64 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import InternalError, UserError
+from ..errors import InternalError, UserError, write_failure
 from .manifest import MANIFEST_FORMAT, MANIFEST_VERSION, sha256_file
 
+
+HINT = "free space there or choose another --output"
+
+
+def check_destination(dest: Path) -> None:
+    """Fail before anything is compiled if `dest` cannot receive a package: it is something else
+    than a package, or its folder is on a read-only file system or not writable."""
+    if dest.exists() and not (dest / "manifest.json").is_file():
+        raise UserError(f"output folder {dest} exists and is not a package; remove it or choose another --output")
+    folder = dest.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise write_failure(e, folder, f"package to {dest}", HINT) or e from None
+
+
 class PackageWriter:
-    """Stage files under a temporary folder, then move the finished package into place."""
+    """Stage files under a temporary folder, then move the finished package into place. Used as a
+    context manager: on any failure the staged files (and the parent folders it made) are removed,
+    an older package at the destination is kept, and a full or read-only disk is a UserError."""
 
     def __init__(self, dest: Path):
-        if dest.exists() and not (dest / "manifest.json").is_file():
-            raise UserError(f"output folder {dest} exists and is not a package; remove it or choose another --output")
+        check_destination(dest)
         self.dest = dest
-        dest.parent.mkdir(parents=True, exist_ok=True)
         self.root = dest.parent / f".{dest.name}.partial-{os.getpid()}"
-        shutil.rmtree(self.root, ignore_errors=True)
-        self.root.mkdir()
+        self.made: list[Path] = []                 # parent folders this writer created, innermost first
+        with self._writing():
+            for folder in reversed(dest.parents):
+                if not folder.exists():
+                    try:
+                        folder.mkdir()
+                    except FileExistsError:        # made by a parallel build meanwhile
+                        continue
+                    self.made.insert(0, folder)
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root.mkdir()
+
+    @contextmanager
+    def _writing(self):
+        """Turn the disk refusing a write into the UserError that names the package; clean up."""
+        try:
+            yield
+        except BaseException as e:
+            error = write_failure(e, self.dest.parent, f"package to {self.dest}", HINT)
+            self.abort()
+            if error is not None:
+                raise error from e
+            raise
 
     def path(self, rel: str) -> Path:
         p = self.root / rel
@@ -33,9 +74,7 @@ class PackageWriter:
         return p
 
     def write_json(self, rel: str, obj: Any) -> Path:
-        p = self.path(rel)
-        p.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n")
-        return p
+        return self.write_text(rel, json.dumps(obj, indent=1, sort_keys=False) + "\n")
 
     def write_text(self, rel: str, text: str) -> Path:
         p = self.path(rel)
@@ -72,22 +111,41 @@ class PackageWriter:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def finish(self) -> Path:
-        """Move the finished package into place (its manifest.json is written)."""
+        """Move the finished package (its manifest.json written) into place; if that fails, an
+        older package at the destination is put back."""
         if not (self.root / "manifest.json").is_file():
             raise InternalError("the package's manifest.json was not written")
-        old = self.dest.parent / f".{self.dest.name}.old-{os.getpid()}"
-        if self.dest.exists():
-            self.dest.rename(old)
-        self.root.rename(self.dest)
+        with self._writing():
+            old = self.dest.parent / f".{self.dest.name}.old-{os.getpid()}"
+            replaced = self.dest.exists()
+            if replaced:
+                self.dest.rename(old)
+            try:
+                self.root.rename(self.dest)
+            except BaseException:
+                if replaced:
+                    old.rename(self.dest)
+                raise
+        self.made = []
         shutil.rmtree(old, ignore_errors=True)
         return self.dest
 
     def abort(self) -> None:
+        """Remove the staged files and the parent folders this writer made (if still empty)."""
         shutil.rmtree(self.root, ignore_errors=True)
+        for folder in self.made:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        self.made = []
 
     def __enter__(self) -> "PackageWriter":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            self.abort()
+        """Whatever failed inside the `with` (a compiler, onnx.save, TVM writing into the staged
+        folder): clean up, and report a full or read-only disk as the UserError it is."""
+        if exc is not None:
+            with self._writing():
+                raise exc

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..cache import cache_dir, locked
+from ..cache import cache_dir, filling, locked
 from ..errors import InternalError, UserError
 from .ort_headers import ort_headers
 from ..targets import Toolchain, host_arch
@@ -90,16 +90,17 @@ def staged_sources() -> Path:
             return root
         tmp = root.with_name(root.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(data_dir("runtime_cpp"), tmp, ignore=shutil.ignore_patterns("__pycache__", "build"))
-        tp = tmp / "third_party"
-        for src, dest in _third_party():
-            target = tp / dest
-            target.parent.mkdir(parents=True, exist_ok=True)
-            (shutil.copytree if src.is_dir() else shutil.copy2)(src, target)
-        (tp / "README.md").write_text(THIRD_PARTY_LICENSES)
-        shutil.rmtree(root, ignore_errors=True)
-        tmp.rename(root)
-        done.write_text("ok\n")
+        with filling(tmp, root):
+            shutil.copytree(data_dir("runtime_cpp"), tmp, ignore=shutil.ignore_patterns("__pycache__", "build"))
+            tp = tmp / "third_party"
+            for src, dest in _third_party():
+                target = tp / dest
+                target.parent.mkdir(parents=True, exist_ok=True)
+                (shutil.copytree if src.is_dir() else shutil.copy2)(src, target)
+            (tp / "README.md").write_text(THIRD_PARTY_LICENSES)
+            shutil.rmtree(root, ignore_errors=True)
+            tmp.rename(root)
+            done.write_text("ok\n")
     return root
 
 
@@ -132,13 +133,15 @@ def build_runtime(arch: str, log=None) -> Path:
             cfg.append(f"-DCMAKE_TOOLCHAIN_FILE={src / 'cmake' / f'{arch}-linux-gnu.cmake'}")
         steps = [cfg, ["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2)],
                  ["cmake", "--install", str(build)]]
-        for cmd in steps:
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-25:])
-                raise InternalError(f"building the C++ runtime for {arch} failed: {' '.join(cmd[:3])} ...\n{tail}")
-        shutil.rmtree(build, ignore_errors=True)
-        done.write_text("ok\n")
+        with filling(root):
+            for cmd in steps:
+                r = subprocess.run(cmd, capture_output=True, text=True)
+                if r.returncode != 0:
+                    tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-25:])
+                    raise InternalError(f"building the C++ runtime for {arch} failed: {' '.join(cmd[:3])} ...\n"
+                                        f"{tail}")
+            shutil.rmtree(build, ignore_errors=True)
+            done.write_text("ok\n")
     return install
 
 

@@ -5,12 +5,14 @@ caught here, before any compilation, and reported with the node or input it conc
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from ..errors import UnsupportedConfigError, UnsupportedOpsError, UserError
 from ..spec import Profile, Spec, spec_error
@@ -44,11 +46,15 @@ LSTM GRU RNN Resize LRN ScatterND GatherND DequantizeLinear QuantizeLinear Dynam
 CumSum TopK QLinearMatMul QLinearConv ConvInteger
 """.split())
 
+TENSOR_TYPES = frozenset(v for v in onnx.TensorProto.DataType.values() if v != onnx.TensorProto.UNDEFINED)
 ONNX_DTYPES = {
     onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.DOUBLE: "float64",
     onnx.TensorProto.INT8: "int8", onnx.TensorProto.INT16: "int16", onnx.TensorProto.INT32: "int32",
     onnx.TensorProto.INT64: "int64", onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.BOOL: "bool",
 }
+
+MAX_TENSOR_BYTES = 2**63 - 1      # what numpy, ONNX and the runtime (int64 sizes) can address
+MAX_RANK = 8                      # PACKRT_MAX_DIMS: the runtime refuses a plan with a tensor of higher rank
 
 # dim_param values exporters write for "unknown" (Paddle writes '?' for every dynamic dim): each one is
 # its own dim, not one name shared by all of them
@@ -90,12 +96,44 @@ def load_model(path: Path) -> LoadedModel:
         onnx.checker.check_model(str(path))   # path form: works for models over 2 GB too
     except Exception as e:
         raise UserError(f"{path}: ONNX checker rejected the model: {first_line(e)}") from None
+    _check_tensors(proto.graph, path)
     proto, conversion = to_supported_opset(proto, path)
     inits = {i.name for i in proto.graph.initializer}
     inputs = [_tensor_info(v, path) for v in proto.graph.input if v.name not in inits]
     outputs = [_tensor_info(v, path) for v in proto.graph.output]
     opset = default_opset(proto) or OPSET_MAX     # a model of only ai.onnx.ml/custom nodes has none
     return LoadedModel(path, proto, opset, inputs, outputs, conversion=conversion)
+
+
+def _check_tensors(graph: onnx.GraphProto, path: Path) -> None:
+    """Every initializer and constant attribute (subgraphs included) decodes: a known element type
+    and data that fits its dims. ONNX's checker misses some (raw_data of the wrong length, element
+    type 99), which would otherwise fail deep inside the rewrites or TVM's importer."""
+    for g in _graphs(graph):
+        tensors = [(f"initializer '{t.name}'", t) for t in g.initializer]
+        for k, n in enumerate(g.node):
+            for a in n.attribute:
+                where = f"node {n.name or f'#{k}'} ({n.op_type}) attribute '{a.name}'"
+                tensors += [(where, t) for t in ([a.t] if a.HasField("t") else []) + list(a.tensors)]
+        for where, t in tensors:
+            if t.data_type not in TENSOR_TYPES:
+                raise UserError(f"{path}: {where} has element type {t.data_type}, which is not an ONNX type")
+            try:
+                numpy_helper.to_array(t)
+            except Exception as e:  # noqa: BLE001 - numpy/onnx raise ValueError, TypeError, ...
+                raise UserError(f"{path}: {where} does not decode ({first_line(e)}): its data does not fit its "
+                                f"dims {list(t.dims)}; re-export the model") from None
+
+
+def _graphs(graph: onnx.GraphProto):
+    """`graph` and every subgraph (If/Loop/Scan bodies) below it."""
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        yield g
+        for n in g.node:
+            for a in n.attribute:
+                stack.extend(([a.g] if a.HasField("g") else []) + list(a.graphs))
 
 
 def first_line(e: Exception) -> str:
@@ -109,8 +147,12 @@ def _tensor_info(v: onnx.ValueInfoProto, path: Path) -> TensorInfo:
         raise UserError(f"{path}: graph input/output '{v.name}' is not a tensor; only tensor I/O is supported")
     dtype = ONNX_DTYPES.get(tt.elem_type)
     if dtype is None:
-        raise UserError(f"{path}: graph input/output '{v.name}' has element type "
-                        f"{onnx.TensorProto.DataType.Name(tt.elem_type)}, which is not supported")
+        known = tt.elem_type in onnx.TensorProto.DataType.values()
+        name = onnx.TensorProto.DataType.Name(tt.elem_type) if known else tt.elem_type
+        raise UserError(f"{path}: graph input/output '{v.name}' has element type {name}, which is not supported")
+    if len(tt.shape.dim) > MAX_RANK:
+        raise UserError(f"{path}: graph input/output '{v.name}' has rank {len(tt.shape.dim)}; packages hold tensors "
+                        f"of rank {MAX_RANK} at most")
     dims: list[int | str] = []
     for i, d in enumerate(tt.shape.dim):
         if d.HasField("dim_value") and d.dim_value >= 0:      # some exporters write -1 for "dynamic"
@@ -243,6 +285,9 @@ def bind_profiles(spec: Spec, model: LoadedModel) -> dict[str, str]:
                 if isinstance(want, int) and want != got:
                     raise spec_error(spec, p, f"dim {axis} of '{info.name}' is fixed to {want} in the model, "
                                      f"the spec gives {got}")
+            if math.prod(shape) * np.dtype(dtypes[info.name]).itemsize > MAX_TENSOR_BYTES:
+                raise spec_error(spec, p, f"input '{info.name}' of shape {list(shape)} would take more than 2^63 "
+                                 "bytes; give sizes the target can hold")
                 if isinstance(want, str):
                     if want in sym and sym[want][0] != got:
                         raise spec_error(spec, p, f"dynamic dim '{want}' is {got} here but {sym[want][0]} "

@@ -3,6 +3,7 @@
 error messages."""
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,13 @@ import numpy as np
 import yaml
 
 from ..errors import UserError
-from .model import (DTYPES, LEVEL_PASSES, NAME_RE, PASS_NAMES, InputSpec, OptimizeSpec, OrtSpec, Profile, Spec,
-                    TargetSpec, VerifySpec)
+from .model import (DIM_MAX, DTYPES, LEVEL_PASSES, NAME_RE, PASS_NAMES, InputSpec, OptimizeSpec, OrtSpec, Profile,
+                    Spec, TargetSpec, VerifySpec)
+
+
+# Entries a spec may expand to (aliases count once per use): a real spec has a few dozen, and the
+# bound stops an alias bomb (`b: [*a, *a, ...]` nested) before it takes the machine's memory.
+MAX_ENTRIES = 100_000
 
 
 class _Reader:
@@ -24,15 +30,24 @@ class _Reader:
             self.data = yaml.safe_load(text)
             node = yaml.compose(text)
         except yaml.YAMLError as e:
-            line = getattr(getattr(e, "problem_mark", None), "line", None)
-            where = f":{line + 1}" if line is not None else ""
-            raise UserError(f"{path}{where}: not valid YAML: {getattr(e, 'problem', None) or e}") from None
+            mark = getattr(e, "problem_mark", None)
+            where = f":{mark.line + 1}" if mark is not None else ""
+            why = getattr(e, "problem", None) or str(e).strip().splitlines()[0]
+            raise UserError(f"{path}{where}: not valid YAML: {why}") from None
+        except RecursionError:
+            raise UserError(f"{path}: not a spec: the YAML is nested too deeply") from None
         self.lines: dict[str, int] = {}
         if node is not None:
-            self._index(node, "")
+            try:
+                self._index(node, "")
+            except RecursionError:
+                raise UserError(f"{path}: not a spec: the YAML is nested too deeply") from None
 
     def _index(self, node: yaml.Node, path: str) -> None:
         """Remember the line of every field path; reject duplicate keys (YAML silently keeps the last)."""
+        if len(self.lines) >= MAX_ENTRIES:
+            raise UserError(f"{self.path}: the spec expands to more than {MAX_ENTRIES} entries (nested YAML aliases?); "
+                            "write the values out instead")
         self.lines[path] = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
             seen = set()
@@ -78,8 +93,8 @@ class _Reader:
         for i, d in enumerate(value):
             if isinstance(d, str):
                 self.fail(f"{path}[{i}]", f"dynamic dimension '{d}' is not bound: give its size as an integer")
-            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
-                self.fail(f"{path}[{i}]", f"dimension must be a non-negative integer, got {d!r}")
+            if not isinstance(d, int) or isinstance(d, bool) or not 0 <= d <= DIM_MAX:
+                self.fail(f"{path}[{i}]", f"dimension must be an integer from 0 to {DIM_MAX}, got {d!r}")
         return tuple(value)
 
 
@@ -97,17 +112,49 @@ def _closest(word: str, options: tuple[str, ...]) -> str | None:
 
 
 def _number(r: _Reader, value: Any, path: str, lo: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < lo:
+    """A finite number >= lo (YAML's .nan and .inf are floats too, and huge ints overflow one)."""
+    try:
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= lo
+    except OverflowError:
+        ok = False
+    if not ok:
         r.fail(path, f"expected a number >= {lo}, got {value!r}")
     return float(value)
+
+
+def _section(top: dict, key: str, default: Any) -> Any:
+    """An optional entry: `default` when absent or empty (`key:` or `key: ~`); any other value is
+    checked as written, so `verify: false` is an error and not silently the defaults."""
+    value = top.get(key)
+    return default if value is None else value
+
+
+def _path(r: _Reader, value: str | Path, field: str, base: Path | None, resolve: bool = True) -> Path:
+    """A path field, relative to `base` (None: the current folder), with `~` expanded; one the
+    operating system cannot take (no such user, NUL byte, name too long) is the spec's error."""
+    try:
+        p = Path(value).expanduser()
+        p = base / p if base is not None else p
+        return p.resolve() if resolve else p
+    except RuntimeError:
+        r.fail(field, f"cannot expand '~' in {str(value)!r}: no such user")
+    except (OSError, ValueError) as e:
+        r.fail(field, f"not a usable path {str(value)!r}: {getattr(e, 'strerror', None) or e}")
+    raise AssertionError("unreachable")
+
+
+def _is_file(r: _Reader, path: Path, field: str) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError) as e:
+        r.fail(field, f"cannot open {str(path)!r}: {getattr(e, 'strerror', None) or e}")
+    raise AssertionError("unreachable")
 
 
 def load_spec(path: str | Path, output_override: str | Path | None = None) -> Spec:
     """Read and validate a spec file; raises UserError naming the file, line and field."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: spec file not found")
-    r = _Reader(path, path.read_text())
+    r = _Reader(path, _read_text(path))
     top = r.mapping(r.data, "", ("name", "model", "output", "inputs", "profiles", "targets", "optimize", "verify",
                                  "onnxruntime"), required=("name", "model", "targets"))
     base = path.resolve().parent
@@ -116,22 +163,37 @@ def load_spec(path: str | Path, output_override: str | Path | None = None) -> Sp
     profiles = _profiles(r, top, inputs)
     targets = _targets(r, top)
     optimize = _optimize(r, top, base)
-    raw_verify = r.mapping(top.get("verify") or {}, "verify", ("rtol", "atol", "inputs"))
+    raw_verify = r.mapping(_section(top, "verify", {}), "verify", ("rtol", "atol", "inputs"))
     verify = VerifySpec(_number(r, raw_verify.get("rtol", 1e-4), "verify.rtol"),
                         _number(r, raw_verify.get("atol", 1e-5), "verify.atol"), _test_values(r, raw_verify))
     ort = _onnxruntime(r, top)
     return Spec(path.resolve(), name, model, output, inputs, profiles, targets, optimize, verify, ort, top, r)
 
 
+def _read_text(path: Path) -> str:
+    """The spec file as text: found, readable and UTF-8 (an optional BOM is fine)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: spec file not found") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: cannot read the spec file: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); "
+                        "save the spec as UTF-8") from None
+
+
 def _test_values(r: _Reader, raw_verify: dict) -> dict:
     """verify.inputs: name -> a number or a (nested) list of numbers."""
-    values = raw_verify.get("inputs") or {}
+    values = _section(raw_verify, "inputs", {})
     if not isinstance(values, dict):
         r.fail("verify.inputs", "expected a mapping: input name -> the value verify feeds it (a number or a list)")
     for name, value in values.items():
         try:
             arr = np.asarray(value)
-        except ValueError:
+        except (ValueError, TypeError, OverflowError, RecursionError):   # ragged lists, mappings, deep nesting
             arr = np.asarray([None])
         if arr.dtype.kind not in "biuf":
             r.fail(f"verify.inputs.{name}", f"expected a number or a list of numbers, got {value!r}")
@@ -141,23 +203,23 @@ def _test_values(r: _Reader, raw_verify: dict) -> dict:
 def _files(r: _Reader, top: dict, base: Path, output_override) -> tuple[str, Path, Path]:
     """name, model file and output folder (relative to the spec; --output relative to the cwd)."""
     name = top["name"]
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         r.fail("name", f"package name must match {NAME_RE.pattern}, got {name!r}")
     if not isinstance(top["model"], str):
         r.fail("model", "expected the path of an ONNX file")
-    model = (base / Path(top["model"]).expanduser()).resolve()
-    if not model.is_file():
+    model = _path(r, top["model"], "model", base)
+    if not _is_file(r, model, "model"):
         r.fail("model", f"model file not found: {model}")
-    out = output_override if output_override is not None else top.get("output", f"dist/{name}")
+    out = output_override if output_override is not None else _section(top, "output", f"dist/{name}")
     if not isinstance(out, (str, Path)):
         r.fail("output", "expected a folder path")
-    output = (Path(out).expanduser() if output_override is not None else base / Path(out).expanduser()).resolve()
+    output = _path(r, out, "output", None if output_override is not None else base)
     return name, model, output
 
 
 def _inputs(r: _Reader, top: dict) -> dict[str, InputSpec]:
     inputs: dict[str, InputSpec] = {}
-    raw_inputs = top.get("inputs") or {}
+    raw_inputs = _section(top, "inputs", {})
     if not isinstance(raw_inputs, dict):
         r.fail("inputs", "expected a mapping: input name -> {dtype, shape}")
     for iname, ival in raw_inputs.items():
@@ -173,14 +235,14 @@ def _inputs(r: _Reader, top: dict) -> dict[str, InputSpec]:
 def _profiles(r: _Reader, top: dict, inputs: dict[str, InputSpec]) -> list[Profile]:
     """The default profile (the inputs' shapes) and every named one (shapes it overrides)."""
     profiles = [Profile("default", {n: i.shape for n, i in inputs.items()})]
-    raw_profiles = top.get("profiles") or []
+    raw_profiles = _section(top, "profiles", [])
     if not isinstance(raw_profiles, list):
         r.fail("profiles", "expected a list of {name, inputs}")
     for k, prof in enumerate(raw_profiles):
         p = f"profiles[{k}]"
         prof = r.mapping(prof, p, ("name", "inputs"), required=("name", "inputs"))
         pname = prof["name"]
-        if not isinstance(pname, str) or not NAME_RE.match(pname):
+        if not isinstance(pname, str) or not NAME_RE.fullmatch(pname):
             r.fail(f"{p}.name", f"profile name must match {NAME_RE.pattern}")
         if pname in {q.name for q in profiles}:
             r.fail(f"{p}.name", f"duplicate profile name '{pname}'")
@@ -212,18 +274,18 @@ def _targets(r: _Reader, top: dict) -> list[TargetSpec]:
 
 
 def _optimize(r: _Reader, top: dict, base: Path) -> OptimizeSpec:
-    raw_opt = r.mapping(top.get("optimize") or {}, "optimize", ("level", "passes", "scheduler", "tuning"))
+    raw_opt = r.mapping(_section(top, "optimize", {}), "optimize", ("level", "passes", "scheduler", "tuning"))
     level = raw_opt.get("level", 2)
     if level not in LEVEL_PASSES:
         r.fail("optimize.level", f"expected 0, 1, 2 or 3, got {level!r}")
-    passes = r.mapping(raw_opt.get("passes") or {}, "optimize.passes", PASS_NAMES)
+    passes = r.mapping(_section(raw_opt, "passes", {}), "optimize.passes", PASS_NAMES)
     for pname, on in passes.items():
         if not isinstance(on, bool):
             r.fail(f"optimize.passes.{pname}", f"expected true or false, got {on!r}")
     scheduler = raw_opt.get("scheduler", "gensor")
     if scheduler not in ("gensor", "rules"):
         r.fail("optimize.scheduler", f"expected gensor or rules, got {scheduler!r}")
-    tuning = r.mapping(raw_opt.get("tuning") or {}, "optimize.tuning", ("trials", "database", "measure", "top_k"))
+    tuning = r.mapping(_section(raw_opt, "tuning", {}), "optimize.tuning", ("trials", "database", "measure", "top_k"))
     counts = {}
     for key, default in (("trials", 0), ("top_k", 6)):
         value = tuning.get(key, default)
@@ -236,18 +298,18 @@ def _optimize(r: _Reader, top: dict, base: Path) -> OptimizeSpec:
     db = tuning.get("database")
     if db is not None and not isinstance(db, str):
         r.fail("optimize.tuning.database", "expected a folder path")
-    db_path = (base / Path(db).expanduser()) if db else None
+    db_path = _path(r, db, "optimize.tuning.database", base, resolve=False) if db else None
     return OptimizeSpec(level, dict(passes), counts["trials"], db_path, scheduler, measure, counts["top_k"])
 
 
 def _onnxruntime(r: _Reader, top: dict) -> OrtSpec:
-    raw_ort = r.mapping(top.get("onnxruntime") or {}, "onnxruntime", ("fallback", "keep_ops", "keep_nodes"))
+    raw_ort = r.mapping(_section(top, "onnxruntime", {}), "onnxruntime", ("fallback", "keep_ops", "keep_nodes"))
     fallback = raw_ort.get("fallback", True)
     if not isinstance(fallback, bool):
         r.fail("onnxruntime.fallback", f"expected true or false, got {fallback!r}")
     keep = {}
     for key in ("keep_ops", "keep_nodes"):
-        value = raw_ort.get(key) or []
+        value = _section(raw_ort, key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             r.fail(f"onnxruntime.{key}", "expected a list of names")
         keep[key] = tuple(value)

@@ -18,7 +18,9 @@ LEVEL_PASSES = {
     2: {"simplify", "fastmath", "fusion", "schedule", "derive", "layout", "reuse"},
     3: {"simplify", "fastmath", "fusion", "schedule", "derive", "layout", "reuse"},
 }
+# Package and profile names; check with fullmatch (`$` also matches before a final newline).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+DIM_MAX = 2**63 - 1                 # ONNX and the runtime store dims as int64
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def _x86(name: str, isa: str | None, mcpu: str | None, mattr: tuple[str, ...], f
         isa = detected_x86_isa()
         if isa is None:
             raise fail("cannot detect AVX2/AVX-512 on this build host; set isa: avx2 or isa: avx512", "isa")
-    if isa not in X86_ISA:
+    if not isinstance(isa, str) or isa not in X86_ISA:     # a list or mapping is not hashable
         raise fail(f"unknown x86 ISA {isa!r}; expected one of {', '.join(X86_ISA)}", "isa")
     row = X86_ISA[isa]
     return CpuTarget(name, "x86_64", isa, mcpu or row["mcpu"], mattr, row["vector_bits"], row["features"],
@@ -103,7 +103,7 @@ def _x86(name: str, isa: str | None, mcpu: str | None, mattr: tuple[str, ...], f
 
 def _arm(name: str, isa: str | None, mcpu: str | None, mattr: tuple[str, ...], fail: Fail) -> CpuTarget:
     isa = isa or "neon"
-    if isa not in ARM_ISA:
+    if not isinstance(isa, str) or isa not in ARM_ISA:     # a list or mapping is not hashable
         raise fail(f"unknown ARM ISA {isa!r}; expected neon", "isa")
     row = ARM_ISA[isa]
     return CpuTarget(name, "aarch64", isa, mcpu or row["mcpu"], mattr or ("+neon",),

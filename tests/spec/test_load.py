@@ -121,3 +121,41 @@ def test_verify_inputs_are_fed_instead_of_random_data(tmp_path):
         spec = load_spec(write_spec(tmp_path, text.replace("VALUES", values)))
         with pytest.raises(UserError, match=needle):
             bind_profiles(spec, model)
+
+
+@pytest.mark.parametrize("old,new,needles", [
+    ("name: cnn", "name: \"cnn\\n\"", ["name", "package name must match"]),          # `$` matched before "\n"
+    ("model: model.onnx", "model: ~nosuchuser/model.onnx", ["model", "cannot expand '~'", "no such user"]),
+    ("model: model.onnx", "model: " + "a" * 300, ["model", "File name too long"]),
+    ("rtol: 1.0e-3", "rtol: .nan", ["verify.rtol", "expected a number"]),
+    ("rtol: 1.0e-3", "rtol: " + "9" * 400, ["verify.rtol", "expected a number"]),      # float() overflowed
+    ("verify: {rtol: 1.0e-3, atol: 0}", "verify: false", ["verify", "expected a mapping"]),  # was: the defaults
+    ("shape: [1, 3, 64, 64]", "shape: [1, 3, 64, 99999999999999999999]", ["inputs.image.shape[3]", "integer from 0"]),
+    ("isa: avx2", "isa: [avx2]", ["targets[1].isa", "unknown x86 ISA"]),                 # TypeError: unhashable
+    ("image:", "\"im\\nage\":", ["profiles[0].inputs.image", "allowed: im\\nage"]),      # not a second line
+])
+def test_fuzz_findings_are_one_line_user_errors(spec_dir, old, new, needles):
+    """Inputs the fuzz tests (test_spec_fuzz.py) found crashing or accepted; each is now a clear error."""
+    from packager.targets import resolve_all
+
+    assert old in GOOD
+    path = write_spec(spec_dir, GOOD.replace(old, new, 1))
+    with pytest.raises(UserError) as e:
+        resolve_all(load_spec(path))
+    assert "\n" not in str(e.value)
+    for n in needles:
+        assert n in str(e.value), (n, str(e.value))
+
+
+@pytest.mark.parametrize("data,needle", [
+    (b"name: caf\xe9\n", "not UTF-8 text (byte 0xe9 at offset 9)"),
+    (b"name: x\x00\n", "not valid YAML: unacceptable character #x0000"),
+    (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
+    (b"a0: &a0 [x, x, x]\n" + b"".join(b"a%d: &a%d [*a%d, *a%d, *a%d]\n" % (k, k, k - 1, k - 1, k - 1)
+                                       for k in range(1, 12)), "more than 100000 entries"),
+], ids=["latin1", "nul", "deep", "alias-bomb"])
+def test_unreadable_spec_files(spec_dir, data, needle):
+    (spec_dir / "spec.yaml").write_bytes(data)
+    with pytest.raises(UserError, match=needle.replace("(", r"\(").replace(")", r"\)")) as e:
+        load_spec(spec_dir / "spec.yaml")
+    assert "\n" not in str(e.value)

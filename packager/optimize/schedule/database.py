@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from ...cache import cache_dir, locked
+from ...cache import cache_dir, filling, locked
 
 VERSION = 1
 
@@ -44,11 +44,13 @@ class TuningDatabase:
         """Merge this build's records into the file (other builds may have added theirs)."""
         if not self.new:
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
+        with filling(folder=self.folder):
+            self.folder.mkdir(parents=True, exist_ok=True)
         with locked(self.folder / ".lock"):
             records = self._read()
             records.update(self.new)
             tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps({"version": VERSION, "records": records}, indent=1, sort_keys=True))
-            os.replace(tmp, self.path)
+            with filling(tmp, folder=self.folder):
+                tmp.write_text(json.dumps({"version": VERSION, "records": records}, indent=1, sort_keys=True))
+                os.replace(tmp, self.path)
         self.records, self.new = records, {}
