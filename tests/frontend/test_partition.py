@@ -114,7 +114,7 @@ def test_tensors_and_weights_read_only_inside_a_subgraph_stay_available():
     p, types = split(m)
     assert names(m, p.kept) == ["if"]
     assert {"a", "b", "c"} <= {o for part in p.parts for o in part.outputs}
-    packaged = [PackagedNode(f"packaged_{q.name}", f"../parts/{q.name}", "id", q.inputs, q.outputs) for q in p.parts]
+    packaged = [PackagedNode(f"packaged_{q.name}", f"../parts/{q.name}", "id", "0" * 64, q.inputs, q.outputs) for q in p.parts]
     wrapper = wrapper_model(m.proto, packaged, [m.proto.graph.node[k] for k in p.kept], [])
     assert "w" in {i.name for i in wrapper.graph.initializer}
     onnx.checker.check_model(wrapper)
