@@ -109,6 +109,7 @@ def test_unknown_target(tmp_path):
 
 
 def test_gpu_target_without_nvcc_is_a_clear_error(tmp_path):
+    """Neither the nvidia-cuda-nvcc wheel nor a CUDA toolkit on PATH: one line saying what to pip install."""
     import os
     import subprocess
     import sys
@@ -116,9 +117,11 @@ def test_gpu_target_without_nvcc_is_a_clear_error(tmp_path):
     save_model(tiny_model(), tmp_path / "model.onnx")
     spec = write_spec(tmp_path, SPEC.replace("[x86-64]", "[x86-64, a100]"))
     env = dict(os.environ, PATH="/usr/bin:/bin")          # the CUDA toolkit lives in /usr/local
-    r = subprocess.run([sys.executable, "-m", "packager.cli", "build", str(spec)], capture_output=True, text=True,
+    hide_wheel = ("import packager.codegen.cuda_toolchain as t; t._wheel_bin = lambda: None; "
+                  "from packager.cli import main; main()")
+    r = subprocess.run([sys.executable, "-c", hide_wheel, "build", str(spec)], capture_output=True, text=True,
                        env=env)
-    assert_clean_error(r, 2, "'nvcc' not found on PATH", "CUDA targets need the CUDA 13 toolkit")
+    assert_clean_error(r, 2, "'nvcc' not found", "pip install nvidia-cuda-nvcc==13.0.88")
     assert no_output_left(tmp_path)
 
 
