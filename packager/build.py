@@ -27,6 +27,7 @@ from .emit.ort_headers import ort_headers
 from .emit.ort_wrapper import wrapper_for
 from .emit.package import PackageWriter, check_destination
 from .emit.readme import package_readme
+from .emit.reference import REFERENCE_FILE, compute_references, write_reference
 from .emit.report import build_report
 from .emit.runtime import build_runtime, bundle_runtimes
 from .errors import UserError
@@ -73,21 +74,30 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
            lambda: [optimize_unit(u, spec.optimize, targets) for u in units])
     arches = sorted({t.arch for t in targets}, key=lambda a: a != host_arch()) if bundle_runtime else []
     runtimes = {a: st.run(f"C++ runtime for {a}", build_runtime, a, log) for a in arches}
+    refs = st.run("reference data (onnxruntime)", compute_references, spec, model, dtypes, units, split)
+    log(f"  {refs.summary()}")
+    stored = {r.rel: r for r in refs.units}
     model_sha = sha256_file(spec.model)
     ids = {u.name: _package_id(spec, model_sha, u.name) for u in units}
     pins: dict[str, str] = {}      # unit name -> sha256 of the manifest its PackagedModel node opens
     with PackageWriter(spec.output) as w:
         for u in units:
             compile_unit(u, targets, spec.optimize, w, log)
+            if u.rel in stored:
+                write_reference(w, stored[u.rel], spec.verify.rtol, spec.verify.atol)
             if u.rel:
-                pins[u.name] = w.write_manifest(unit_manifest(spec, u, targets, ids[u.name]), under=u.rel)
+                manifest = unit_manifest(spec, u, targets, ids[u.name]) | _reference_entry(u.rel, stored)
+                pins[u.name] = w.write_manifest(manifest, under=u.rel)
+        if split is not None and "" in stored:
+            write_reference(w, stored[""], spec.verify.rtol, spec.verify.atol)
         runtime, ort_libs = bundle_runtimes(w, runtimes) if bundle_runtime else ({}, {})
         w.write_text("README.md", package_readme(spec, model, targets, ort_libs, split is not None))
         ort_note = "" if ort_libs or not bundle_runtime else f"custom-op library not built: {ort_headers()[1]}"
         w.write_json("build_report.json", build_report(spec, model, units, split, st.times,
-                                                       time.perf_counter() - t_start, ort_note))
+                                                       time.perf_counter() - t_start, ort_note, refs.summary()))
         root_sha = w.write_manifest(package_manifest(spec, model, dtypes, units, split, targets,
-                                                     _package_id(spec, model_sha), model_sha, runtime, ort_libs))
+                                                     _package_id(spec, model_sha), model_sha, runtime, ort_libs)
+                                    | _reference_entry("", stored))
         pins.update({u.name: root_sha for u in units if not u.rel})
         # Written after the manifest, which it pins (so the manifest does not list it).
         onnx.save(wrapper_for(model, units, split, ids, pins, types), str(w.path(WRAPPER_MODEL)))
@@ -95,6 +105,11 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
     _log_passes(log, units, ort_note)
     log(f"wrote {out} ({time.perf_counter() - t_start:.1f} s)")
     return out
+
+
+def _reference_entry(rel: str, stored: dict) -> dict:
+    """The manifest's `reference` field of the (sub-)package at `rel`, when it has reference data."""
+    return {"reference": REFERENCE_FILE} if rel in stored else {}
 
 
 def check_inputs(spec: Spec, only_targets: list[str] | None):

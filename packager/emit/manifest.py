@@ -9,6 +9,8 @@ Schema (format "packager-package", version 1), at the package root:
                                                             with its own manifest.json of the same form)
   ort {model, library {arch: path}, domain, op}, runtime {arch: {cli, library, static_library, example,
   include}}, runtime_source, verify {rtol, atol, inputs (fixed test values)}, build_report,
+  reference (reference/reference.json: seeded inputs and onnxruntime's outputs, see reference.py;
+             absent when not stored; parts have their own),
   files {relative path: {bytes, sha256}}   (every file below the manifest's folder but itself and the
                                             wrapper model ort/model.onnx, written after it: each of the
                                             wrapper's PackagedModel nodes pins the sha256 of the

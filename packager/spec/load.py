@@ -163,9 +163,13 @@ def load_spec(path: str | Path, output_override: str | Path | None = None) -> Sp
     profiles = _profiles(r, top, inputs)
     targets = _targets(r, top)
     optimize = _optimize(r, top, base)
-    raw_verify = r.mapping(_section(top, "verify", {}), "verify", ("rtol", "atol", "inputs"))
+    raw_verify = r.mapping(_section(top, "verify", {}), "verify", ("rtol", "atol", "inputs", "reference"))
+    reference = raw_verify.get("reference", "auto")
+    if not (isinstance(reference, bool) or reference == "auto"):
+        r.fail("verify.reference", f"expected true, false or auto (stored while under 16 MB), got {reference!r}")
     verify = VerifySpec(_number(r, raw_verify.get("rtol", 1e-4), "verify.rtol"),
-                        _number(r, raw_verify.get("atol", 1e-5), "verify.atol"), _test_values(r, raw_verify))
+                        _number(r, raw_verify.get("atol", 1e-5), "verify.atol"), _test_values(r, raw_verify),
+                        reference)
     ort = _onnxruntime(r, top)
     return Spec(path.resolve(), name, model, output, inputs, profiles, targets, optimize, verify, ort, top, r)
 

@@ -82,6 +82,9 @@ class VerifySpec:
     # input name -> the value verify and bench feed it instead of seeded random data (a sample
     # rate, a flag, token ids in range), broadcast to each profile's shape; JSON-able as written
     inputs: dict = field(default_factory=dict)
+    # store seeded inputs and onnxruntime's outputs in the package (packrt-run --check):
+    # "auto" while they stay under 16 MB, True always, False never
+    reference: bool | str = "auto"
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,17 @@ def reference_outputs(model_path: Path, inputs: dict[str, np.ndarray], extra: li
         raise InternalError(f"onnxruntime, the reference, cannot run {model_path}: {str(e).strip()[:500]}") from None
 
 
+def model_reference(model_path: Path, inputs: dict[str, np.ndarray], boundary: list[str],
+                    inlined: onnx.ModelProto | None, cuda: bool = False) -> dict[str, np.ndarray]:
+    """The source model's outputs and `boundary` tensors. Tensors of an If branch or Loop body the
+    build inlined exist only in the inlined model: they come from onnxruntime running that one."""
+    if inlined is None:
+        return reference_outputs(model_path, inputs, boundary, cuda=cuda)
+    refs = reference_outputs(model_path, inputs, cuda=cuda)
+    flat = reference_outputs(model_path, inputs, boundary, cuda=cuda, proto=inlined)
+    return {**flat, **refs}
+
+
 def wrapper_outputs(pkg: PackageInfo, inputs: dict[str, np.ndarray], cuda: bool = False) -> dict[str, np.ndarray] | str:
     """ort/model.onnx in onnxruntime (CPU or CUDA EP) with the package's custom-op library, or why
     it cannot run."""

@@ -18,9 +18,10 @@ import numpy as np
 
 from ..codegen.backend import backend_for
 from ..emit.manifest import open_package
+from ..emit.reference import read_reference
 from ..errors import UserError
 from ..frontend import load_model, random_inputs, without_static_control_flow
-from .runners import (cuda_ep_available, find_model, reference_outputs, run_package, runner_command, units_of,
+from .runners import (cuda_ep_available, find_model, model_reference, run_package, runner_command, units_of,
                       wrapper_outputs)
 
 ORT_CHECK = "onnxruntime"          # the row name of the end-to-end check through ort/model.onnx
@@ -84,6 +85,12 @@ def compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float,
     return float(diff.max(initial=0)), float(diff.max(initial=0) / max(scale, atol, 1e-30)), ok, outside
 
 
+def flips_for(proto) -> float:
+    """The share of elements allowed a quantization step off: ROUNDING_FLIPS for a model that
+    re-quantizes activations, else none."""
+    return ROUNDING_FLIPS if any(n.op_type in REQUANTIZE_OPS for n in proto.graph.node) else 0.0
+
+
 @dataclass
 class _Run:
     """One verify run: the package, its units, the tolerances and where reference outputs come from."""
@@ -119,28 +126,34 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
     has_gpu = any(backend_for(t).reference_on_gpu() for _, u in units for t in u.manifest["targets"])
     results: list[TargetResult] = []
     with tempfile.TemporaryDirectory(prefix="pack-verify-") as tmp:
-        flips = ROUNDING_FLIPS if any(n.op_type in REQUANTIZE_OPS for n in loaded.proto.graph.node) else 0.0
+        flips = flips_for(loaded.proto)
         run = _Run(pkg, units, model_path, rtol, atol, flips, boundary, has_gpu and cuda_ep_available(), Path(tmp))
+        stored = None if model else stored_reference(pkg, units)
         for k, prof in enumerate(pkg.manifest["profiles"]):
-            inputs = random_inputs(loaded, {n: tuple(s) for n, s in prof["inputs"].items()}, dtypes, seed=k,
-                                   values=pkg.manifest.get("verify", {}).get("inputs"))
-            cpu_ref = _reference(model_path, inputs, boundary, inlined)
-            gpu_ref = _reference(model_path, inputs, boundary, inlined, cuda=True) if run.gpu_ref else cpu_ref
+            if stored:
+                inputs, cpu_ref = stored[prof["name"]]
+            else:
+                inputs = random_inputs(loaded, {n: tuple(s) for n, s in prof["inputs"].items()}, dtypes, seed=k,
+                                       values=pkg.manifest.get("verify", {}).get("inputs"))
+                cpu_ref = model_reference(model_path, inputs, boundary, inlined)
+            gpu_ref = model_reference(model_path, inputs, boundary, inlined, cuda=True) if run.gpu_ref else cpu_ref
             results += _check_targets(run, targets, prof["name"], k, inputs, cpu_ref, gpu_ref)
             if not targets:
                 results += _check_wrapper(run, prof["name"], inputs, cpu_ref, gpu_ref)
-    _print(log, pkg.name, rtol, atol, flips, run.gpu_ref, results)
+    _print(log, pkg.name, rtol, atol, flips, run.gpu_ref, results, stored is not None)
     return results
 
 
-def _reference(model_path: Path, inputs: dict, boundary: list[str], inlined, cuda: bool = False) -> dict:
-    """The source model's outputs and boundary tensors. Tensors of an If branch or Loop body the
-    build inlined exist only in the inlined model: they come from onnxruntime running that one."""
-    if inlined is None:
-        return reference_outputs(model_path, inputs, boundary, cuda=cuda)
-    refs = reference_outputs(model_path, inputs, cuda=cuda)
-    flat = reference_outputs(model_path, inputs, boundary, cuda=cuda, proto=inlined)
-    return {**flat, **refs}
+def stored_reference(pkg, units) -> dict[str, tuple[dict, dict]] | None:
+    """The reference data stored at build time (packager/emit/reference.py), as profile name ->
+    (the model's inputs, every tensor a check compares: outputs and part boundaries); None unless
+    the package and each part have it."""
+    root = read_reference(pkg.root, pkg.manifest)
+    parts = [read_reference(u.root, u.manifest) for _, u in units] if len(units) > 1 or units[0][0] else []
+    if root is None or any(p is None for p in parts):
+        return None
+    return {name: (inputs, {**{k: v for p in parts for k, v in (*p[name][0].items(), *p[name][1].items())}, **outputs})
+            for name, (inputs, outputs) in root.items()}
 
 
 def _check_targets(run: _Run, targets: list[str] | None, profile: str, k: int, inputs: dict,
@@ -185,8 +198,9 @@ def _check_wrapper(run: _Run, profile: str, inputs: dict, cpu_ref: dict, gpu_ref
 
 
 def _print(log, name: str, rtol: float, atol: float, flips: float, gpu_ref: bool,
-           results: list[TargetResult]) -> None:
-    refs = "CPU EP" + (" for CPU targets, CUDA EP for CUDA targets" if gpu_ref else "")
+           results: list[TargetResult], stored: bool = False) -> None:
+    refs = ("CPU EP, stored in the package at build time" if stored else "CPU EP") + (
+        " for CPU targets, CUDA EP for CUDA targets" if gpu_ref else "")
     log(f"pack verify {name}: rtol {rtol:g}, atol {atol:g} (at least rtol x the tensor's max |value|), "
         f"reference onnxruntime ({refs}, basic graph optimizations)")
     if flips:

@@ -1,11 +1,14 @@
 // packrt-run: run a package from .npy inputs, write .npy outputs, print latency statistics.
 //   packrt-run PKG [--target NAME] --input NAME=FILE.npy ... [--output-dir DIR]
 //              [--warmup N] [--iters N] [--threads N] [--json FILE] [--info] [--expect-sha256 HEX]
+//   packrt-run PKG --check [--target NAME | --all-targets]   (against the package's reference data)
 // Exit codes: 0 ok, 2 bad input (arguments, files, shapes, package), 1 runtime failure.
 #include <packrt/npy.hpp>
 #include <packrt/packrt.hpp>
 
 #include <CLI/CLI.hpp>
+
+#include "check.h"
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -73,14 +76,14 @@ struct Args {
   std::vector<std::string> inputs;
   int warmup = 1, iters = 10, threads = 0, cuda_device = 0;
   bool cuda_graph = false;
-  bool info = false, no_verify = false, profile = false;
+  bool info = false, no_verify = false, profile = false, check = false, all_targets = false;
 };
 
 // Parses the command line into `a`. Returns -1 to go on, else the exit code (0 after --help).
 int parse_args(int argc, char** argv, Args& a) {
   CLI::App app{"Run a packaged model from .npy inputs (packager runtime " + std::string(packrt_version()) + ")"};
   app.add_option("package", a.package, "package folder")->required();
-  app.add_option("--target", a.target, "target to run (default: the first that runs on this machine)");
+  auto* target = app.add_option("--target", a.target, "target to run (default: the first that runs on this machine)");
   app.add_option("--cuda-device", a.cuda_device, "CUDA device ordinal for CUDA targets")->check(CLI::Range(0, 1 << 16));
   app.add_flag("--cuda-graph", a.cuda_graph, "CUDA targets: replay the kernels as a CUDA graph after the first run");
   app.add_option("-i,--input", a.inputs, "NAME=FILE.npy (or FILE.npy, in input order)");
@@ -90,6 +93,12 @@ int parse_args(int argc, char** argv, Args& a) {
   app.add_option("--threads", a.threads, "worker threads (0: all cores)")->check(CLI::Range(0, PACKRT_MAX_THREADS));
   app.add_option("--json", a.json_path, "also write statistics as JSON to this file ('-' for stdout)");
   app.add_flag("--info", a.info, "print targets, profiles, inputs and outputs, then exit");
+  app.add_flag("--check", a.check,
+               "run the target on the reference inputs stored in the package and compare with its reference "
+               "outputs (exit 1 on a mismatch)");
+  app.add_flag("--all-targets", a.all_targets, "with --check: every target that runs on this machine")
+      ->needs("--check")
+      ->excludes(target);
   app.add_flag("--profile", a.profile, "time every plan step and print the slowest kernels");
   auto* no_verify = app.add_flag("--no-verify", a.no_verify, "skip sha256 checks of package files (sizes are still checked)");
   app.add_option("--expect-sha256", a.expect_sha256,
@@ -273,6 +282,9 @@ void write_json(const std::string& path, const nlohmann::json& j) {
 int run(int argc, char** argv) {
   Args a;
   if (int rc = parse_args(argc, argv, a); rc >= 0) return rc;
+  if (a.check)
+    return packrt_cli::run_check({a.package, a.target, a.expect_sha256, a.all_targets, !a.no_verify, a.threads,
+                                  a.cuda_device});
   packrt::Model model = open_model(a);
   if (a.info) {
     print_info(model);

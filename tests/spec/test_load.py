@@ -65,6 +65,8 @@ def test_output_override_is_relative_to_cwd_not_spec(spec_dir, tmp_path):
     ("{image: {shape: [8, 3, 64, 64]}}", "{img: {shape: [8, 3, 64, 64]}}", ["profiles[0].inputs.img", "unknown key"]),
     ("rtol: 1.0e-3", "rtol: -1", ["verify.rtol", "expected a number"]),
     ("atol: 0}", "atol: 0, inputs: {image: fast}}", ["verify.inputs.image", "expected a number or a list"]),
+    ("atol: 0}", "atol: 0, reference: sometimes}", ["verify.reference", "expected true, false or auto"]),
+    ("atol: 0}", "atol: 0, reference: 1}", ["verify.reference", "expected true, false or auto"]),
     ("name: cnn", "name: 'bad name!'", ["name", "package name must match"]),
     ("  - x86-64\n", "  - x86-64\n  - x86-64\n", ["targets[1]", "listed twice"]),
     ("name: cnn\n", "name: cnn\nname: other\n", ["line 2", "name: duplicate key"]),
@@ -159,3 +161,10 @@ def test_unreadable_spec_files(spec_dir, data, needle):
     with pytest.raises(UserError, match=needle.replace("(", r"\(").replace(")", r"\)")) as e:
         load_spec(spec_dir / "spec.yaml")
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("text, want", [("", "auto"), (", reference: auto", "auto"), (", reference: true", True),
+                                        (", reference: false", False)])
+def test_verify_reference_is_auto_unless_said(spec_dir, text, want):
+    spec = load_spec(write_spec(spec_dir, GOOD.replace("atol: 0}", f"atol: 0{text}}}", 1)))
+    assert spec.verify.reference == want

@@ -1,0 +1,79 @@
+"""packrt-run --check: a package checks itself against the reference data stored at build time
+(reference/: seeded inputs, onnxruntime's outputs), on x86-64 and arm64 (qemu), with no Python;
+a corrupted reference or kernel makes it fail, a package without reference data says so."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from support.helpers import HAS_QEMU
+from support.packrt import cli, run
+from support.resign import resign
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cnn(packages, tmp_path):
+    dst = tmp_path / "cnn"
+    shutil.copytree(packages["cnn"], dst, symlinks=True)
+    return dst
+
+
+def test_the_package_holds_its_reference(packages):
+    pkg = packages["cnn"]
+    m = json.loads((pkg / "manifest.json").read_text())
+    ref = json.loads((pkg / m["reference"]).read_text())
+    assert ref["format"] == "packager-reference" and [p["name"] for p in ref["profiles"]] == ["default"]
+    files = [f for p in ref["profiles"] for kind in ("inputs", "outputs") for f in p[kind].values()]
+    assert files and all(f in m["files"] for f in files)          # listed and hashed like every file
+    report = json.loads((pkg / "build_report.json").read_text())
+    assert report["reference"].startswith("reference data stored"), report["reference"]
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_check_passes_where_the_target_runs(packages, arch):
+    if arch == "aarch64" and not HAS_QEMU:
+        pytest.skip("qemu-aarch64 is not installed")
+    r = run([*cli(packages["cnn"], arch), packages["cnn"], "--check"])
+    target = "x86-64" if arch == "x86_64" else "arm64"
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"  {target}  default  ok" in r.stdout, r.stdout
+
+
+def test_all_targets_skips_the_ones_that_cannot_run_here(packages):
+    r = run([*cli(packages["cnn"]), packages["cnn"], "--check", "--all-targets"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "  x86-64  default  ok" in r.stdout and "  arm64  skipped: " in r.stdout, r.stdout
+
+
+def test_a_corrupted_reference_fails(cnn):
+    rel = "reference/default/out-0.npy"
+    out = np.load(cnn / rel)
+    out.flat[0] += 0.01 * np.abs(out).max()
+    np.save(cnn / rel, out)
+    resign(cnn, rel)
+    r = run([*cli(cnn), cnn, "--check"])
+    assert r.returncode == 1 and "MISMATCH" in r.stdout and "(logits)" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_wrong_kernel_fails(cnn):
+    """Weights scaled by 1.001 (re-signed so the runtime loads them): the kernels' results drift
+    by far less than a wrong kernel's, and --check still catches it."""
+    w = cnn / "targets" / "x86-64" / "weights.bin"
+    w.write_bytes((np.frombuffer(w.read_bytes(), np.float32) * np.float32(1.001)).tobytes())
+    resign(cnn, "targets/x86-64/weights.bin")
+    r = run([*cli(cnn), cnn, "--check"])
+    assert r.returncode == 1 and "x86-64  default  MISMATCH" in r.stdout, r.stdout + r.stderr
+
+
+def test_without_reference_data_nothing_is_checked(cnn):
+    m = json.loads((cnn / "manifest.json").read_text())
+    del m["reference"]
+    (cnn / "manifest.json").write_text(json.dumps(m))
+    r = run([*cli(cnn), cnn, "--check"])
+    assert r.returncode == 2 and "has no reference data" in r.stderr, r.stdout + r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
