@@ -120,6 +120,20 @@ def bench(package: Path = typer.Argument(..., help="package folder, or a spec to
         json_out.write_text(json.dumps(report, indent=1) + "\n")
 
 
+@app.command("gpu-suite")
+@handle_errors
+def gpu_suite(bundle: Path = typer.Argument(..., help="folder to write the bundle into"),
+              model: Optional[List[str]] = typer.Option(None, "--model", help="only these models (samples, zoo)"),
+              target: Optional[List[str]] = typer.Option(None, "--target", "-t", help="targets (default h100, a100)"),
+              zoo_target: Optional[List[str]] = typer.Option(None, "--zoo-target",
+                                                             help="targets of the zoo models (default: the first)")):
+    """Build the GPU suite's bundle: packages that travel (< 60 MB) + device.py, which checks and
+    times them on the GPU machine against PyTorch with only numpy and PyTorch there."""
+    from .tools.gpu_suite import build_bundle
+
+    build_bundle(bundle, model or None, target or None, zoo_target or None, log=_log)
+
+
 @app.command()
 @handle_errors
 def inspect(package: Path = typer.Argument(..., help="package folder")):

@@ -2,7 +2,7 @@
 seed) into a cache folder outside git (default ~/.cache/packager/zoo).
 
     pip install torch==2.13.0          # CPU build; only this script needs it
-    python samples/zoo/make_zoo.py [resnet18 resnet50 mobilenet_v2 bert_base gpt2_small vit_tiny] [--out DIR]
+    python samples/zoo/make_zoo.py [resnet18 resnet50 mobilenet_v2 bert_base gpt2_small vit_tiny bert_mini] [--out DIR]
     pack build ~/.cache/packager/zoo/resnet50/spec.yaml && pack bench ~/.cache/packager/zoo/resnet50/dist/resnet50
 """
 from __future__ import annotations
@@ -24,7 +24,10 @@ ZOO = {
     "bert_base": ("Bert", "input_ids", [1, 128], "ids", (1e-3, 1e-4)),
     "gpt2_small": ("GPT2", "input_ids", [1, 128], "ids", (1e-3, 1e-4)),
     "vit_tiny": ("ViT", "image", [1, 3, 224, 224], "float", (1e-3, 1e-4)),
+    "bert_mini": ("Bert", "input_ids", [1, 128], "ids", (1e-3, 1e-4)),   # small enough to travel (gpu-suite)
 }
+# constructor arguments other than the defaults
+KWARGS = {"bert_mini": dict(vocab=2000, dim=128, depth=4, heads=2, mlp=512)}
 OPSET = 17
 
 
@@ -39,7 +42,7 @@ def export(name: str, out: Path) -> Path:
 
     ctor, input_name, shape, kind, (rtol, atol) = ZOO[name]
     torch.manual_seed(0)
-    net = getattr(models, ctor)()
+    net = getattr(models, ctor)(**KWARGS.get(name, {}))
     if kind == "ids":
         models.init_transformer(net)
     net.eval()

@@ -1,0 +1,131 @@
+"""`pack gpu-suite BUNDLE`: the build-host half of a suite that checks GPU targets where they run.
+
+Builds the samples and a few zoo models small enough to travel (the whole bundle under 60 MB) for
+the given targets (default h100 and a100: an a100 fatbin runs on an H100 through its PTX, which
+exercises the driver's JIT), with their reference data, and keeps only what runs on the device:
+each package's manifest, reference/ and the targets' folders; one x86_64 packrt-run and
+libpackrt.so for the whole bundle (bin/, lib/); device.py (gpu_suite_device.py, the device half:
+numpy + PyTorch only) and models.py (samples/zoo/models.py, for the PyTorch baseline). With CPU
+targets (`--targets x86-64`) the same bundle runs anywhere, which is how CI tests both halves.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from .. import __version__
+from ..errors import UserError
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = ["mlp", "cnn", "transformer"]
+# zoo models for the bundle: samples/zoo/make_zoo.py ZOO entries (bert_mini: a small BERT)
+ZOO = ["mobilenet_v2", "vit_tiny", "bert_mini"]
+DEFAULT_TARGETS = ["h100", "a100"]
+LIMIT_MB = 60
+
+
+def build_bundle(bundle: Path, models: list[str] | None = None, targets: list[str] | None = None,
+                 zoo_targets: list[str] | None = None, log=print) -> dict:
+    """Builds every model into a package and assembles the bundle; returns suite.json's content.
+    Zoo models get `zoo_targets` (default: the first target only, so the weights travel once)."""
+    from ..build import build
+    from ..spec import load_spec
+
+    models = models or SAMPLES + ZOO
+    targets = targets or DEFAULT_TARGETS
+    zoo_targets = zoo_targets or targets[:1]
+    unknown = sorted(set(models) - set(SAMPLES) - set(ZOO) - set(_zoo_table()))
+    if unknown:
+        raise UserError(f"gpu-suite: unknown model(s) {', '.join(unknown)}; choose from {', '.join(SAMPLES + ZOO)}")
+    bundle = Path(bundle).resolve()
+    if bundle.exists() and not (bundle / "suite.json").is_file():
+        raise UserError(f"{bundle} exists and is not a GPU suite bundle; remove it or choose another folder")
+    shutil.rmtree(bundle, ignore_errors=True)
+    (bundle / "packages").mkdir(parents=True)
+    suite = {"format": "packager-gpu-suite", "version": 1, "packager_version": __version__, "models": []}
+    with tempfile.TemporaryDirectory(prefix="gpu-suite-") as tmp:
+        for name in models:
+            is_zoo = name not in SAMPLES
+            spec_path, torch_info = (_zoo_spec if is_zoo else _sample_spec)(name, Path(tmp),
+                                                                            zoo_targets if is_zoo else targets)
+            log(f"gpu-suite: building {name} for {', '.join(zoo_targets if is_zoo else targets)}")
+            pkg = build(load_spec(spec_path), log=lambda m: None)
+            kinds = _keep(pkg, bundle / "packages" / name)
+            _runtime(pkg, bundle)
+            suite["models"].append({"name": name, "package": f"packages/{name}", "targets": kinds,
+                                    "torch": torch_info})
+    shutil.copy2(Path(__file__).with_name("gpu_suite_device.py"), bundle / "device.py")
+    shutil.copy2(REPO / "samples" / "zoo" / "models.py", bundle / "models.py")
+    (bundle / "suite.json").write_text(json.dumps(suite, indent=1) + "\n")
+    size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file()) / 2**20
+    suite["megabytes"] = round(size, 1)
+    (bundle / "suite.json").write_text(json.dumps(suite, indent=1) + "\n")
+    log(f"gpu-suite: wrote {bundle} ({size:.1f} MB{'' if size < LIMIT_MB else f', OVER the {LIMIT_MB} MB carry'}); "
+        f"on the device: python {bundle.name}/device.py")
+    return suite
+
+
+def _sample_spec(name: str, tmp: Path, targets: list[str]) -> tuple[Path, None]:
+    """samples/<name>/spec.yaml with the suite's targets and a scratch output folder."""
+    src = REPO / "samples" / name
+    if not (src / "model.onnx").is_file():
+        raise UserError(f"{src}/model.onnx is missing: run `python samples/make_samples.py` first")
+    spec = yaml.safe_load((src / "spec.yaml").read_text())
+    spec.update(model=str(src / "model.onnx"), targets=targets, output=str(tmp / "out" / name))
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path, None
+
+
+def _zoo_table() -> dict:
+    sys.path.insert(0, str(REPO / "samples" / "zoo"))
+    try:
+        import make_zoo
+    finally:
+        sys.path.pop(0)
+    return make_zoo.ZOO
+
+
+def _zoo_spec(name: str, tmp: Path, targets: list[str]) -> tuple[Path, dict]:
+    """Exports the zoo model (samples/zoo/make_zoo.py, seed 0) with the suite's targets."""
+    sys.path.insert(0, str(REPO / "samples" / "zoo"))
+    try:
+        import make_zoo
+        model = make_zoo.export(name, tmp / "zoo")
+    finally:
+        sys.path.pop(0)
+    spec = yaml.safe_load((model.parent / "spec.yaml").read_text())
+    spec.update(model=str(model), targets=targets, output=str(tmp / "out" / name))
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    ctor, _, _, kind, _ = make_zoo.ZOO[name]
+    return path, {"ctor": ctor, "kwargs": make_zoo.KWARGS.get(name, {}), "seed": 0, "init_transformer": kind == "ids"}
+
+
+def _keep(pkg: Path, dst: Path) -> dict[str, str]:
+    """What runs on the device: manifest, reference data, the targets' folders. Returns target -> kind."""
+    m = json.loads((pkg / "manifest.json").read_text())
+    if "reference" not in m:
+        raise UserError(f"{pkg}: no reference data was stored (over 16 MB?); the suite needs it to check the package")
+    dst.mkdir(parents=True)
+    shutil.copy2(pkg / "manifest.json", dst / "manifest.json")
+    shutil.copytree(pkg / "reference", dst / "reference")
+    for t in m["targets"]:
+        shutil.copytree(pkg / t["path"], dst / t["path"])
+    return {t["name"]: t["kind"] for t in m["targets"]}
+
+
+def _runtime(pkg: Path, bundle: Path) -> None:
+    """One packrt-run and libpackrt.so (x86_64) for the bundle."""
+    m = json.loads((pkg / "manifest.json").read_text())
+    rt = m.get("runtime", {}).get("x86_64")
+    if rt is None:
+        raise UserError(f"{pkg}: no x86_64 runtime in the package; the suite runs on an x86_64 device host")
+    for key, folder in (("cli", "bin"), ("library", "lib")):
+        (bundle / folder).mkdir(exist_ok=True)
+        shutil.copy2(pkg / rt[key], bundle / folder / Path(rt[key]).name)

@@ -1,0 +1,92 @@
+"""pack gpu-suite: the build-host half writes a bundle that travels (< 60 MB: packages pruned to
+what runs, one runtime, device.py, models.py); the device half (device.py) runs it with numpy and
+PyTorch only, unchanged on CPU targets here (and on CUDA targets where a GPU is: the `gpu` test)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.helpers import run_pack
+
+pytestmark = pytest.mark.slow
+
+# The device half must run where neither TVM, the packager nor onnxruntime is installed.
+WITHOUT_BUILD_STACK = ("import runpy, sys\n"
+                       "for m in ('tvm', 'tvm_ffi', 'packager', 'onnxruntime', 'onnx'): sys.modules[m] = None\n"
+                       "sys.argv = [sys.argv[1]] + sys.argv[2:]\n"
+                       "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+def device_half(bundle: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", WITHOUT_BUILD_STACK, str(bundle / "device.py"), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def cpu_bundle(tmp_path_factory) -> Path:
+    bundle = tmp_path_factory.mktemp("suite") / "bundle"
+    r = run_pack("gpu-suite", bundle, "--model", "mlp", "--model", "bert_mini", "--target", "x86-64")
+    assert r.returncode == 0, r.stdout + r.stderr
+    return bundle
+
+
+def test_the_bundle_holds_only_what_runs_and_travels(cpu_bundle):
+    suite = json.loads((cpu_bundle / "suite.json").read_text())
+    assert [m["name"] for m in suite["models"]] == ["mlp", "bert_mini"]
+    assert suite["megabytes"] < 60
+    assert (cpu_bundle / "bin" / "packrt-run").is_file() and (cpu_bundle / "lib" / "libpackrt.so").is_file()
+    for m in suite["models"]:
+        pkg = cpu_bundle / m["package"]
+        assert sorted(p.name for p in pkg.iterdir()) == ["manifest.json", "reference", "targets"]
+        assert m["targets"] == {"x86-64": "cpu"}
+    assert suite["models"][1]["torch"] == {"ctor": "Bert", "kwargs": {"vocab": 2000, "dim": 128, "depth": 4,
+                                                                     "heads": 2, "mlp": 512},
+                                           "seed": 0, "init_transformer": True}
+
+
+def test_the_device_half_runs_unchanged_on_cpu_targets(cpu_bundle, tmp_path):
+    out = tmp_path / "results.json"
+    r = device_half(cpu_bundle, "--iters", "5", "--no-compile", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(x["model"], x["target"], x["check"], x["c_api_equals_cli"]) for x in rows] == [
+        ("mlp", "x86-64", "ok", True), ("bert_mini", "x86-64", "ok", True)]
+    bert = rows[1]["pytorch"]
+    assert bert["same_weights"] and bert["eager_ms"] > 0 and bert["device"] == "cpu"
+    table = out.with_suffix(".md").read_text()
+    assert "| model | target | check |" in table and "| bert_mini | x86-64 | ok |" in table
+
+
+def test_a_damaged_package_fails_the_suite(cpu_bundle, tmp_path):
+    import shutil
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(cpu_bundle, bundle)
+    ref = bundle / "packages" / "mlp" / "reference" / "default" / "out-0.npy"
+    import numpy as np
+    out = np.load(ref)
+    out.flat[0] += 1.0
+    np.save(ref, out)
+    r = device_half(bundle, "--iters", "3", "--no-pytorch", "--only", "mlp")
+    assert r.returncode == 1 and "mlp            x86-64   FAIL" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.gpu
+def test_the_suite_on_this_gpu(tmp_path):
+    """Where this machine has a GPU: the samples for h100 and a100 (PTX JIT on newer GPUs), every
+    check of the device half. (On a lent GPU machine without the build stack, carry a bundle built
+    elsewhere and run its device.py.)"""
+    from packager.targets import local_cuda_sm
+
+    sm, why = local_cuda_sm()
+    if sm is None:
+        pytest.skip(f"no GPU: {why}")
+    bundle = tmp_path / "bundle"
+    r = run_pack("gpu-suite", bundle, "--model", "mlp", "--model", "cnn", "--model", "transformer")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = device_half(bundle, "--iters", "20")
+    assert r.returncode == 0, r.stdout + r.stderr
