@@ -27,7 +27,7 @@ from .emit.ort_headers import ort_headers
 from .emit.ort_wrapper import wrapper_for
 from .emit.package import PackageWriter, check_destination
 from .emit.readme import package_readme
-from .emit.reference import REFERENCE_FILE, compute_references, write_reference
+from .emit.reference import REFERENCE_FILE, References, compute_references, write_reference
 from .emit.report import build_report
 from .emit.runtime import build_runtime, bundle_runtimes
 from .errors import UserError
@@ -74,7 +74,8 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
            lambda: [optimize_unit(u, spec.optimize, targets) for u in units])
     arches = sorted({t.arch for t in targets}, key=lambda a: a != host_arch()) if bundle_runtime else []
     runtimes = {a: st.run(f"C++ runtime for {a}", build_runtime, a, log) for a in arches}
-    refs = st.run("reference data (onnxruntime)", compute_references, spec, model, dtypes, units, split)
+    refs = st.run("reference data (onnxruntime)", compute_references, spec, model, dtypes, units, split) \
+        if bundle_runtime else References([], 0, "the package has no runtime to check itself with")
     log(f"  {refs.summary()}")
     stored = {r.rel: r for r in refs.units}
     model_sha = sha256_file(spec.model)

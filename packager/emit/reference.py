@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from ..errors import UserError
+from ..errors import PackagerError, UserError
 from ..frontend import profile_shapes, random_inputs
 
 REFERENCE_FILE = "reference/reference.json"
@@ -68,7 +68,10 @@ def compute_references(spec, model, dtypes: dict[str, str], units, split) -> Ref
     total = 0
     for k, prof in enumerate(spec.profiles):
         inputs = random_inputs(model, profile_shapes(model, prof), dtypes, seed=k, values=spec.verify.inputs)
-        ref = model_reference(model.path, inputs, boundary, inlined)
+        try:
+            ref = model_reference(model.path, inputs, boundary, inlined)
+        except PackagerError as e:        # e.g. an IR version this onnxruntime does not read yet
+            return References([], 0, f"onnxruntime cannot run the model ({str(e).splitlines()[0][:300]})")
         known = {**inputs, **ref}
         for u in units:
             unit_in = {i.name: known[i.name] for i in u.model.inputs}
