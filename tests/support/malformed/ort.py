@@ -6,13 +6,11 @@ at session creation or run) and exit 2; a run writes NAME.npy per output like pa
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from .mutations import Case
+from .process import spawn
 
 # Variant classes that only concern packrt-run (its .npy reader and --threads option).
 PACKRT_RUN_ONLY = {"npy-input", "threads"}
@@ -63,13 +61,4 @@ def execute_ort(lib: Path, case: Case, out_dir: Path, timeout: float):
     stderr, seconds)."""
     cmd = [sys.executable, "-c", CHILD, str(case.pkg), str(lib), str(out_dir)]
     cmd += [f"{name}={path}" for name, path in case.inputs.items()]
-    t0 = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        _, err = p.communicate(timeout=timeout)
-        rc = p.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        _, err = p.communicate()
-        rc = None
-    return rc, err.decode("utf-8", "replace"), time.monotonic() - t0
+    return spawn(cmd, timeout)

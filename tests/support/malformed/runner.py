@@ -9,9 +9,7 @@ import resource
 import shutil
 import signal
 import stat
-import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +19,7 @@ import numpy as np
 from support.resign import repin
 
 from . import ort as ort_engine
+from .process import spawn
 from .mutations import Case, host_target
 from ..sanitized import SANITIZER_ENV
 from .variants import variants
@@ -164,18 +163,7 @@ def execute(exe: Path, case: Case, out_dir: Path, timeout: float, native: bool =
     for name, path in case.inputs.items():
         cmd += ["--input", f"{name}={path}"]
     cmd += ["--output-dir", str(out_dir), "--iters", "1", "--warmup", "0", f"--threads={case.threads}"]
-    env = {**os.environ, **SANITIZER_ENV}
-    t0 = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
-                         preexec_fn=_limits if native else None)
-    try:
-        _, err = p.communicate(timeout=timeout)
-        rc = p.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        _, err = p.communicate()
-        rc = None
-    return rc, err.decode("utf-8", "replace"), time.monotonic() - t0
+    return spawn(cmd, timeout, {**os.environ, **SANITIZER_ENV}, _limits if native else None)
 
 
 def _exit_text(rc: int | None, timeout: float) -> str:
