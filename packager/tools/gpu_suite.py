@@ -71,12 +71,16 @@ def build_bundle(bundle: Path, models: list[str] | None = None, targets: list[st
 
 
 def _sample_spec(name: str, tmp: Path, targets: list[str]) -> tuple[Path, None]:
-    """samples/<name>/spec.yaml with the suite's targets and a scratch output folder."""
-    src = REPO / "samples" / name
-    if not (src / "model.onnx").is_file():
-        raise UserError(f"{src}/model.onnx is missing: run `python samples/make_samples.py` first")
-    spec = yaml.safe_load((src / "spec.yaml").read_text())
-    spec.update(model=str(src / "model.onnx"), targets=targets, output=str(tmp / "out" / name))
+    """samples/<name>/spec.yaml with the suite's targets and a scratch output folder; the model is
+    written afresh (samples/make_samples.py, deterministic), so a checkout needs no generated files."""
+    sys.path.insert(0, str(REPO / "samples"))
+    try:
+        import make_samples
+        (model,) = make_samples.write_samples([name], root=tmp / "samples")
+    finally:
+        sys.path.pop(0)
+    spec = yaml.safe_load((REPO / "samples" / name / "spec.yaml").read_text())
+    spec.update(model=str(model), targets=targets, output=str(tmp / "out" / name))
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path, None
@@ -110,6 +114,8 @@ def _zoo_spec(name: str, tmp: Path, targets: list[str]) -> tuple[Path, dict]:
 def _keep(pkg: Path, dst: Path) -> dict[str, str]:
     """What runs on the device: manifest, reference data, the targets' folders. Returns target -> kind."""
     m = json.loads((pkg / "manifest.json").read_text())
+    if "targets" not in m:
+        raise UserError(f"{pkg}: parts of the model run in ONNX Runtime; the suite takes whole-model packages only")
     if "reference" not in m:
         raise UserError(f"{pkg}: no reference data was stored (over 16 MB?); the suite needs it to check the package")
     dst.mkdir(parents=True)
