@@ -95,7 +95,7 @@ def write_reference(w, ref: UnitReference, rtol: float, atol: float) -> None:
         for kind, prefix, tensors in (("inputs", "in", inputs), ("outputs", "out", outputs)):
             for k, (name, arr) in enumerate(tensors.items()):
                 rel = f"reference/{pname}/{prefix}-{k}.npy"
-                np.save(w.path(_under(ref.rel, rel)), np.ascontiguousarray(arr), allow_pickle=False)
+                np.save(w.path(_under(ref.rel, rel)), np.array(arr, order="C"), allow_pickle=False)   # keeps 0-d
                 entry[kind][name] = rel
         profiles.append(entry)
     doc = {"format": REFERENCE_FORMAT, "version": REFERENCE_VERSION,
