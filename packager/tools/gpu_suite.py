@@ -10,9 +10,9 @@ targets (`--targets x86-64`) the same bundle runs anywhere, which is how CI test
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -73,42 +73,39 @@ def build_bundle(bundle: Path, models: list[str] | None = None, targets: list[st
 def _sample_spec(name: str, tmp: Path, targets: list[str]) -> tuple[Path, None]:
     """samples/<name>/spec.yaml with the suite's targets and a scratch output folder; the model is
     written afresh (samples/make_samples.py, deterministic), so a checkout needs no generated files."""
-    sys.path.insert(0, str(REPO / "samples"))
-    try:
-        import make_samples
-        (model,) = make_samples.write_samples([name], root=tmp / "samples")
-    finally:
-        sys.path.pop(0)
-    spec = yaml.safe_load((REPO / "samples" / name / "spec.yaml").read_text())
-    spec.update(model=str(model), targets=targets, output=str(tmp / "out" / name))
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path, None
+    (model,) = _script("make_samples.py").write_samples([name], root=tmp / "samples")
+    return _suite_spec(REPO / "samples" / name / "spec.yaml", model, targets, tmp, name), None
 
 
 def _zoo_table() -> dict:
-    sys.path.insert(0, str(REPO / "samples" / "zoo"))
-    try:
-        import make_zoo
-    finally:
-        sys.path.pop(0)
-    return make_zoo.ZOO
+    return _script("zoo/make_zoo.py").ZOO
 
 
 def _zoo_spec(name: str, tmp: Path, targets: list[str]) -> tuple[Path, dict]:
     """Exports the zoo model (samples/zoo/make_zoo.py, seed 0) with the suite's targets."""
-    sys.path.insert(0, str(REPO / "samples" / "zoo"))
-    try:
-        import make_zoo
-        model = make_zoo.export(name, tmp / "zoo")
-    finally:
-        sys.path.pop(0)
-    spec = yaml.safe_load((model.parent / "spec.yaml").read_text())
+    make_zoo = _script("zoo/make_zoo.py")
+    model = make_zoo.export(name, tmp / "zoo")
+    ctor, _, _, kind, _ = make_zoo.ZOO[name]
+    return (_suite_spec(model.parent / "spec.yaml", model, targets, tmp, name),
+            {"ctor": ctor, "kwargs": make_zoo.KWARGS.get(name, {}), "seed": 0, "init_transformer": kind == "ids"})
+
+
+def _script(rel: str):
+    """A script under samples/ (make_samples.py, zoo/make_zoo.py) as a module."""
+    path = REPO / "samples" / rel
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _suite_spec(source: Path, model: Path, targets: list[str], tmp: Path, name: str) -> Path:
+    """The spec at `source` for `model`, with the suite's targets and a scratch output folder."""
+    spec = yaml.safe_load(source.read_text())
     spec.update(model=str(model), targets=targets, output=str(tmp / "out" / name))
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
-    ctor, _, _, kind, _ = make_zoo.ZOO[name]
-    return path, {"ctor": ctor, "kwargs": make_zoo.KWARGS.get(name, {}), "seed": 0, "init_transformer": kind == "ids"}
+    return path
 
 
 def _keep(pkg: Path, dst: Path) -> dict[str, str]:

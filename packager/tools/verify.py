@@ -149,11 +149,17 @@ def stored_reference(pkg, units) -> dict[str, tuple[dict, dict]] | None:
     (the model's inputs, every tensor a check compares: outputs and part boundaries); None unless
     the package and each part have it."""
     root = read_reference(pkg.root, pkg.manifest)
-    parts = [read_reference(u.root, u.manifest) for _, u in units] if len(units) > 1 or units[0][0] else []
-    if root is None or any(p is None for p in parts):
+    parts = [read_reference(u.root, u.manifest) for part, u in units if part]
+    if root is None or None in parts:
         return None
-    return {name: (inputs, {**{k: v for p in parts for k, v in (*p[name][0].items(), *p[name][1].items())}, **outputs})
-            for name, (inputs, outputs) in root.items()}
+    stored = {}
+    for name, (inputs, outputs) in root.items():
+        compared = {}
+        for p in parts:
+            compared.update(p[name][0])       # a part's inputs are boundary tensors (or model inputs)
+            compared.update(p[name][1])
+        stored[name] = (inputs, {**compared, **outputs})
+    return stored
 
 
 def _check_targets(run: _Run, targets: list[str] | None, profile: str, k: int, inputs: dict,

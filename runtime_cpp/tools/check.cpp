@@ -109,6 +109,7 @@ struct Profile {
 struct Reference {
   double rtol = 1e-4, atol = 1e-5, flips = 0;
   std::vector<Profile> profiles;
+  std::vector<std::string> targets;   // the manifest's target names
 };
 
 Reference load_reference(const std::string& pkg) {
@@ -119,6 +120,8 @@ Reference load_reference(const std::string& pkg) {
   std::string file = inside(pkg, m.at("reference").get<std::string>());
   json r = read_json(file);
   Reference ref;
+  for (const auto& t : m.value("targets", json::array()))
+    if (t.is_object() && t.contains("name") && t.at("name").is_string()) ref.targets.push_back(t.at("name").get<std::string>());
   try {
     if (r.value("format", "") != "packager-reference" || r.value("version", 0) != 1)
       throw Failure(file + ": not reference data of a version this runtime reads");
@@ -196,14 +199,6 @@ bool check_profile(packrt::Model& model, const Profile& prof, const Reference& r
   return all.ok;
 }
 
-std::vector<std::string> target_names(const std::string& pkg) {
-  std::vector<std::string> names;
-  json m = read_json(pkg + "/manifest.json");
-  for (const auto& t : m.value("targets", json::array()))
-    if (t.is_object() && t.contains("name") && t.at("name").is_string()) names.push_back(t.at("name").get<std::string>());
-  return names;
-}
-
 }  // namespace
 
 int run_check(const CheckOptions& opt) {
@@ -214,7 +209,7 @@ int run_check(const CheckOptions& opt) {
     std::fprintf(stderr, "packrt-run: error: %s\n", e.what());
     return 2;
   }
-  std::vector<std::string> targets = opt.all_targets ? target_names(opt.package) : std::vector<std::string>{opt.target};
+  std::vector<std::string> targets = opt.all_targets ? ref.targets : std::vector<std::string>{opt.target};
   std::printf("check %s against its reference data: rtol %s, atol %s (at least rtol x the tensor's max |value|)%s\n",
               opt.package.c_str(), fmt(ref.rtol).c_str(), fmt(ref.atol).c_str(),
               ref.flips > 0 ? (", up to " + fmt(100 * ref.flips) + "% of elements a quantization step off").c_str() : "");
