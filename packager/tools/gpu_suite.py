@@ -87,7 +87,7 @@ def _zoo_spec(name: str, tmp: Path, targets: list[str]) -> tuple[Path, dict]:
     model = make_zoo.export(name, tmp / "zoo")
     ctor, _, _, kind, _ = make_zoo.ZOO[name]
     return (_suite_spec(model.parent / "spec.yaml", model, targets, tmp, name),
-            {"ctor": ctor, "kwargs": make_zoo.KWARGS.get(name, {}), "seed": 0, "init_transformer": kind == "ids"})
+            {"ctor": ctor, "kwargs": make_zoo.KWARGS.get(name, {}), "seed": 0, "init_transformer": kind != "float"})
 
 
 def _script(rel: str):

@@ -162,17 +162,17 @@ def pytorch(info: dict, prof: dict, cuda: bool, iters: int, compile_too: bool) -
         models.init_transformer(net)
     device = "cuda" if cuda else "cpu"
     net = net.eval().to(device)
-    x = torch.from_numpy(next(iter(prof["inputs"].values()))).to(device)
+    xs = [torch.from_numpy(a).to(device) for a in prof["inputs"].values()]   # the model's inputs, in order
     out: dict = {"device": device, "tf32": False}
     with torch.no_grad():
-        got = net(x).float().cpu().numpy()
+        got = net(*xs).float().cpu().numpy()
         ok, err = within(got, next(iter(prof["outputs"].values())), prof["rtol"] * 10, prof["atol"] * 10)
         out["same_weights"], out["max_abs_vs_reference"] = ok, err
-        out["eager_ms"] = _time(lambda: net(x), iters, cuda)
+        out["eager_ms"] = _time(lambda: net(*xs), iters, cuda)
         if compile_too:
             try:
                 compiled = torch.compile(net)
-                out["compile_ms"] = _time(lambda: compiled(x), iters, cuda)
+                out["compile_ms"] = _time(lambda: compiled(*xs), iters, cuda)
             except Exception as e:  # noqa: BLE001 - torch.compile fails in many ways; the table says how
                 out["compile_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
     return out

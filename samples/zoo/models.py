@@ -1,8 +1,8 @@
 """The zoo's networks in plain PyTorch (no torchvision: there is no CPU build of it here).
 
 Architectures follow the reference designs (torchvision ResNet/MobileNetV2, ViT-Tiny/16,
-BERT-base, GPT-2 small); weights are random with a fixed seed, since the zoo measures speed and
-numerical agreement, not accuracy.
+BERT-base, also in Hugging Face's layout with an attention mask, GPT-2 small); weights are random
+with a fixed seed, since the zoo measures speed and numerical agreement, not accuracy.
 """
 from __future__ import annotations
 
@@ -190,6 +190,63 @@ class Bert(nn.Module):
     def forward(self, input_ids):
         x = self.tok(input_ids) + self.pos(self.positions) + self.typ(torch.zeros_like(input_ids))
         return self.layers(self.ln(x))
+
+
+class HFSelfAttention(nn.Module):
+    """BERT self-attention as Hugging Face writes it (BertSelfAttention + BertSelfOutput): separate
+    query/key/value projections, an additive attention mask, post-LN residual."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads, self.dh = heads, dim // heads
+        self.query, self.key, self.value = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, dim)
+        self.ln = nn.LayerNorm(dim, eps=1e-12)
+
+    def transpose_for_scores(self, x):
+        b, n, _ = x.shape
+        return x.view(b, n, self.heads, self.dh).permute(0, 2, 1, 3)
+
+    def forward(self, x, ext_mask):
+        b, n, d = x.shape
+        q, k, v = (self.transpose_for_scores(f(x)) for f in (self.query, self.key, self.value))
+        att = q @ k.transpose(-1, -2) / math.sqrt(self.dh) + ext_mask
+        y = (att.softmax(-1) @ v).permute(0, 2, 1, 3).reshape(b, n, d)
+        return self.ln(self.out(y) + x)
+
+
+class HFBlock(nn.Module):
+    """BertLayer: attention, then the feed-forward (Linear, GELU (erf), Linear), residual, LayerNorm."""
+
+    def __init__(self, dim: int, heads: int, mlp: int):
+        super().__init__()
+        self.attn = HFSelfAttention(dim, heads)
+        self.fc1, self.fc2 = nn.Linear(dim, mlp), nn.Linear(mlp, dim)
+        self.act = nn.GELU()
+        self.ln = nn.LayerNorm(dim, eps=1e-12)
+
+    def forward(self, x, ext_mask):
+        x = self.attn(x, ext_mask)
+        return self.ln(x + self.fc2(self.act(self.fc1(x))))
+
+
+class BertHF(nn.Module):
+    """BERT with Hugging Face's layout: separate Q/K/V, and an attention mask (1 = attend, 0 = pad)
+    turned into an additive bias the way HF does."""
+
+    def __init__(self, vocab=30522, dim=768, depth=12, heads=12, mlp=3072, seq=128):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, dim), nn.Embedding(512, dim)
+        self.ln = nn.LayerNorm(dim, eps=1e-12)
+        self.layers = nn.ModuleList([HFBlock(dim, heads, mlp) for _ in range(depth)])
+        self.register_buffer("positions", torch.arange(seq).unsqueeze(0))
+
+    def forward(self, input_ids, attention_mask):
+        ext = (1.0 - attention_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+        x = self.ln(self.tok(input_ids) + self.pos(self.positions))
+        for layer in self.layers:
+            x = layer(x, ext)
+        return x
 
 
 class GPT2(nn.Module):

@@ -1,13 +1,16 @@
-"""The benchmark zoo builds for x86-64 and matches onnxruntime (`pack verify`) for every model."""
+"""The benchmark zoo builds for x86-64 and matches onnxruntime (`pack verify`) for every model; the
+small Hugging-Face-layout BERT (separate Q/K/V, attention mask) also for arm64 under qemu."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from support.helpers import REPO, run_pack
+from support.helpers import HAS_QEMU, REPO, run_pack
 
 pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")
@@ -18,7 +21,8 @@ def zoo(tmp_path_factory):
     return tmp_path_factory.mktemp("zoo")
 
 
-@pytest.mark.parametrize("name", ["resnet18", "resnet50", "mobilenet_v2", "bert_base", "gpt2_small", "vit_tiny"])
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "mobilenet_v2", "bert_base", "gpt2_small", "vit_tiny",
+                                  "bert_hf"])
 def test_zoo_model_builds_and_verifies(zoo, name):
     r = subprocess.run([sys.executable, str(REPO / "samples" / "zoo" / "make_zoo.py"), name, "--out", str(zoo)],
                        capture_output=True, text=True)
@@ -29,3 +33,27 @@ def test_zoo_model_builds_and_verifies(zoo, name):
     r = run_pack("verify", zoo / name / "dist" / name)
     assert r.returncode == 0, r.stdout + r.stderr
     shutil.rmtree(zoo / name)                                 # keep the CI disk footprint small
+
+
+def test_bert_hf_mini_builds_and_verifies_on_x86_and_arm64(tmp_path):
+    """Two int64 inputs, the mask pinned by the spec (verify would feed it random 0..3 otherwise)."""
+    if not HAS_QEMU:
+        pytest.skip("qemu-aarch64 not installed")
+    r = subprocess.run([sys.executable, str(REPO / "samples" / "zoo" / "make_zoo.py"), "bert_hf_mini", "--out",
+                        str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    spec = tmp_path / "bert_hf_mini" / "spec.yaml"
+    text = spec.read_text()
+    assert "attention_mask: [1, 1, " in text and text.count("targets: [x86-64]\n") == 1
+    spec.write_text(text.replace("targets: [x86-64]\n", "targets: [x86-64, arm64]\n"))
+    r = run_pack("build", spec)
+    assert r.returncode == 0, r.stderr
+    assert "left unscheduled" not in r.stdout
+    pkg = tmp_path / "bert_hf_mini" / "dist" / "bert_hf_mini"
+    (prof,) = json.loads((pkg / "reference" / "reference.json").read_text())["profiles"]
+    assert np.load(pkg / prof["inputs"]["attention_mask"]).tolist() == [[1] * 100 + [0] * 28]
+    r = run_pack("verify", pkg)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("  ")]
+    assert {ln.split()[0] for ln in lines} == {"x86-64", "arm64", "onnxruntime"}, r.stdout
+    assert all(" ok " in ln for ln in lines), r.stdout
