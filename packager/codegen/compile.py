@@ -16,7 +16,7 @@ from ..emit.package import PackageWriter
 from ..emit.plan import build_plan
 from ..emit.weights import WeightStore
 from ..frontend import import_relax
-from ..frontend.units import Unit
+from ..frontend.units import PER_TARGET_REPORTS, Unit
 from ..optimize.layout.search import ProfileMemo
 from ..optimize.pipeline import graph_passes, optimize_graph, optimize_kernels, pipeline_key
 from ..spec import OptimizeSpec
@@ -59,7 +59,7 @@ def compile_target(unit: Unit, t: Target, kernels: dict, opt: OptimizeSpec, w: P
     folder = unit.path(f"targets/{t.name}")
     key = graph_key(t, opt)
     scheduled, passes = optimize_kernels(kernels, t, opt)
-    passes = [p for p in unit.reports_by_key[key] if p.name == "layout"] + passes
+    passes = [p for p in unit.reports_by_key[key] if p.name in PER_TARGET_REPORTS] + passes
     compiled = backend.compile(scheduled, t, folder, w)
     weights = WeightStore()
     plan, stats = build_plan(t.name, unit.graphs_by_key[key], compiled.table, weights,

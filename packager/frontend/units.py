@@ -10,6 +10,9 @@ from ..spec import Spec
 from .model import LoadedModel, profile_shapes
 from .partition import Partition, part_loaded, partition, tensor_types
 
+# Graph passes whose result depends on the target: reported with each target's kernel passes.
+PER_TARGET_REPORTS = ("layout", "global_fusion")
+
 if TYPE_CHECKING:
     from ..codegen.graph import Graph
     from .relax_import import ImportStats
@@ -39,8 +42,8 @@ class Unit:
 
     @property
     def graph_passes(self) -> list[PassReport]:
-        """Target-independent graph passes (the layout pass is reported per target)."""
-        return [p for p in next(iter(self.reports_by_key.values())) if p.name != "layout"]
+        """Target-independent graph passes (the per-target ones are reported per target)."""
+        return [p for p in next(iter(self.reports_by_key.values())) if p.name not in PER_TARGET_REPORTS]
 
     def path(self, rel: str) -> str:
         return f"{self.rel}/{rel}" if self.rel else rel

@@ -9,7 +9,7 @@ kernel table (PrimFuncs). A new technique is one module plus one entry in a list
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import tvm
@@ -19,6 +19,7 @@ from ..targets import Target
 from .base import PassReport
 from .fastmath import fastmath
 from .fusion import fuse
+from .globalfuse import combine_siblings, global_fusion
 from .layout.conv import legalize_conv2d
 from .layout.propagate import alter_layouts, keep_nchw
 from .layout.search import ProfileMemo
@@ -35,6 +36,7 @@ class PassContext:
     target: Target | None
     opt: OptimizeSpec
     layout_memo: ProfileMemo | None = None
+    notes: dict[str, Any] = field(default_factory=dict)   # what an earlier pass leaves for a later one
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,12 @@ LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
 LEGALIZE = Pass("legalize", lambda mod, ctx: (legalize(mod, {"relax.nn.conv2d": legalize_conv2d}), None),
                 switch=lambda opt: True)
 FUSION = Pass("fusion", lambda mod, ctx: fuse(mod), off="off in the spec: one kernel per graph op")
+# Souffle's global fusion in two places under one switch: sibling matmuls are combined on the
+# graph (before layout packing, so the combined weight is packed once); layout copies fold into
+# the kernels around them once FuseOps has formed kernels. Trial schedules make it per target.
+GLOBAL_FUSION_SIBLINGS = Pass("global_fusion", combine_siblings)
+GLOBAL_FUSION = Pass("global_fusion", global_fusion, off="off in the spec: FuseOps groups only",
+                     needs_target=True, per_target=True)
 DERIVE = Pass("derive", None)
 REUSE = Pass("reuse", None)
 TUNING = Pass("tuning", None, switch=lambda opt: opt.level >= 3 or bool(opt.trials))
@@ -81,7 +89,8 @@ SCHEDULE_GPU = Pass("schedule", schedule_gpu, switch=lambda opt: True)   # reads
 
 def graph_pipeline(layout: Pass) -> list[Pass]:
     """The graph passes every target kind runs, with its own layout pass."""
-    return [SIMPLIFY, FASTMATH, layout, LEGALIZE, FUSION, DERIVE, REUSE, TUNING]
+    return [SIMPLIFY, FASTMATH, GLOBAL_FUSION_SIBLINGS, layout, LEGALIZE, FUSION, GLOBAL_FUSION, DERIVE, REUSE,
+            TUNING]
 
 
 # Per target kind (a backend's `kind`): its graph passes and its kernel passes, in order.

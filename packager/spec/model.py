@@ -9,14 +9,14 @@ from typing import Any
 
 
 DTYPES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
-PASS_NAMES = ("simplify", "fastmath", "fusion", "schedule", "derive", "layout", "reuse")
+PASS_NAMES = ("simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse")
 # Which passes each optimize.level turns on by default (a `passes:` entry overrides it).
 # Level 1 ("safe") keeps results bit-identical to TVM's exact math; level 2 adds approximations.
 LEVEL_PASSES = {
     0: set(),
     1: {"simplify", "fusion", "schedule"},
-    2: {"simplify", "fastmath", "fusion", "schedule", "derive", "layout", "reuse"},
-    3: {"simplify", "fastmath", "fusion", "schedule", "derive", "layout", "reuse"},
+    2: {"simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse"},
+    3: {"simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse"},
 }
 # Package and profile names; check with fullmatch (`$` also matches before a final newline).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

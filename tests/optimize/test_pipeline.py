@@ -44,6 +44,7 @@ def test_pipeline_reports_unimplemented_passes_honestly(sample_root):
     assert status["simplify"] == status["fusion"] == "applied"
     assert status["derive"] == status["reuse"] == status["tuning"] == "not implemented"
     assert status["layout"] == "disabled"          # layouts are chosen per target: none given here
+    assert status["global_fusion"] == "disabled"   # trial-scheduled per target: none given here
     _, reports = optimize_graph(mod, OptimizeSpec(level=2, passes={"fusion": False, "derive": False}))
     status = {r.name: r.status for r in reports}
     assert status["fusion"] == "disabled" and "derive" not in status

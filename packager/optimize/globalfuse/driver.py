@@ -1,0 +1,132 @@
+"""The global_fusion pass: plan on the kernel graph, outline, trial-schedule, report."""
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import relax, tirx
+
+from ..base import PassReport
+from ..kernel_cost import kernel_cost
+from .analyze import te_summary
+from .graph import KernelGraph, kernel_graph
+from .outline import Group, outline
+from .trial import keeps_schedule, schedule_rule
+from .vertical import epilogue_plan, fold_plan, layout_kernels
+
+MAX_ROUNDS = 4
+
+
+def traffic(mod: tvm.IRModule) -> tuple[int, int]:
+    """(kernel calls, estimated DRAM bytes): every call reads its inputs and writes its outputs once."""
+    g = kernel_graph(mod)
+    if g is None:
+        return 0, 0
+    return len(g.calls), sum(kernel_cost(c.prim).bytes for c in g.calls.values())
+
+
+def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
+    g = kernel_graph(mod)
+    if g is None:
+        return mod, PassReport("global_fusion", "applied", "nothing to plan: main is not one data-flow block")
+    n0, bytes0 = traffic(mod)
+    analysis = te_summary(g)
+    rules = _RuleCache(ctx.target)
+    refused: dict[int, str] = {}
+    for _ in range(MAX_ROUNDS):
+        groups = _groups(g, set(refused))
+        if not groups:
+            out = mod
+            break
+        out = outline(mod, g, groups)
+        failed = _trial(g, groups, out, rules)
+        if not failed:
+            break
+        refused.update(failed)
+    else:
+        out, groups = mod, []
+    n1, bytes1 = traffic(out)
+    layout = layout_kernels(g)
+    folded = {i for grp in groups for i in grp.members if i in layout}
+    left = sum(1 for i in layout - folded)
+    pro = sum(1 for grp in groups if grp.anchor in grp.outputs)
+    horizontal = ctx.notes.get("horizontal", {"groups": 0, "matmuls": 0})
+    summary = (f"{n0} -> {n1} kernels, est. DRAM {bytes0 / 1e6:.2f} -> {bytes1 / 1e6:.2f} MB; "
+               f"sibling matmuls combined: {horizontal['matmuls']} -> {horizontal['groups']}; "
+               f"layout copies folded: {len(folded)} of {len(layout)} ({pro} into readers, "
+               f"{len(groups) - pro} into producers, {left} left); {analysis.line()}")
+    if refused:
+        summary += f"; refused {len(refused)} (" + "; ".join(sorted(set(refused.values())))[:300] + ")"
+    details = {"kernels_before": n0, "kernels_after": n1, "dram_bytes_before": bytes0, "dram_bytes_after": bytes1,
+               "layout_kernels": len(layout), "layout_folded": len(folded), "horizontal": horizontal,
+               "groups": [{"kernel": grp.name, "members": [_label(g, i) for i in grp.members]} for grp in groups],
+               "refused": {_label(g, i): why for i, why in refused.items()}, "analysis": analysis.as_dict()}
+    return out, PassReport("global_fusion", "applied", summary, details)
+
+
+def _groups(g: KernelGraph, refused: set[int]) -> list[Group]:
+    plan = fold_plan(g, refused)
+    folded = {i for chain in plan.values() for i in chain}
+    groups = [Group(_name(g, [*chain, host]), (*chain, host), (host,), host) for host, chain in plan.items()]
+    for producer, outs in epilogue_plan(g, folded).items():
+        if producer in refused or producer in plan:
+            continue
+        groups.append(Group(_name(g, [producer, *outs]), (producer, *outs), tuple(outs), producer))
+    names: dict[str, int] = {}
+    unique = []
+    for grp in groups:                                    # one function name per group
+        k = names[grp.name] = names.get(grp.name, -1) + 1
+        unique.append(Group(f"{grp.name}_{k}" if k else grp.name, grp.members, grp.outputs, grp.anchor))
+    return unique
+
+
+def _name(g: KernelGraph, members: list[int]) -> str:
+    parts = [g.calls[i].name.removeprefix("fused_") for i in members if i in g.calls]
+    return ("gf_" + "_".join(parts))[:80]
+
+
+def _label(g: KernelGraph, i: int) -> str:
+    return f"{g.bindings[i].var.name}={g.calls[i].name}" if i in g.calls else g.bindings[i].var.name
+
+
+def _trial(g: KernelGraph, groups: list[Group], out: tvm.IRModule, rules: "_RuleCache") -> dict[int, str]:
+    """Groups whose merged kernel lost the schedule the grown kernel had: host -> why."""
+    fused = _called_funcs(out)
+    failed = {}
+    for grp in groups:
+        anchor = grp.anchor
+        var = g.bindings[grp.outputs[0]].var.name if len(grp.outputs) == 1 else f"{grp.name}_out"
+        func = fused.get(var)
+        if func is None:
+            failed[anchor] = f"{grp.name}: not merged by FuseTIR"
+            continue
+        before, after = rules.rule(g.calls[anchor].prim), rules.rule(func)
+        if not keeps_schedule(before, after):
+            failed[anchor] = f"{g.calls[anchor].name}: {before} -> {after} when fused"
+    return failed
+
+
+def _called_funcs(mod: tvm.IRModule) -> dict[str, tirx.PrimFunc]:
+    out = {}
+    for blk in mod["main"].body.blocks:
+        for b in blk.bindings:
+            v = b.value
+            if isinstance(v, relax.Call) and getattr(v.op, "name", None) == "relax.call_tir":
+                out[b.var.name] = mod[v.args[0]]
+    return out
+
+
+class _RuleCache:
+    """Trial-schedule results by kernel structure (a model's layers repeat the same kernels)."""
+
+    def __init__(self, target):
+        self.target = target
+        self.seen: dict[int, list] = {}
+
+    def rule(self, func: tirx.PrimFunc) -> str:
+        h = tvm_ffi.structural_hash(func)
+        for f, r in self.seen.get(h, []):
+            if tvm_ffi.structural_equal(f, func):
+                return r
+        r = schedule_rule(func, self.target)
+        self.seen.setdefault(h, []).append((func, r))
+        return r

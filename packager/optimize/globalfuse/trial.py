@@ -1,0 +1,36 @@
+"""Trial schedules: a proposed fused kernel is only taken when the target's scheduler still
+schedules it as well as the kernel it grows (the same rule, never a fallback)."""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from ...targets import Target
+
+WEAK_RULES = {"naive", "fallback", "none"}
+
+
+def schedule_rule(func: tirx.PrimFunc, target: Target) -> str:
+    """The rule the target's rule-based scheduler gives `func` ("none" when nothing fits)."""
+    if target.kind == "cuda":
+        return _gpu_rule(func, target)
+    from ..schedule.rules_cpu import CpuRules
+
+    return CpuRules(target).schedule(func)[1].rule
+
+
+def _gpu_rule(func: tirx.PrimFunc, target: Target) -> str:
+    from ...errors import UserError
+    from ..schedule.rules_gpu import _rules, _schedule_one
+
+    tvm_target = tvm.target.Target(target.tvm_target())
+    with tvm_target:
+        try:
+            return _schedule_one("trial", func.with_attr("target", tvm_target), tvm_target, _rules())[1]
+        except UserError:
+            return "none"
+
+
+def keeps_schedule(before: str, after: str) -> bool:
+    """A fusion may not cost the grown kernel its schedule."""
+    return after not in WEAK_RULES and (after == before or before in WEAK_RULES)

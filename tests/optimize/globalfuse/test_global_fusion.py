@@ -1,0 +1,132 @@
+"""Global fusion (Souffle) on the transformer sample: layout copies fold into the kernels that
+read them, the Q/K/V projections become one matmul on weights concatenated at build time, the
+module computes the same, and the report counts what changed."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from packager.frontend import bind_profiles, import_relax, load_model, profile_shapes
+from packager.optimize.globalfuse import combine_siblings
+from packager.optimize.globalfuse.analyze import te_summary
+from packager.optimize.globalfuse.graph import kernel_graph
+from packager.optimize.globalfuse.trial import keeps_schedule
+from packager.optimize.globalfuse.vertical import is_layout_only, layout_kernels
+from packager.optimize.pipeline import PassContext, optimize_graph
+from packager.optimize.simplify import simplify
+from packager.spec import OptimizeSpec, load_spec
+from packager.targets import resolve_all
+from support.kernel_cases import CASES, kernels_of
+
+
+@pytest.fixture(scope="module")
+def transformer(sample_root):
+    spec = load_spec(sample_root / "transformer" / "spec.yaml")
+    model = load_model(spec.model)
+    dtypes = bind_profiles(spec, model)
+    mod = import_relax(model, profile_shapes(model, spec.profiles[0]), dtypes)[0]
+    return spec, mod, resolve_all(spec)[0]
+
+
+def _optimized(transformer, **passes):
+    spec, mod, target = transformer
+    opt = OptimizeSpec(level=2, passes=passes, measure=False)
+    return optimize_graph(mod, opt, target)
+
+
+def _report(reports, name):
+    return next(r for r in reports if r.name == name)
+
+
+def test_layout_copies_fold_and_qkv_combine(transformer):
+    fused, reports = _optimized(transformer)
+    alone, alone_reports = _optimized(transformer, global_fusion=False)
+    gf = _report(reports, "global_fusion")
+    assert gf.status == "applied"
+    assert _report(alone_reports, "global_fusion").status == "disabled"
+    n_alone = len(kernel_graph(alone).calls)
+    n_fused = len(kernel_graph(fused).calls)
+    assert n_alone == 15 and n_fused <= 0.6 * n_alone, gf.summary
+    assert gf.details["kernels_after"] == n_fused
+    assert gf.details["horizontal"] == {"groups": 1, "matmuls": 3}
+    assert layout_kernels(kernel_graph(fused)) == set()            # no copy kernel left
+    assert gf.details["dram_bytes_after"] < gf.details["dram_bytes_before"]
+    assert "sibling matmuls combined: 3 -> 1" in gf.summary
+
+
+def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
+    ex = tvm.compile(mod, target="llvm")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def test_fused_module_computes_the_same(transformer):
+    x = np.random.default_rng(1).standard_normal((1, 32, 64)).astype(np.float32)
+    fused, _ = _optimized(transformer)
+    alone, _ = _optimized(transformer, global_fusion=False)
+    np.testing.assert_allclose(_run(fused, x), _run(alone, x), rtol=1e-5, atol=1e-5)
+
+
+def _weights_read_by_matmuls_of_tokens(mod) -> list[np.ndarray]:
+    return [b.value.args[1].value.numpy() for b in mod["main"].body.blocks[0].bindings
+            if getattr(getattr(b.value, "op", None), "name", "") == "relax.matmul" and b.value.args[0].name == "tokens"]
+
+
+def test_combined_weight_is_the_concatenation(transformer):
+    spec, mod, _ = transformer
+    simple, _ = simplify(mod)
+    originals = _weights_read_by_matmuls_of_tokens(simple)
+    ctx = PassContext(None, OptimizeSpec(level=2))
+    combined, _ = combine_siblings(simple, ctx)
+    weights = _weights_read_by_matmuls_of_tokens(combined)
+    assert len(originals) == 3 and len(weights) == 1
+    np.testing.assert_array_equal(weights[0], np.concatenate(originals, axis=1))
+    assert ctx.notes["horizontal"] == {"groups": 1, "matmuls": 3}
+
+
+def test_layout_only_means_a_plain_copy():
+    assert all(is_layout_only(f) for f in kernels_of(CASES["transpose"]).values())
+    for name in ("matmul_odd", "add_broadcast", "softmax_last", "conv3x3"):
+        assert not any(is_layout_only(f) for f in kernels_of(CASES[name]).values()), name
+    x = relax.Var("x", relax.TensorType((10, 4), "float32"))
+    i = relax.Var("i", relax.TensorType((3,), "int64"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, i]):
+        out = bb.emit(relax.op.take(x, i, axis=0))
+        bb.emit_func_output(out)
+    gather = relax.transform.LegalizeOps()(bb.get())
+    prim = next(f for _, f in gather.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
+    assert not is_layout_only(prim)                               # a gather reads data-dependent indices
+
+
+def test_analysis_classifies_tensor_expressions(transformer):
+    alone, _ = _optimized(transformer, global_fusion=False)
+    s = te_summary(kernel_graph(alone))
+    assert s.tes == s.one_to_one + s.one_to_many
+    assert s.one_to_many >= 6            # 6 matmuls + softmax and layer norm reductions
+    assert 1 <= s.compute_intensive <= s.one_to_many
+    assert s.layout_only >= 4
+
+
+def test_trial_refuses_a_fusion_that_loses_the_schedule():
+    assert keeps_schedule("tiled-reduction", "tiled-reduction")
+    assert not keeps_schedule("tiled-reduction", "fallback")
+    assert not keeps_schedule("injective", "tiled-reduction")
+    assert keeps_schedule("naive", "injective")
+    assert not keeps_schedule("naive", "naive")
+
+
+def test_the_input_module_is_left_alone(transformer):
+    """Targets and profiles share one imported module: the pass must not change it."""
+    spec, mod, target = transformer
+    simple, _ = simplify(mod)
+    before = simple.script()
+    combine_siblings(simple, PassContext(None, OptimizeSpec(level=2)))
+    assert simple.script() == before
+    alone, _ = _optimized(transformer, global_fusion=False)
+    before = alone.script()
+    from packager.optimize.globalfuse import global_fusion
+    global_fusion(alone, PassContext(target, OptimizeSpec(level=2)))
+    assert alone.script() == before
