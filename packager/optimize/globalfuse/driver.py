@@ -47,13 +47,13 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
     n1, bytes1 = traffic(out)
     layout = layout_kernels(g)
     folded = {i for grp in groups for i in grp.members if i in layout}
-    left = sum(1 for i in layout - folded)
+    left = len(layout - folded)
     pro = sum(1 for grp in groups if grp.anchor in grp.outputs)
     horizontal = ctx.notes.get("horizontal", {"groups": 0, "matmuls": 0})
-    summary = (f"{n0} -> {n1} kernels, est. DRAM {bytes0 / 1e6:.2f} -> {bytes1 / 1e6:.2f} MB; "
+    summary = (f"kernels after FuseOps {n0} -> {n1}, est. DRAM {bytes0 / 1e6:.2f} -> {bytes1 / 1e6:.2f} MB; "
                f"sibling matmuls combined: {horizontal['matmuls']} -> {horizontal['groups']}; "
-               f"layout copies folded: {len(folded)} of {len(layout)} ({pro} into readers, "
-               f"{len(groups) - pro} into producers, {left} left); {analysis.line()}")
+               f"layout copies folded: {len(folded)} of {len(layout)} (into {pro} reader and "
+               f"{len(groups) - pro} producer kernels; {left} left); {analysis.line()}")
     if refused:
         summary += f"; refused {len(refused)} (" + "; ".join(sorted(set(refused.values())))[:300] + ")"
     details = {"kernels_before": n0, "kernels_after": n1, "dram_bytes_before": bytes0, "dram_bytes_after": bytes1,
