@@ -30,7 +30,7 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
         return mod, PassReport("global_fusion", "applied", "nothing to plan: main is not one data-flow block")
     n0, bytes0 = traffic(mod)
     analysis = te_summary(g)
-    rules = _RuleCache(ctx.target)
+    rules = _RuleCache(ctx.target, ctx.opt.scheduler == "gensor")
     refused: dict[int, str] = {}
     for _ in range(MAX_ROUNDS):
         groups = _groups(g, set(refused))
@@ -118,8 +118,8 @@ def _called_funcs(mod: tvm.IRModule) -> dict[str, tirx.PrimFunc]:
 class _RuleCache:
     """Trial-schedule results by kernel structure (a model's layers repeat the same kernels)."""
 
-    def __init__(self, target):
-        self.target = target
+    def __init__(self, target, gensor: bool):
+        self.target, self.gensor = target, gensor
         self.seen: dict[int, list] = {}
 
     def rule(self, func: tirx.PrimFunc) -> str:
@@ -127,6 +127,6 @@ class _RuleCache:
         for f, r in self.seen.get(h, []):
             if tvm_ffi.structural_equal(f, func):
                 return r
-        r = schedule_rule(func, self.target)
+        r = schedule_rule(func, self.target, self.gensor)
         self.seen.setdefault(h, []).append((func, r))
         return r
