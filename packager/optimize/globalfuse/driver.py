@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tvm import relax, tirx
+from tvm import tirx
 
 from ..base import PassReport
 from ..kernel_cost import kernel_cost
 from .analyze import te_summary
 from .graph import KernelGraph, kernel_graph
-from .outline import Group, outline
+from .outline import Group, merged_kernels, outline
+from .rowregion import row_regions
 from .trial import keeps_schedule, schedule_rule
 from .vertical import epilogue_plan, fold_plan, layout_kernels
 
@@ -44,6 +45,7 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
         refused.update(failed)
     else:
         out, groups = mod, []
+    out, rows = row_regions(out, ctx, rules)
     n1, bytes1 = traffic(out)
     layout = layout_kernels(g)
     folded = {i for grp in groups for i in grp.members if i in layout}
@@ -53,13 +55,15 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
     summary = (f"kernels after FuseOps {n0} -> {n1}, est. DRAM {bytes0 / 1e6:.2f} -> {bytes1 / 1e6:.2f} MB; "
                f"sibling matmuls combined: {horizontal['matmuls']} -> {horizontal['groups']}; "
                f"layout copies folded: {len(folded)} of {len(layout)} (into {pro} reader and "
-               f"{len(groups) - pro} producer kernels; {left} left); {analysis.line()}")
-    if refused:
-        summary += f"; refused {len(refused)} (" + "; ".join(sorted(set(refused.values())))[:300] + ")"
+               f"{len(groups) - pro} producer kernels; {left} left); {rows.line()}; {analysis.line()}")
+    reasons = sorted(set(refused.values()) | set(rows.refused.values()))
+    if reasons:
+        summary += f"; refused {len(refused) + len(rows.refused)} (" + "; ".join(reasons)[:300] + ")"
     details = {"kernels_before": n0, "kernels_after": n1, "dram_bytes_before": bytes0, "dram_bytes_after": bytes1,
                "layout_kernels": len(layout), "layout_folded": len(folded), "horizontal": horizontal,
                "groups": [{"kernel": grp.name, "members": [_label(g, i) for i in grp.members]} for grp in groups],
-               "refused": {_label(g, i): why for i, why in refused.items()}, "analysis": analysis.as_dict()}
+               "refused": {_label(g, i): why for i, why in refused.items()}, "analysis": analysis.as_dict(),
+               "row_regions": {"taken": rows.taken, "refused": rows.refused, "measured": rows.measured}}
     return out, PassReport("global_fusion", "applied", summary, details)
 
 
@@ -89,30 +93,17 @@ def _label(g: KernelGraph, i: int) -> str:
 
 
 def _trial(g: KernelGraph, groups: list[Group], out: tvm.IRModule, rules: "_RuleCache") -> dict[int, str]:
-    """Groups whose merged kernel lost the schedule the grown kernel had: host -> why."""
-    fused = _called_funcs(out)
+    """Groups whose merged kernel lost the schedule the grown kernel had: anchor -> why."""
     failed = {}
-    for grp in groups:
-        anchor = grp.anchor
-        var = g.bindings[grp.outputs[0]].var.name if len(grp.outputs) == 1 else f"{grp.name}_out"
-        func = fused.get(var)
+    merged = merged_kernels(out, g, groups)
+    for grp, func in zip(groups, merged):
         if func is None:
-            failed[anchor] = f"{grp.name}: not merged by FuseTIR"
+            failed[grp.anchor] = f"{grp.name}: not merged by FuseTIR"
             continue
-        before, after = rules.rule(g.calls[anchor].prim), rules.rule(func)
+        before, after = rules.rule(g.calls[grp.anchor].prim), rules.rule(func)
         if not keeps_schedule(before, after):
-            failed[anchor] = f"{g.calls[anchor].name}: {before} -> {after} when fused"
+            failed[grp.anchor] = f"{g.calls[grp.anchor].name}: {before} -> {after} when fused"
     return failed
-
-
-def _called_funcs(mod: tvm.IRModule) -> dict[str, tirx.PrimFunc]:
-    out = {}
-    for blk in mod["main"].body.blocks:
-        for b in blk.bindings:
-            v = b.value
-            if isinstance(v, relax.Call) and getattr(v.op, "name", None) == "relax.call_tir":
-                out[b.var.name] = mod[v.args[0]]
-    return out
 
 
 class _RuleCache:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 
 from .graph import KernelGraph
 
@@ -120,3 +120,16 @@ def _group_bindings(g: KernelGraph, grp: Group, gv: tvm.ir.GlobalVar, args: list
     tup = relax.DataflowVar(f"{grp.name}_out", relax.TupleType([v.ty for v in outs]))
     return [relax.VarBinding(tup, relax.Call(gv, args))] + \
         [relax.VarBinding(v, relax.TupleGetItem(tup, k)) for k, v in enumerate(outs)]
+
+
+def merged_kernels(mod: tvm.IRModule, g: KernelGraph, groups: list[Group]) -> list[tirx.PrimFunc | None]:
+    """The PrimFunc each group became. Found through the binding of the group's first output,
+    which keeps its Var (FuseTIR shares one PrimFunc among identical groups, so names do not tell)."""
+    called = {}
+    for b in mod["main"].body.blocks[0].bindings:
+        v = b.value
+        if isinstance(v, relax.Call) and getattr(v.op, "name", None) == "relax.call_tir":
+            called[b.var] = mod[v.args[0]]
+        elif isinstance(v, relax.TupleGetItem) and v.tuple_value in called:
+            called[b.var] = called[v.tuple_value]
+    return [called.get(g.bindings[grp.outputs[0]].var) for grp in groups]

@@ -44,7 +44,7 @@ class CpuRules:
     def schedule(self, func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, KernelSchedule]:
         """Apply the first rule that fits; a rule that fails leaves no trace."""
         reasons = []
-        for rule in (self.tiled_reduction, self.row_reduction, self.injective, self.fallback):
+        for rule in (self.tiled_reduction, self.row_region, self.row_reduction, self.injective, self.fallback):
             sch = s_tir.Schedule(func)
             try:
                 info = rule(sch)
@@ -289,6 +289,12 @@ class CpuRules:
                 done += 1
                 break
         return done
+
+    # -- rule: row regions (a matmul reading per-row reductions: softmax @ V) ------------
+    def row_region(self, sch: s_tir.Schedule) -> KernelSchedule:
+        from .rules_row import row_region
+
+        return row_region(self, sch)
 
     # -- rule: row reductions (softmax, layer norm) ----------------------------------------
     def row_reduction(self, sch: s_tir.Schedule) -> KernelSchedule:

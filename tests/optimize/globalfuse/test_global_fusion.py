@@ -54,6 +54,7 @@ def test_layout_copies_fold_and_qkv_combine(transformer):
     assert layout_kernels(kernel_graph(fused)) == set()            # no copy kernel left
     assert gf.details["dram_bytes_after"] < gf.details["dram_bytes_before"]
     assert "sibling matmuls combined: 3 -> 1" in gf.summary
+    assert gf.details["row_regions"]["taken"] == 1                # softmax into P @ V
 
 
 def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:

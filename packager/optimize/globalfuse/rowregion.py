@@ -1,0 +1,126 @@
+"""Row regions (CPU): a row-reduction kernel (softmax) read only by a matmul (the attention's
+P @ V) joins it, and the row-region schedule (schedule/rules_row.py) computes the reduction for
+each row tile inside the matmul's parallel loop: the score matrix no longer makes a round trip
+through memory, and the softmax runs in the matmul's parallel region.
+
+Taken only when the merged kernel gets the row-region rule and, where the target runs on this
+machine, when it is measured faster than the two kernels it replaces (Souffle refuses fusions
+that do not pay; the two are timed with the rule-based schedules).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ...targets import can_run_here
+from .graph import KernelGraph, kernel_graph
+from .outline import Group, merged_kernels, outline
+
+REDUCTION_RULES = ("row-reduction",)
+MATMUL_RULES = ("tiled-reduction",)
+
+
+@dataclass
+class RowRegions:
+    taken: int = 0
+    refused: dict[str, str] = field(default_factory=dict)
+    measured: list[dict] = field(default_factory=list)     # kernel, fused_us, separate_us
+
+    def line(self) -> str:
+        text = f"row regions (softmax into the next matmul): {self.taken}"
+        if self.measured:
+            gain = sum(m["separate_us"] for m in self.measured) / max(sum(m["fused_us"] for m in self.measured), 1e-9)
+            text += f" ({gain:.2f}x faster than the kernels they replace, measured)"
+        return text
+
+
+def row_regions(mod: tvm.IRModule, ctx, rules) -> tuple[tvm.IRModule, RowRegions]:
+    """Merge each (row reduction, its only reader: a matmul) pair that schedules and pays."""
+    out = RowRegions()
+    if ctx.target.kind != "cpu":
+        return mod, out
+    g = kernel_graph(mod)
+    if g is None:
+        return mod, out
+    candidates = _pairs(g, rules)
+    timer = _Timer(ctx) if ctx.opt.measure and can_run_here(ctx.target) else None
+    for _ in range(2):                           # a second round without the refused pairs
+        if not candidates:
+            return mod, out
+        groups = [Group(f"gf_row_{g.calls[c].name.removeprefix('gf_')}"[:80] + f"_{k}", (r, c), (c,), c)
+                  for k, (r, c) in enumerate(candidates)]
+        fused_mod = outline(mod, g, groups)
+        keep = []
+        for (r, c), func in zip(candidates, merged_kernels(fused_mod, g, groups)):
+            why = _refusal(g, r, c, func, rules, timer, out)
+            if why:
+                out.refused[f"{g.calls[r].name} + {g.calls[c].name}"] = why
+            else:
+                keep.append((r, c))
+        if len(keep) == len(candidates):
+            out.taken = len(keep)
+            return fused_mod, out
+        candidates = keep
+        out.measured = []
+    return mod, out
+
+
+def _pairs(g: KernelGraph, rules) -> list[tuple[int, int]]:
+    pairs = []
+    for r, call in g.calls.items():
+        readers = g.consumers[r]
+        if r in g.returned or len(readers) != 1 or readers[0] not in g.calls:
+            continue
+        c = readers[0]
+        if rules.rule(call.prim) in REDUCTION_RULES and rules.rule(g.calls[c].prim) in MATMUL_RULES:
+            pairs.append((r, c))
+    return pairs
+
+
+def _refusal(g: KernelGraph, r: int, c: int, func, rules, timer, out: RowRegions) -> str:
+    if func is None:
+        return "not merged by FuseTIR"
+    rule = rules.rule(func)
+    if rule != "row-region":
+        return f"merged kernel gets '{rule}', not the row-region schedule"
+    if timer is None:
+        return ""
+    fused_s, separate_s = timer.fused(func), timer.separate([g.calls[r].prim, g.calls[c].prim])
+    if fused_s is None or separate_s is None:
+        return "could not be timed"
+    if fused_s >= separate_s:
+        return f"slower when measured: {fused_s * 1e6:.0f} vs {separate_s * 1e6:.0f} us"
+    out.measured.append({"kernel": g.calls[c].name, "fused_us": round(fused_s * 1e6, 1),
+                         "separate_us": round(separate_s * 1e6, 1)})
+    return ""
+
+
+class _Timer:
+    """Times rule-scheduled kernels on this machine, once per kernel structure."""
+
+    def __init__(self, ctx):
+        from ..schedule.rules_cpu import CpuRules
+
+        self.target, self.rules = ctx.target, CpuRules(ctx.target)
+        self.seen: dict[int, list] = {}
+
+    def time(self, func: tirx.PrimFunc) -> float | None:
+        from ..schedule.measure import time_candidates
+
+        h = tvm_ffi.structural_hash(func)
+        for f, t in self.seen.get(h, []):
+            if tvm_ffi.structural_equal(f, func):
+                return t
+        t = time_candidates([self.rules.schedule(func)[0]], self.target)[0]
+        self.seen.setdefault(h, []).append((func, t))
+        return t
+
+    def fused(self, func: tirx.PrimFunc) -> float | None:
+        return self.time(func)
+
+    def separate(self, funcs: list[tirx.PrimFunc]) -> float | None:
+        times = [self.time(f) for f in funcs]
+        return None if any(t is None for t in times) else sum(times)

@@ -1,0 +1,65 @@
+"""The row-region rule: softmax merged into the attention matmul P @ V computes what the
+unscheduled kernel computes, runs parallel + vectorized, and is not taken for kernels that are
+not a matmul over per-row reductions (layer norm, softmax alone)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from packager.optimize.globalfuse.graph import kernel_graph
+from packager.optimize.globalfuse.outline import Group, merged_kernels, outline
+from packager.optimize.schedule.rules_cpu import CpuRules
+from packager.optimize.schedule.tir_util import RuleMismatch
+from support.kernel_cases import CASES, case, host_target, kernels_of, random_args, run_kernel
+
+
+def _attention(rows: int, n: int, d: int):
+    """softmax(S) @ V with S and V inputs: FuseOps keeps the softmax and the matmul apart."""
+    softmax = helper.make_node("Softmax", ["s"], ["p"], axis=-1)
+    matmul = helper.make_node("MatMul", ["p", "v"], ["y"])
+    m = case("Identity", {"s": [1, 2, rows, n], "v": [1, 2, n, d]})
+    m.graph.node.pop()
+    m.graph.node.extend([softmax, matmul])
+    return m
+
+
+def _merged(model):
+    from packager.frontend import LoadedModel, TensorInfo, import_relax
+    from packager.optimize.pipeline import optimize_graph
+    from packager.spec import OptimizeSpec
+
+    inputs = [TensorInfo(v.name, "float32", tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
+              for v in model.graph.input]
+    loaded = LoadedModel(None, model, 17, inputs, [TensorInfo("y", "float32", ())])
+    mod, _ = import_relax(loaded, {i.name: i.shape for i in inputs}, {i.name: "float32" for i in inputs})
+    mod, _ = optimize_graph(mod, OptimizeSpec(level=2, passes={"global_fusion": False}))
+    g = kernel_graph(mod)
+    r, c = sorted(g.calls)
+    grp = Group("attn", (r, c), (c,), c)
+    return merged_kernels(outline(mod, g, [grp]), g, [grp])[0]
+
+
+@pytest.mark.parametrize("rows,n,d", [(32, 32, 16), (20, 37, 24)])
+def test_softmax_into_matmul_equals_unscheduled(rows, n, d):
+    target = host_target()
+    func = _merged(_attention(rows, n, d))
+    scheduled, info = CpuRules(target).schedule(func)
+    assert info.rule == "row-region", info
+    assert info.parallel > 1 and info.vector > 1
+    args = random_args(func)
+    ref = run_kernel(func, target, [a.copy() for a in args])
+    got = run_kernel(scheduled, target, [a.copy() for a in args])
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["layernorm", "softmax_last", "matmul_batched_big"])
+def test_not_taken_without_a_matmul_over_row_reductions(name):
+    from tvm import s_tir
+
+    target = host_target()
+    rules = CpuRules(target)
+    for func in kernels_of(CASES[name]).values():
+        with pytest.raises(RuleMismatch):
+            rules.row_region(s_tir.Schedule(func))
+        assert rules.schedule(func)[1].rule != "row-region"
