@@ -28,9 +28,12 @@ class RowRegions:
     taken: int = 0
     refused: dict[str, str] = field(default_factory=dict)
     measured: list[dict] = field(default_factory=list)     # kernel, fused_us, separate_us
+    timed: bool = False                                    # the target runs here and measuring is on
 
     def line(self) -> str:
         text = f"row regions (softmax into the next matmul): {self.taken}"
+        if self.taken and not self.timed:
+            text += " (not measured: the target does not run here or tuning.measure is off)"
         if self.measured:
             gain = sum(m["separate_us"] for m in self.measured) / max(sum(m["fused_us"] for m in self.measured), 1e-9)
             text += f" ({gain:.2f}x faster than the kernels they replace, measured)"
@@ -47,6 +50,7 @@ def row_regions(mod: tvm.IRModule, ctx, rules) -> tuple[tvm.IRModule, RowRegions
         return mod, out
     candidates = _pairs(g, rules)
     timer = _Timer(ctx) if ctx.opt.measure and can_run_here(ctx.target) else None
+    out.timed = timer is not None
     for _ in range(2):                           # a second round without the refused pairs
         if not candidates:
             return mod, out
