@@ -2,7 +2,7 @@
 
 Element-wise and broadcast ops are fused into the producing conv/matmul (their epilogue) or
 into each other, so intermediate tensors never reach memory. This is rule-based fusion by op
-pattern; Souffle's global dependency analysis is not part of this version.
+pattern; the global_fusion pass (globalfuse/) then fuses across what these rules leave apart.
 """
 from __future__ import annotations
 

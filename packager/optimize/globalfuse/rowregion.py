@@ -1,7 +1,8 @@
-"""Row regions (CPU): a row-reduction kernel (softmax) read only by a matmul (the attention's
-P @ V) joins it, and the row-region schedule (schedule/rules_row.py) computes the reduction for
-each row tile inside the matmul's parallel loop: the score matrix no longer makes a round trip
-through memory, and the softmax runs in the matmul's parallel region.
+"""Row regions (CPU): a row-reduction kernel (softmax, layer norm) read only by a matmul (the
+attention's P @ V, a pre-LN block's projection) joins it, and the row-region schedule
+(schedule/rules_row.py) computes the reduction for each row tile inside the matmul's parallel
+loop: the reduction's output no longer makes a round trip through memory, and the reduction
+runs in the matmul's parallel region.
 
 Taken only when the merged kernel gets the row-region rule and, where the target runs on this
 machine, when it is measured faster than the two kernels it replaces (Souffle refuses fusions
@@ -29,9 +30,12 @@ class RowRegions:
     refused: dict[str, str] = field(default_factory=dict)
     measured: list[dict] = field(default_factory=list)     # kernel, fused_us, separate_us
     timed: bool = False                                    # the target runs here and measuring is on
+    skipped: str = ""                                      # why none were tried
 
     def line(self) -> str:
-        text = f"row regions (softmax into the next matmul): {self.taken}"
+        text = f"row regions (softmax / layer norm into the matmul reading it): {self.taken}"
+        if self.skipped:
+            return f"{text} ({self.skipped})"
         if self.taken and not self.timed:
             text += " (not measured: the target does not run here or tuning.measure is off)"
         if self.measured:
@@ -44,6 +48,7 @@ def row_regions(mod: tvm.IRModule, ctx, rules) -> tuple[tvm.IRModule, RowRegions
     """Merge each (row reduction, its only reader: a matmul) pair that schedules and pays."""
     out = RowRegions()
     if ctx.target.kind != "cpu":
+        out.skipped = "CPU targets only in this version: GPU kernels would need grid-wide phases"
         return mod, out
     g = kernel_graph(mod)
     if g is None:
