@@ -66,7 +66,7 @@ def row_regions(mod: tvm.IRModule, ctx, rules) -> tuple[tvm.IRModule, RowRegions
         for (r, c), func in zip(candidates, merged_kernels(fused_mod, g, groups)):
             why = _refusal(g, r, c, func, rules, timer, out)
             if why:
-                out.refused[f"{g.calls[r].name} + {g.calls[c].name}"] = why
+                out.refused[f"{g.bindings[c].var.name}={g.calls[r].name}+{g.calls[c].name}"] = why
             else:
                 keep.append((r, c))
         if len(keep) == len(candidates):
@@ -89,12 +89,26 @@ def _pairs(g: KernelGraph, rules) -> list[tuple[int, int]]:
     return pairs
 
 
+def _mismatch(target, func: tirx.PrimFunc) -> str:
+    """Why the row-region rule does not take a merged kernel (its RuleMismatch text)."""
+    from tvm import s_tir
+
+    from ..schedule.rules_cpu import CpuRules
+
+    try:
+        CpuRules(target).row_region(s_tir.Schedule(func))
+    except Exception as e:  # noqa: BLE001 - the rule's refusal or a schedule primitive's error
+        lines = str(e).strip().splitlines()
+        return lines[-1][:160] if lines else type(e).__name__
+    return "another rule came first"
+
+
 def _refusal(g: KernelGraph, r: int, c: int, func, rules, timer, out: RowRegions) -> str:
     if func is None:
         return "not merged by FuseTIR"
     rule = rules.rule(func)
     if rule != "row-region":
-        return f"merged kernel gets '{rule}', not the row-region schedule"
+        return f"no row-region schedule: {_mismatch(rules.target, func)}"
     if timer is None:
         return ""
     fused_s, separate_s = timer.fused(func), timer.separate([g.calls[r].prim, g.calls[c].prim])

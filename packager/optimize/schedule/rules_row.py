@@ -47,6 +47,7 @@ def row_region(rules, sch: s_tir.Schedule) -> KernelSchedule:
     (vec_iv, vec_loop), (row_iv, row_loop) = spatial[-1], spatial[-2]
     if not _is_matmul(blk, row_iv.var, vec_iv.var):
         raise RuleMismatch("anchor is not a matmul: rows and columns must each skip one operand")
+    _check_column_operand_fits(rules.target, blk, row_iv.var, [iv for iv, _ in spatial[:-2]])
     lanes = rules.lanes(blk.writes[0].source.dtype.bits)
     vec_ext, row_ext = loop_extent(sch, vec_loop), loop_extent(sch, row_loop)
     vfac = vector_factor(vec_ext, lanes)
@@ -79,6 +80,29 @@ def row_region(rules, sch: s_tir.Schedule) -> KernelSchedule:
     sch.decompose_reduction(anchor, vec_o)
     return KernelSchedule("row-region", n_tiles if n_tiles > 1 else 1, vfac, rfac,
                           note=f"{len(staged)} block(s) computed per row tile")
+
+
+def _check_column_operand_fits(target, blk, row_var, outer_ivs: list) -> None:
+    """The resource limit of a row region (Souffle's partitioning, CPU form): every row tile
+    streams the whole column operand (V of one head, a projection's weights), so it must stay in
+    half of a core's L2 or the region re-reads it from DRAM once per row tile (measured 3x slower
+    on ViT's 192x576 QKV weights)."""
+    from .hardware import cpu_hardware
+
+    budget = cpu_hardware(target).level("L2").capacity // 2
+    for rd in blk.reads:
+        used = set().union(*[free_vars(r.min) for r in rd.region])
+        if row_var in used or rd.source.same_as(blk.writes[0].source):
+            continue
+        size = rd.source.dtype.bits // 8
+        for d in rd.source.shape:
+            size *= int(d)
+        for iv in outer_ivs:                       # one slice per batch / head
+            if iv.var in used:
+                size //= max(int(iv.dom.extent), 1)
+        if size > budget:
+            raise RuleMismatch(f"column operand {rd.source.name} ({size // 1024} KB per row tile) does not "
+                               f"fit half the L2 ({budget // 1024} KB)")
 
 
 def _is_matmul(blk, row_var, col_var) -> bool:

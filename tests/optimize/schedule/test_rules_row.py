@@ -11,7 +11,7 @@ from packager.optimize.globalfuse.graph import kernel_graph
 from packager.optimize.globalfuse.outline import Group, merged_kernels, outline
 from packager.optimize.schedule.rules_cpu import CpuRules
 from packager.optimize.schedule.tir_util import RuleMismatch
-from support.kernel_cases import CASES, case, host_target, kernels_of, random_args, run_kernel
+from support.kernel_cases import CASES, case, host_target, kernels_of, random_args, run_kernel, w
 
 
 def _attention(rows: int, n: int, d: int):
@@ -21,6 +21,16 @@ def _attention(rows: int, n: int, d: int):
     m = case("Identity", {"s": [1, 2, rows, n], "v": [1, 2, n, d]})
     m.graph.node.pop()
     m.graph.node.extend([softmax, matmul])
+    return m
+
+
+def _layernorm_matmul(k: int, n: int):
+    """LayerNormalization -> MatMul with a constant [k, n] weight (a pre-LN projection)."""
+    ln = helper.make_node("LayerNormalization", ["x", "g", "b"], ["h"], axis=-1)
+    matmul = helper.make_node("MatMul", ["h", "w"], ["y"])
+    m = case("Identity", {"x": [1, 64, k]}, inits={"g": w(k), "b": w(k), "w": w(k, n)})
+    m.graph.node.pop()
+    m.graph.node.extend([ln, matmul])
     return m
 
 
@@ -35,7 +45,7 @@ def _merged(model):
     mod, _ = import_relax(loaded, {i.name: i.shape for i in inputs}, {i.name: "float32" for i in inputs})
     mod, _ = optimize_graph(mod, OptimizeSpec(level=2, passes={"global_fusion": False}))
     g = kernel_graph(mod)
-    r, c = sorted(g.calls)
+    r, c = sorted(g.calls)[-2:]
     grp = Group("attn", (r, c), (c,), c)
     return merged_kernels(outline(mod, g, [grp]), g, [grp])[0]
 
@@ -63,3 +73,23 @@ def test_not_taken_without_a_matmul_over_row_reductions(name):
         with pytest.raises(RuleMismatch):
             rules.row_region(s_tir.Schedule(func))
         assert rules.schedule(func)[1].rule != "row-region"
+
+
+def test_layer_norm_into_a_matmul_whose_weights_fit_the_cache():
+    target = host_target()
+    func = _merged(_layernorm_matmul(64, 64))                    # 16 KB of weights
+    scheduled, info = CpuRules(target).schedule(func)
+    assert info.rule == "row-region", info
+    args = random_args(func)
+    np.testing.assert_allclose(run_kernel(scheduled, target, [a.copy() for a in args]),
+                               run_kernel(func, target, [a.copy() for a in args]), rtol=1e-5, atol=1e-5)
+
+
+def test_refused_when_the_column_operand_would_be_reread_per_row_tile():
+    from tvm import s_tir
+
+    target = host_target()
+    func = _merged(_layernorm_matmul(768, 2304))                 # GPT-2's QKV weights: 7 MB
+    with pytest.raises(RuleMismatch, match="does not fit half the L2"):
+        CpuRules(target).row_region(s_tir.Schedule(func))
+    assert CpuRules(target).schedule(func)[1].rule != "row-region"
