@@ -5,8 +5,8 @@ loop: the reduction's output no longer makes a round trip through memory, and th
 runs in the matmul's parallel region.
 
 Taken only when the merged kernel gets the row-region rule and, where the target runs on this
-machine, when it is measured faster than the two kernels it replaces (Souffle refuses fusions
-that do not pay; the two are timed with the rule-based schedules).
+machine, when it is measured faster than the two kernels it replaces, each timed with the
+schedule the schedule pass will give it (Souffle refuses fusions that do not pay).
 """
 from __future__ import annotations
 
@@ -53,9 +53,16 @@ def row_regions(mod: tvm.IRModule, ctx, rules) -> tuple[tvm.IRModule, RowRegions
     g = kernel_graph(mod)
     if g is None:
         return mod, out
-    candidates = _pairs(g, rules)
     timer = _Timer(ctx) if ctx.opt.measure and can_run_here(ctx.target) else None
     out.timed = timer is not None
+    try:
+        return _merge(mod, g, _pairs(g, rules), rules, timer, out)
+    finally:
+        if timer:
+            timer.save()                 # Gensor's measurements, for the schedule pass to reuse
+
+
+def _merge(mod: tvm.IRModule, g: KernelGraph, candidates: list, rules, timer, out: RowRegions):
     for _ in range(2):                           # a second round without the refused pairs
         if not candidates:
             return mod, out
@@ -111,7 +118,7 @@ def _refusal(g: KernelGraph, r: int, c: int, func, rules, timer, out: RowRegions
         return f"no row-region schedule: {_mismatch(rules.target, func)}"
     if timer is None:
         return ""
-    fused_s, separate_s = timer.fused(func), timer.separate([g.calls[r].prim, g.calls[c].prim])
+    fused_s, separate_s = timer.compare(func, [g.calls[r].prim, g.calls[c].prim])
     if fused_s is None or separate_s is None:
         return "could not be timed"
     if fused_s >= separate_s:
@@ -122,28 +129,50 @@ def _refusal(g: KernelGraph, r: int, c: int, func, rules, timer, out: RowRegions
 
 
 class _Timer:
-    """Times rule-scheduled kernels on this machine, once per kernel structure."""
+    """Times kernels on this machine as the schedule pass will schedule them (Gensor's measured
+    choice or the rules), once per kernel structure. Each decision is recorded in the tuning
+    database, so a rebuild takes the same fusions (timings on a busy machine flip close calls)."""
 
     def __init__(self, ctx):
+        from ..schedule.database import TuningDatabase
+        from ..schedule.gensor import GensorCpu, _target_key
+        from ..schedule.hardware import cpu_hardware
         from ..schedule.rules_cpu import CpuRules
 
-        self.target, self.rules = ctx.target, CpuRules(ctx.target)
+        opt = ctx.opt
+        self.target = ctx.target
+        self.db = TuningDatabase(opt.database)
+        self.gensor = GensorCpu(ctx.target, self.db, True, opt.top_k) if opt.scheduler == "gensor" else None
+        self.rules = CpuRules(ctx.target)
+        self.target_key = f"row-region/{opt.scheduler}/" + _target_key(ctx.target, cpu_hardware(ctx.target))
         self.seen: dict[int, list] = {}
 
-    def time(self, func: tirx.PrimFunc) -> float | None:
+    def compare(self, fused: tirx.PrimFunc, parts: list[tirx.PrimFunc]) -> tuple[float | None, float | None]:
+        """(seconds of the merged kernel, seconds of the parts together), from the database when
+        this merge was timed before."""
+        from ..schedule.workload import func_key
+
+        key = func_key(fused, self.target_key)
+        rec = self.db.get(key)
+        if rec is not None:
+            return rec["fused_s"], rec["separate_s"]
+        times = [self._time(f) for f in parts]
+        result = self._time(fused), None if any(t is None for t in times) else sum(times)
+        if None not in result:
+            self.db.put(key, {"fused_s": result[0], "separate_s": result[1], "measured": True})
+        return result
+
+    def _time(self, func: tirx.PrimFunc) -> float | None:
         from ..schedule.measure import time_candidates
 
         h = tvm_ffi.structural_hash(func)
         for f, t in self.seen.get(h, []):
             if tvm_ffi.structural_equal(f, func):
                 return t
-        t = time_candidates([self.rules.schedule(func)[0]], self.target)[0]
+        scheduled = self.gensor.schedule(func)[0] if self.gensor else self.rules.schedule(func)[0]
+        t = time_candidates([scheduled], self.target)[0]
         self.seen.setdefault(h, []).append((func, t))
         return t
 
-    def fused(self, func: tirx.PrimFunc) -> float | None:
-        return self.time(func)
-
-    def separate(self, funcs: list[tirx.PrimFunc]) -> float | None:
-        times = [self.time(f) for f in funcs]
-        return None if any(t is None for t in times) else sum(times)
+    def save(self) -> None:
+        self.db.save()
