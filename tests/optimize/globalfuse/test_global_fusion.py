@@ -131,3 +131,26 @@ def test_the_input_module_is_left_alone(transformer):
     from packager.optimize.globalfuse import global_fusion
     global_fusion(alone, PassContext(target, OptimizeSpec(level=2)))
     assert alone.script() == before
+
+
+def test_row_region_decisions_come_back_from_the_tuning_database(transformer, tmp_path):
+    """The first build times the merged softmax @ V against its parts and records it; a rebuild
+    takes the recorded decision (here flipped by hand) instead of timing again."""
+    import json
+
+    spec, mod, target = transformer
+    opt = OptimizeSpec(level=2, database=tmp_path)
+    _, reports = optimize_graph(mod, opt, target)
+    rows = _report(reports, "global_fusion").details["row_regions"]
+    assert rows["taken"] == 1 and len(rows["measured"]) == 1
+    db = tmp_path / "tuning.json"
+    data = json.loads(db.read_text())
+    recs = [r for r in data["records"].values() if "fused_s" in r]
+    assert len(recs) == 1
+    for r in recs:
+        r["fused_s"], r["separate_s"] = 2.0, 1.0
+    db.write_text(json.dumps(data))
+    _, reports = optimize_graph(mod, opt, target)
+    rows = _report(reports, "global_fusion").details["row_regions"]
+    assert rows["taken"] == 0
+    assert list(rows["refused"].values()) == ["slower when measured: 2000000 vs 1000000 us"]
