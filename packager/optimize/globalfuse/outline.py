@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax, tirx
 
+from ...errors import InternalError
 from .graph import KernelGraph
 
 
@@ -32,6 +33,7 @@ def outline(mod: tvm.IRModule, g: KernelGraph, groups: list[Group]) -> tvm.IRMod
     funcs = [_outline_one(bb, g, grp) for grp in groups]
     mod = bb.get()
     absorbed = {i for grp in groups for i in grp.members}
+    _check_nothing_lost(g, groups, absorbed)
     main = g.main
     block = relax.DataflowBlock(_rebuilt_bindings(g, groups, funcs, absorbed))
     new_main = relax.Function(main.params, relax.SeqExpr([block], main.body.body), main.ret_ty,
@@ -42,6 +44,16 @@ def outline(mod: tvm.IRModule, g: KernelGraph, groups: list[Group]) -> tvm.IRMod
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(),
     ])(mod)
+
+
+def _check_nothing_lost(g: KernelGraph, groups: list[Group], absorbed: set[int]) -> None:
+    """A member that leaves main must not be read by anything outside the groups (a planner bug
+    would otherwise drop a value silently)."""
+    outputs = {i for grp in groups for i in grp.outputs}
+    for i in absorbed - outputs:
+        outside = [r for r in g.consumers[i] if r not in absorbed]
+        if outside or i in g.returned:
+            raise InternalError(f"global_fusion: {g.bindings[i].var.name} is still read outside its group")
 
 
 def _outline_one(bb: relax.BlockBuilder, g: KernelGraph, grp: Group) -> tuple[tvm.ir.GlobalVar, list]:
