@@ -11,10 +11,14 @@ from .analyze import te_summary
 from .graph import KernelGraph, kernel_graph
 from .outline import Group, merged_kernels, outline
 from .rowregion import row_regions
+from .timing import FusionTimer, fusion_timer
 from .trial import keeps_schedule, schedule_rule
 from .vertical import epilogue_plan, fold_plan, layout_kernels
 
 MAX_ROUNDS = 4
+# Folding copies into a CPU matmul's operand reads was measured slower than the copies on x86
+# (zoo attention: 12-40%); on a CPU target that cannot be timed here it is not guessed.
+CPU_UNMEASURED = "not tried: CPU target not timed here, and on x86 folds were mostly measured slower"
 
 
 def traffic(mod: tvm.IRModule) -> tuple[int, int]:
@@ -32,30 +36,41 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
     n0, bytes0 = traffic(mod)
     analysis = te_summary(g)
     rules = _RuleCache(ctx.target, ctx.opt.scheduler == "gensor")
-    refused: dict[int, str] = {}
-    for _ in range(MAX_ROUNDS):
-        groups = _groups(g, set(refused))
-        if not groups:
-            out = mod
-            break
-        out = outline(mod, g, groups)
-        failed = _trial(g, groups, out, rules)
-        if not failed:
-            break
-        refused.update(failed)
-    else:
-        out, groups = mod, []
-    out, rows = row_regions(out, ctx, rules)
-    n1, bytes1 = traffic(out)
+    timer = fusion_timer(ctx)
+    try:
+        if ctx.target.kind == "cpu" and timer is None:
+            out, groups, refused, timed = mod, [], {}, []
+            vertical_note = CPU_UNMEASURED
+        else:
+            out, groups, refused, timed = _vertical(mod, g, rules, timer)
+            vertical_note = ""
+        out, rows = row_regions(out, ctx, rules, timer)
+    finally:
+        if timer:
+            timer.save()              # decisions and Gensor's measurements, for rebuilds and the schedule pass
+    horizontal = ctx.notes.get("horizontal", {"groups": 0, "matmuls": 0})
+    report = _report(g, (n0, bytes0), traffic(out), groups, refused, timed, rows, analysis, horizontal)
+    if vertical_note:
+        report.summary = report.summary.replace("layout copies folded:", f"layout copies folded ({vertical_note}):")
+        report.details["layout_note"] = vertical_note
+    return out, report
+
+
+def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], groups: list[Group],
+            refused: dict[int, str], timed: list[dict], rows, analysis, horizontal: dict) -> PassReport:
+    (n0, bytes0), (n1, bytes1) = before, after
     layout = layout_kernels(g)
     folded = {i for grp in groups for i in grp.members if i in layout}
-    left = len(layout - folded)
     pro = sum(1 for grp in groups if grp.anchor in grp.outputs)
-    horizontal = ctx.notes.get("horizontal", {"groups": 0, "matmuls": 0})
+    measured = ""
+    if timed:
+        gain = sum(t["separate_us"] for t in timed) / max(sum(t["fused_us"] for t in timed), 1e-9)
+        measured = f", {len(timed)} merged kernels {gain:.2f}x faster than their parts, measured"
     summary = (f"kernels after FuseOps {n0} -> {n1}, est. DRAM {bytes0 / 1e6:.2f} -> {bytes1 / 1e6:.2f} MB; "
                f"sibling matmuls combined: {horizontal['matmuls']} -> {horizontal['groups']}; "
                f"layout copies folded: {len(folded)} of {len(layout)} (into {pro} reader and "
-               f"{len(groups) - pro} producer kernels; {left} left); {rows.line()}; {analysis.line()}")
+               f"{len(groups) - pro} producer kernels{measured}; {len(layout - folded)} left); {rows.line()}; "
+               f"{analysis.line()}")
     reasons = sorted(set(refused.values()) | set(rows.refused.values()))
     if reasons:
         summary += f"; refused {len(refused) + len(rows.refused)} (" + "; ".join(reasons)[:300] + ")"
@@ -63,8 +78,49 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
                "layout_kernels": len(layout), "layout_folded": len(folded), "horizontal": horizontal,
                "groups": [{"kernel": grp.name, "members": [_label(g, i) for i in grp.members]} for grp in groups],
                "refused": {_label(g, i): why for i, why in refused.items()}, "analysis": analysis.as_dict(),
+               "measured": timed,
                "row_regions": {"taken": rows.taken, "refused": rows.refused, "measured": rows.measured}}
-    return out, PassReport("global_fusion", "applied", summary, details)
+    return PassReport("global_fusion", "applied", summary, details)
+
+
+def _vertical(mod: tvm.IRModule, g: KernelGraph, rules: "_RuleCache", timer: FusionTimer | None):
+    """Fold layout copies, round by round without the groups refused in the last round (a
+    refused reader leaves its copies to the others or to the producer's store)."""
+    refused: dict[int, str] = {}
+    timed: list[dict] = []
+    for _ in range(MAX_ROUNDS):
+        groups = _groups(g, set(refused))
+        if not groups:
+            return mod, [], refused, timed
+        out = outline(mod, g, groups)
+        merged = merged_kernels(out, g, groups)
+        failed = _trial(g, groups, merged, rules)
+        if timer and not failed:
+            failed = _measure(g, groups, merged, timer, timed)
+        if not failed:
+            return out, groups, refused, timed
+        refused.update(failed)
+        timed.clear()
+    return mod, [], refused, []
+
+
+def _measure(g: KernelGraph, groups: list[Group], merged: list, timer: FusionTimer, timed: list) -> dict[int, str]:
+    """Groups measured slower than the kernels they replace (a copy shared by k readers counts
+    1/k of its time for each): anchor -> why."""
+    failed = {}
+    for grp, func in zip(groups, merged):
+        parts = [(g.calls[i].prim, 1.0 if i == grp.anchor else 1.0 / max(len(g.consumers[i]), 1))
+                 for i in grp.members if i in g.calls]
+        fused_s, separate_s = timer.compare(func, parts)
+        if fused_s is None or separate_s is None:
+            failed[grp.anchor] = f"{g.calls[grp.anchor].name}: could not be timed"
+        elif fused_s >= separate_s:
+            failed[grp.anchor] = (f"{g.calls[grp.anchor].name} with its copies slower when measured: "
+                                  f"{fused_s * 1e6:.0f} vs {separate_s * 1e6:.0f} us")
+        else:
+            timed.append({"kernel": grp.name, "fused_us": round(fused_s * 1e6, 1),
+                          "separate_us": round(separate_s * 1e6, 1)})
+    return failed
 
 
 def _groups(g: KernelGraph, refused: set[int]) -> list[Group]:
@@ -92,10 +148,9 @@ def _label(g: KernelGraph, i: int) -> str:
     return f"{g.bindings[i].var.name}={g.calls[i].name}" if i in g.calls else g.bindings[i].var.name
 
 
-def _trial(g: KernelGraph, groups: list[Group], out: tvm.IRModule, rules: "_RuleCache") -> dict[int, str]:
+def _trial(g: KernelGraph, groups: list[Group], merged: list, rules: "_RuleCache") -> dict[int, str]:
     """Groups whose merged kernel lost the schedule the grown kernel had: anchor -> why."""
     failed = {}
-    merged = merged_kernels(out, g, groups)
     for grp, func in zip(groups, merged):
         if func is None:
             failed[grp.anchor] = f"{grp.name}: not merged by FuseTIR"

@@ -13,12 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 
-from ...targets import can_run_here
 from .graph import KernelGraph, kernel_graph
 from .outline import Group, merged_kernels, outline
+from .timing import FusionTimer
 
 REDUCTION_RULES = ("row-reduction",)
 MATMUL_RULES = ("tiled-reduction",)
@@ -44,7 +43,7 @@ class RowRegions:
         return text
 
 
-def row_regions(mod: tvm.IRModule, ctx, rules) -> tuple[tvm.IRModule, RowRegions]:
+def row_regions(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None) -> tuple[tvm.IRModule, RowRegions]:
     """Merge each (row reduction, its only reader: a matmul) pair that schedules and pays."""
     out = RowRegions()
     if ctx.target.kind != "cpu":
@@ -53,13 +52,8 @@ def row_regions(mod: tvm.IRModule, ctx, rules) -> tuple[tvm.IRModule, RowRegions
     g = kernel_graph(mod)
     if g is None:
         return mod, out
-    timer = _Timer(ctx) if ctx.opt.measure and can_run_here(ctx.target) else None
     out.timed = timer is not None
-    try:
-        return _merge(mod, g, _pairs(g, rules), rules, timer, out)
-    finally:
-        if timer:
-            timer.save()                 # Gensor's measurements, for the schedule pass to reuse
+    return _merge(mod, g, _pairs(g, rules), rules, timer, out)
 
 
 def _merge(mod: tvm.IRModule, g: KernelGraph, candidates: list, rules, timer, out: RowRegions):
@@ -118,7 +112,7 @@ def _refusal(g: KernelGraph, r: int, c: int, func, rules, timer, out: RowRegions
         return f"no row-region schedule: {_mismatch(rules.target, func)}"
     if timer is None:
         return ""
-    fused_s, separate_s = timer.compare(func, [g.calls[r].prim, g.calls[c].prim])
+    fused_s, separate_s = timer.compare(func, [(g.calls[r].prim, 1.0), (g.calls[c].prim, 1.0)])
     if fused_s is None or separate_s is None:
         return "could not be timed"
     if fused_s >= separate_s:
@@ -126,53 +120,3 @@ def _refusal(g: KernelGraph, r: int, c: int, func, rules, timer, out: RowRegions
     out.measured.append({"kernel": g.calls[c].name, "fused_us": round(fused_s * 1e6, 1),
                          "separate_us": round(separate_s * 1e6, 1)})
     return ""
-
-
-class _Timer:
-    """Times kernels on this machine as the schedule pass will schedule them (Gensor's measured
-    choice or the rules), once per kernel structure. Each decision is recorded in the tuning
-    database, so a rebuild takes the same fusions (timings on a busy machine flip close calls)."""
-
-    def __init__(self, ctx):
-        from ..schedule.database import TuningDatabase
-        from ..schedule.gensor import GensorCpu, _target_key
-        from ..schedule.hardware import cpu_hardware
-        from ..schedule.rules_cpu import CpuRules
-
-        opt = ctx.opt
-        self.target = ctx.target
-        self.db = TuningDatabase(opt.database)
-        self.gensor = GensorCpu(ctx.target, self.db, True, opt.top_k) if opt.scheduler == "gensor" else None
-        self.rules = CpuRules(ctx.target)
-        self.target_key = f"row-region/{opt.scheduler}/" + _target_key(ctx.target, cpu_hardware(ctx.target))
-        self.seen: dict[int, list] = {}
-
-    def compare(self, fused: tirx.PrimFunc, parts: list[tirx.PrimFunc]) -> tuple[float | None, float | None]:
-        """(seconds of the merged kernel, seconds of the parts together), from the database when
-        this merge was timed before."""
-        from ..schedule.workload import func_key
-
-        key = func_key(fused, self.target_key)
-        rec = self.db.get(key)
-        if rec is not None:
-            return rec["fused_s"], rec["separate_s"]
-        times = [self._time(f) for f in parts]
-        result = self._time(fused), None if any(t is None for t in times) else sum(times)
-        if None not in result:
-            self.db.put(key, {"fused_s": result[0], "separate_s": result[1], "measured": True})
-        return result
-
-    def _time(self, func: tirx.PrimFunc) -> float | None:
-        from ..schedule.measure import time_candidates
-
-        h = tvm_ffi.structural_hash(func)
-        for f, t in self.seen.get(h, []):
-            if tvm_ffi.structural_equal(f, func):
-                return t
-        scheduled = self.gensor.schedule(func)[0] if self.gensor else self.rules.schedule(func)[0]
-        t = time_candidates([scheduled], self.target)[0]
-        self.seen.setdefault(h, []).append((func, t))
-        return t
-
-    def save(self) -> None:
-        self.db.save()

@@ -1,0 +1,67 @@
+"""Timing a merged kernel against the kernels it replaces, on this machine (Souffle refuses a
+fusion that does not pay). Each side is scheduled as the schedule pass will schedule it."""
+from __future__ import annotations
+
+import tvm_ffi
+from tvm import tirx
+
+from ...targets import can_run_here
+
+
+def fusion_timer(ctx) -> "FusionTimer | None":
+    """A timer when the target runs here and the spec lets builds measure, else None."""
+    if ctx.target.kind != "cpu" or not ctx.opt.measure or not can_run_here(ctx.target):
+        return None
+    return FusionTimer(ctx)
+
+
+class FusionTimer:
+    """Times kernels on this machine as the schedule pass will schedule them (Gensor's measured
+    choice or the rules), once per kernel structure. Each decision is recorded in the tuning
+    database, so a rebuild takes the same fusions (timings on a busy machine flip close calls)."""
+
+    def __init__(self, ctx):
+        from ..schedule.database import TuningDatabase
+        from ..schedule.gensor import GensorCpu, _target_key
+        from ..schedule.hardware import cpu_hardware
+        from ..schedule.rules_cpu import CpuRules
+
+        opt = ctx.opt
+        self.target = ctx.target
+        self.db = TuningDatabase(opt.database)
+        self.gensor = GensorCpu(ctx.target, self.db, True, opt.top_k) if opt.scheduler == "gensor" else None
+        self.rules = CpuRules(ctx.target)
+        self.target_key = f"global-fusion/{opt.scheduler}/" + _target_key(ctx.target, cpu_hardware(ctx.target))
+        self.seen: dict[int, list] = {}
+
+    def compare(self, fused: tirx.PrimFunc, parts: list[tuple[tirx.PrimFunc, float]]) -> tuple[float | None, float | None]:
+        """(seconds of the merged kernel, seconds of the parts together: each part's time x its
+        weight, e.g. 1/readers for a copy the merged kernel shares with other readers), from the
+        database when this merge was timed before."""
+        from ..schedule.workload import func_key
+
+        key = func_key(fused, self.target_key)
+        rec = self.db.get(key)
+        if rec is not None:
+            return rec["fused_s"], rec["separate_s"]
+        times = [self._time(f) for f, _ in parts]
+        separate = None if any(t is None for t in times) else sum(t * w for t, (_, w) in zip(times, parts))
+        result = self._time(fused), separate
+        if None not in result:
+            self.db.put(key, {"fused_s": result[0], "separate_s": result[1], "measured": True})
+        return result
+
+    def _time(self, func: tirx.PrimFunc) -> float | None:
+        from ..schedule.measure import time_candidates
+
+        h = tvm_ffi.structural_hash(func)
+        for f, t in self.seen.get(h, []):
+            if tvm_ffi.structural_equal(f, func):
+                return t
+        scheduled = self.gensor.schedule(func)[0] if self.gensor else self.rules.schedule(func)[0]
+        t = time_candidates([scheduled], self.target)[0]
+        self.seen.setdefault(h, []).append((func, t))
+        return t
+
+    def save(self) -> None:
+        self.db.save()
