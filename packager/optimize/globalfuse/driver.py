@@ -57,7 +57,7 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
 
 
 def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], groups: list[Group],
-            refused: dict[int, str], timed: list[dict], rows, analysis, horizontal: dict) -> PassReport:
+            refused: dict[tuple[str, int], str], timed: list[dict], rows, analysis, horizontal: dict) -> PassReport:
     (n0, bytes0), (n1, bytes1) = before, after
     layout = layout_kernels(g)
     folded = {i for grp in groups for i in grp.members if i in layout}
@@ -77,7 +77,8 @@ def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], gro
     details = {"kernels_before": n0, "kernels_after": n1, "dram_bytes_before": bytes0, "dram_bytes_after": bytes1,
                "layout_kernels": len(layout), "layout_folded": len(folded), "horizontal": horizontal,
                "groups": [{"kernel": grp.name, "members": [_label(g, i) for i in grp.members]} for grp in groups],
-               "refused": {_label(g, i): why for i, why in refused.items()}, "analysis": analysis.as_dict(),
+               "refused": {f"{_label(g, i)} ({kind})": why for (kind, i), why in refused.items()},
+               "analysis": analysis.as_dict(),
                "measured": timed,
                "row_regions": {"taken": rows.taken, "refused": rows.refused, "measured": rows.measured}}
     return PassReport("global_fusion", "applied", summary, details)
@@ -86,7 +87,7 @@ def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], gro
 def _vertical(mod: tvm.IRModule, g: KernelGraph, rules: "_RuleCache", timer: FusionTimer | None):
     """Fold layout copies, round by round without the groups refused in the last round (a
     refused reader leaves its copies to the others or to the producer's store)."""
-    refused: dict[int, str] = {}
+    refused: dict[tuple[str, int], str] = {}
     timed: list[dict] = []
     for _ in range(MAX_ROUNDS):
         groups = _groups(g, set(refused))
@@ -106,29 +107,36 @@ def _vertical(mod: tvm.IRModule, g: KernelGraph, rules: "_RuleCache", timer: Fus
 
 def _measure(g: KernelGraph, groups: list[Group], merged: list, timer: FusionTimer, timed: list) -> dict[int, str]:
     """Groups measured slower than the kernels they replace (a copy shared by k readers counts
-    1/k of its time for each): anchor -> why."""
+    1/k of its time for each): (kind, anchor) -> why."""
     failed = {}
     for grp, func in zip(groups, merged):
         parts = [(g.calls[i].prim, 1.0 if i == grp.anchor else 1.0 / max(len(g.consumers[i]), 1))
                  for i in grp.members if i in g.calls]
         fused_s, separate_s = timer.compare(func, parts)
+        key = (_kind(grp), grp.anchor)
         if fused_s is None or separate_s is None:
-            failed[grp.anchor] = f"{g.calls[grp.anchor].name}: could not be timed"
+            failed[key] = f"{g.calls[grp.anchor].name}: could not be timed"
         elif fused_s >= separate_s:
-            failed[grp.anchor] = (f"{g.calls[grp.anchor].name} with its copies slower when measured: "
-                                  f"{fused_s * 1e6:.0f} vs {separate_s * 1e6:.0f} us")
+            failed[key] = (f"{g.calls[grp.anchor].name} with copies folded {_kind(grp)} slower when measured: "
+                           f"{fused_s * 1e6:.0f} vs {separate_s * 1e6:.0f} us")
         else:
             timed.append({"kernel": grp.name, "fused_us": round(fused_s * 1e6, 1),
                           "separate_us": round(separate_s * 1e6, 1)})
     return failed
 
 
-def _groups(g: KernelGraph, refused: set[int]) -> list[Group]:
-    plan = fold_plan(g, refused)
+def _kind(grp: Group) -> str:
+    return "into reader" if grp.anchor in grp.outputs else "into producer"
+
+
+def _groups(g: KernelGraph, refused: set[tuple[str, int]]) -> list[Group]:
+    """Copies folded into their readers; copies left over, into their producer's store. A
+    kernel refused as a reader may still take its output copy as a producer."""
+    plan = fold_plan(g, {i for kind, i in refused if kind == "into reader"})
     folded = {i for chain in plan.values() for i in chain}
     groups = [Group(_name(g, [*chain, host]), (*chain, host), (host,), host) for host, chain in plan.items()]
     for producer, outs in epilogue_plan(g, folded).items():
-        if producer in refused or producer in plan:
+        if ("into producer", producer) in refused or producer in plan:
             continue
         groups.append(Group(_name(g, [producer, *outs]), (producer, *outs), tuple(outs), producer))
     names: dict[str, int] = {}
@@ -149,15 +157,15 @@ def _label(g: KernelGraph, i: int) -> str:
 
 
 def _trial(g: KernelGraph, groups: list[Group], merged: list, rules: "_RuleCache") -> dict[int, str]:
-    """Groups whose merged kernel lost the schedule the grown kernel had: anchor -> why."""
+    """Groups whose merged kernel lost the schedule the grown kernel had: (kind, anchor) -> why."""
     failed = {}
     for grp, func in zip(groups, merged):
         if func is None:
-            failed[grp.anchor] = f"{grp.name}: not merged by FuseTIR"
+            failed[_kind(grp), grp.anchor] = f"{grp.name}: not merged by FuseTIR"
             continue
         before, after = rules.rule(g.calls[grp.anchor].prim), rules.rule(func)
         if not keeps_schedule(before, after):
-            failed[grp.anchor] = f"{g.calls[grp.anchor].name}: {before} -> {after} when fused"
+            failed[_kind(grp), grp.anchor] = f"{g.calls[grp.anchor].name} ({_kind(grp)}): {before} -> {after} when fused"
     return failed
 
 
