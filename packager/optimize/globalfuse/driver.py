@@ -48,7 +48,7 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
     finally:
         if timer:
             timer.save()              # decisions and Gensor's measurements, for rebuilds and the schedule pass
-    horizontal = ctx.notes.get("horizontal", {"groups": 0, "matmuls": 0})
+    horizontal = ctx.notes.get("horizontal", {"groups": 0, "matmuls": 0, "conv_groups_left": 0})
     report = _report(g, (n0, bytes0), traffic(out), groups, refused, timed, rows, analysis, horizontal)
     if vertical_note:
         report.summary = report.summary.replace("layout copies folded:", f"layout copies folded ({vertical_note}):")
@@ -67,7 +67,7 @@ def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], gro
         gain = sum(t["separate_us"] for t in timed) / max(sum(t["fused_us"] for t in timed), 1e-9)
         measured = f", {len(timed)} merged kernels {gain:.2f}x faster than their parts, measured"
     summary = (f"kernels after FuseOps {n0} -> {n1}, est. DRAM {bytes0 / 1e6:.2f} -> {bytes1 / 1e6:.2f} MB; "
-               f"sibling matmuls combined: {horizontal['matmuls']} -> {horizontal['groups']}; "
+               f"sibling matmuls combined: {horizontal['matmuls']} -> {horizontal['groups']}{_convs_left(horizontal)}; "
                f"layout copies folded: {len(folded)} of {len(layout)} (into {pro} reader and "
                f"{len(groups) - pro} producer kernels{measured}; {len(layout - folded)} left); {rows.line()}; "
                f"{analysis.line()}")
@@ -82,6 +82,11 @@ def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], gro
                "measured": timed,
                "row_regions": {"taken": rows.taken, "refused": rows.refused, "measured": rows.measured}}
     return PassReport("global_fusion", "applied", summary, details)
+
+
+def _convs_left(horizontal: dict) -> str:
+    n = horizontal.get("conv_groups_left", 0)
+    return f" ({n} sibling conv group(s) left apart: TVM 0.27 has no CombineParallelConv2D)" if n else ""
 
 
 def _vertical(mod: tvm.IRModule, g: KernelGraph, rules: "_RuleCache", timer: FusionTimer | None):

@@ -19,7 +19,7 @@ MAX_COMBINED_N = 16384        # beyond this the combined weight stops fitting an
 
 def combine_siblings(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, None]:
     """Returns the module with sibling matmuls combined; leaves what it did in ctx.notes."""
-    ctx.notes["horizontal"] = {"groups": 0, "matmuls": 0}
+    ctx.notes["horizontal"] = {"groups": 0, "matmuls": 0, "conv_groups_left": _sibling_convs(mod["main"])}
     lifted, main = _lift_weights(mod["main"])
     if lifted is None:
         return mod, None
@@ -43,8 +43,20 @@ def combine_siblings(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, None]:
         relax.transform.CanonicalizeBindings(),
         relax.transform.DeadCodeElimination(),
     ])(mod)
-    ctx.notes["horizontal"] = {"groups": len(taken), "matmuls": sum(taken)}
+    ctx.notes["horizontal"].update(groups=len(taken), matmuls=sum(taken))
     return mod, None
+
+
+def _sibling_convs(main: relax.Function) -> int:
+    """Groups of two or more convs reading one tensor (Inception branches, a ResNet block's 1x1
+    and downsample): reported as left apart."""
+    readers: dict = {}
+    body = main.body
+    for block in getattr(body, "blocks", []):
+        for b in block.bindings:
+            if _op(b.value) == "relax.nn.conv2d":
+                readers[b.value.args[0]] = readers.get(b.value.args[0], 0) + 1
+    return sum(1 for n in readers.values() if n >= 2)
 
 
 def _lift_weights(main: relax.Function) -> tuple[dict | None, relax.Function]:

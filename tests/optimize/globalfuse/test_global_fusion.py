@@ -58,7 +58,7 @@ def test_layout_copies_fold_and_qkv_combine_on_a_gpu_target(transformer, h100):
     n_fused = len(kernel_graph(fused).calls)
     assert n_alone == 15 and n_fused <= 0.6 * n_alone, gf.summary
     assert gf.details["kernels_after"] == n_fused
-    assert gf.details["horizontal"] == {"groups": 1, "matmuls": 3}
+    assert gf.details["horizontal"] == {"groups": 1, "matmuls": 3, "conv_groups_left": 0}
     assert layout_kernels(kernel_graph(fused)) == set()            # no copy kernel left
     assert gf.details["dram_bytes_after"] < gf.details["dram_bytes_before"]
     assert "sibling matmuls combined: 3 -> 1" in gf.summary
@@ -113,7 +113,7 @@ def test_combined_weight_is_the_concatenation(transformer):
     weights = _weights_read_by_matmuls_of_tokens(combined)
     assert len(originals) == 3 and len(weights) == 1
     np.testing.assert_array_equal(weights[0], np.concatenate(originals, axis=1))
-    assert ctx.notes["horizontal"] == {"groups": 1, "matmuls": 3}
+    assert ctx.notes["horizontal"] == {"groups": 1, "matmuls": 3, "conv_groups_left": 0}
 
 
 def test_layout_only_means_a_plain_copy():
@@ -181,3 +181,23 @@ def test_row_region_decisions_come_back_from_the_tuning_database(transformer, tm
     assert flipped["taken"] == 1 - rows["taken"]
     if rows["taken"]:
         assert list(flipped["refused"].values()) == ["slower when measured: 2000000 vs 1000000 us"]
+
+
+def test_sibling_convs_are_reported_as_left_apart():
+    """Two 1x1 convs reading one tensor (Inception branches): not combined (TVM 0.27 has no
+    CombineParallelConv2D), and the report says so."""
+    from onnx import helper
+
+    from packager.frontend import LoadedModel, TensorInfo
+    from support.kernel_cases import case, w
+
+    m = case("Conv", {"x": [1, 8, 6, 6]}, {}, {"w1": w(4, 8, 1, 1)})
+    m.graph.node.extend([helper.make_node("Conv", ["x", "w2"], ["y2"]), helper.make_node("Add", ["y", "y2"], ["z"])])
+    m.graph.initializer.append(helper.make_tensor("w2", 1, [4, 8, 1, 1], w(4, 8, 1, 1).ravel().tolist()))
+    m.graph.output[0].name = "z"
+    inputs = [TensorInfo("x", "float32", (1, 8, 6, 6))]
+    mod, _ = import_relax(LoadedModel(None, m, 17, inputs, [TensorInfo("z", "float32", ())]),
+                          {"x": (1, 8, 6, 6)}, {"x": "float32"})
+    ctx = PassContext(None, OptimizeSpec(level=2))
+    combine_siblings(simplify(mod)[0], ctx)
+    assert ctx.notes["horizontal"]["conv_groups_left"] == 1
