@@ -21,8 +21,9 @@ def zoo(tmp_path_factory):
     return tmp_path_factory.mktemp("zoo")
 
 
-@pytest.mark.parametrize("name", ["resnet18", "resnet50", "mobilenet_v2", "bert_base", "gpt2_small", "vit_tiny",
-                                  "bert_hf"])
+# bert_hf (BERT-base size in Hugging Face's layout) is left to `pack bench`: CI is at its 40-minute
+# budget, and bert_hf_mini below covers the layout on x86-64 and arm64.
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "mobilenet_v2", "bert_base", "gpt2_small", "vit_tiny"])
 def test_zoo_model_builds_and_verifies(zoo, name):
     r = subprocess.run([sys.executable, str(REPO / "samples" / "zoo" / "make_zoo.py"), name, "--out", str(zoo)],
                        capture_output=True, text=True)
