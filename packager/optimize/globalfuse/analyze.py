@@ -70,7 +70,15 @@ def _blocks(func: tirx.PrimFunc) -> list:
 
 
 def is_copy(blk) -> bool:
-    return isinstance(blk.body.value, TensorLoad)
+    """The block stores one plain load: a copy with an index map (a gather, whose indices load
+    data, is not one)."""
+    body = blk.body
+    if not isinstance(body, tirx.BufferStore) or not isinstance(body.value, TensorLoad):
+        return False
+    found: list = []
+    for e in body.value.indices:
+        tvm_ffi.structural_walk(e, (TensorLoad, found.append), order="post")
+    return not found
 
 
 def intensity(blk) -> float:

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
-from tvm import tirx
 
 from ..base import PassReport
 from ..kernel_cost import kernel_cost
@@ -12,7 +10,7 @@ from .graph import KernelGraph, kernel_graph
 from .outline import Group, merged_kernels, outline
 from .rowregion import row_regions
 from .timing import FusionTimer, fusion_timer
-from .trial import keeps_schedule, schedule_rule
+from .trial import TrialRules, keeps_schedule
 from .vertical import epilogue_plan, fold_plan, layout_kernels
 
 MAX_ROUNDS = 4
@@ -35,7 +33,7 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
         return mod, PassReport("global_fusion", "applied", "nothing to plan: main is not one data-flow block")
     n0, bytes0 = traffic(mod)
     analysis = te_summary(g)
-    rules = _RuleCache(ctx.target, ctx.opt.scheduler == "gensor")
+    rules = TrialRules(ctx.target, ctx.opt.scheduler == "gensor")
     timer = fusion_timer(ctx)
     try:
         if ctx.target.kind == "cpu" and timer is None:
@@ -89,7 +87,7 @@ def _convs_left(horizontal: dict) -> str:
     return f" ({n} sibling conv group(s) left apart: TVM 0.27 has no CombineParallelConv2D)" if n else ""
 
 
-def _vertical(mod: tvm.IRModule, g: KernelGraph, rules: "_RuleCache", timer: FusionTimer | None):
+def _vertical(mod: tvm.IRModule, g: KernelGraph, rules: TrialRules, timer: FusionTimer | None):
     """Fold layout copies, round by round without the groups refused in the last round (a
     refused reader leaves its copies to the others or to the producer's store)."""
     refused: dict[tuple[str, int], str] = {}
@@ -161,7 +159,7 @@ def _label(g: KernelGraph, i: int) -> str:
     return f"{g.bindings[i].var.name}={g.calls[i].name}" if i in g.calls else g.bindings[i].var.name
 
 
-def _trial(g: KernelGraph, groups: list[Group], merged: list, rules: "_RuleCache") -> dict[int, str]:
+def _trial(g: KernelGraph, groups: list[Group], merged: list, rules: TrialRules) -> dict[int, str]:
     """Groups whose merged kernel lost the schedule the grown kernel had: (kind, anchor) -> why."""
     failed = {}
     for grp, func in zip(groups, merged):
@@ -172,20 +170,3 @@ def _trial(g: KernelGraph, groups: list[Group], merged: list, rules: "_RuleCache
         if not keeps_schedule(before, after):
             failed[_kind(grp), grp.anchor] = f"{g.calls[grp.anchor].name} ({_kind(grp)}): {before} -> {after} when fused"
     return failed
-
-
-class _RuleCache:
-    """Trial-schedule results by kernel structure (a model's layers repeat the same kernels)."""
-
-    def __init__(self, target, gensor: bool):
-        self.target, self.gensor = target, gensor
-        self.seen: dict[int, list] = {}
-
-    def rule(self, func: tirx.PrimFunc) -> str:
-        h = tvm_ffi.structural_hash(func)
-        for f, r in self.seen.get(h, []):
-            if tvm_ffi.structural_equal(f, func):
-                return r
-        r = schedule_rule(func, self.target, self.gensor)
-        self.seen.setdefault(h, []).append((func, r))
-        return r

@@ -2,10 +2,10 @@
 fusion that does not pay). Each side is scheduled as the schedule pass will schedule it."""
 from __future__ import annotations
 
-import tvm_ffi
 from tvm import tirx
 
 from ...targets import can_run_here
+from .trial import StructMemo
 
 
 def fusion_timer(ctx) -> "FusionTimer | None":
@@ -32,7 +32,7 @@ class FusionTimer:
         self.gensor = GensorCpu(ctx.target, self.db, True, opt.top_k) if opt.scheduler == "gensor" else None
         self.rules = CpuRules(ctx.target)
         self.target_key = f"global-fusion/{opt.scheduler}/" + _target_key(ctx.target, cpu_hardware(ctx.target))
-        self.seen: dict[int, list] = {}
+        self.memo = StructMemo()
 
     def compare(self, fused: tirx.PrimFunc, parts: list[tuple[tirx.PrimFunc, float]]) -> tuple[float | None, float | None]:
         """(seconds of the merged kernel, seconds of the parts together: each part's time x its
@@ -52,16 +52,13 @@ class FusionTimer:
         return result
 
     def _time(self, func: tirx.PrimFunc) -> float | None:
+        return self.memo.get(func, self._measure)
+
+    def _measure(self, func: tirx.PrimFunc) -> float | None:
         from ..schedule.measure import time_candidates
 
-        h = tvm_ffi.structural_hash(func)
-        for f, t in self.seen.get(h, []):
-            if tvm_ffi.structural_equal(f, func):
-                return t
         scheduled = self.gensor.schedule(func)[0] if self.gensor else self.rules.schedule(func)[0]
-        t = time_candidates([scheduled], self.target)[0]
-        self.seen.setdefault(h, []).append((func, t))
-        return t
+        return time_candidates([scheduled], self.target)[0]
 
     def save(self) -> None:
         self.db.save()

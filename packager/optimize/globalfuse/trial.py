@@ -2,7 +2,10 @@
 schedules it as well as the kernel it grows (the same rule, never a fallback)."""
 from __future__ import annotations
 
+from typing import Callable
+
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from ...targets import Target
@@ -10,31 +13,58 @@ from ...targets import Target
 WEAK_RULES = {"naive", "fallback", "none"}
 
 
-def schedule_rule(func: tirx.PrimFunc, target: Target, gensor: bool = True) -> str:
-    """The rule the target's scheduler gives `func` ("none" when nothing fits). On the CPU the
+class StructMemo:
+    """Results per kernel structure (a model's layers repeat the same kernels)."""
+
+    def __init__(self):
+        self.seen: dict[int, list] = {}
+
+    def get(self, func: tirx.PrimFunc, compute: Callable[[tirx.PrimFunc], object]):
+        h = tvm_ffi.structural_hash(func)
+        for f, value in self.seen.get(h, []):
+            if tvm_ffi.structural_equal(f, func):
+                return value
+        value = compute(func)
+        self.seen.setdefault(h, []).append((func, value))
+        return value
+
+
+class TrialRules:
+    """The rule the target's scheduler gives a kernel ("none" when nothing fits). On the CPU the
     rules decide (Gensor takes only kernels the tiled rule fits); on a GPU Gensor's construction
-    comes first, as in the schedule pass."""
-    if target.kind == "cuda":
-        return _gpu_rule(func, target, gensor)
-    from ..schedule.rules_cpu import CpuRules
+    comes first, as in the schedule pass. The schedulers are built once per pass run."""
 
-    return CpuRules(target).schedule(func)[1].rule
+    def __init__(self, target: Target, gensor: bool = True):
+        self.target = target
+        self.memo = StructMemo()
+        if target.kind == "cuda":
+            from ..schedule.database import TuningDatabase
+            from ..schedule.gensor_gpu import GensorGpu
 
+            self.tvm_target = tvm.target.Target(target.tvm_target())
+            self.gensor_gpu = GensorGpu(target, TuningDatabase()) if gensor else None
+        else:
+            from ..schedule.rules_cpu import CpuRules
 
-def _gpu_rule(func: tirx.PrimFunc, target: Target, gensor: bool) -> str:
-    from ...errors import UserError
-    from ..schedule.database import TuningDatabase
-    from ..schedule.gensor_gpu import GensorGpu
-    from ..schedule.rules_gpu import _rules, _schedule_one
+            self.cpu_rules = CpuRules(target)
 
-    tvm_target = tvm.target.Target(target.tvm_target())
-    with tvm_target:
-        if gensor and GensorGpu(target, TuningDatabase()).schedule(func) is not None:
-            return "gensor"
-        try:
-            return _schedule_one("trial", func.with_attr("target", tvm_target), tvm_target, _rules())[1]
-        except UserError:
-            return "none"
+    def rule(self, func: tirx.PrimFunc) -> str:
+        return self.memo.get(func, self._gpu_rule if self.target.kind == "cuda" else self._cpu_rule)
+
+    def _cpu_rule(self, func: tirx.PrimFunc) -> str:
+        return self.cpu_rules.schedule(func)[1].rule
+
+    def _gpu_rule(self, func: tirx.PrimFunc) -> str:
+        from ...errors import UserError
+        from ..schedule.rules_gpu import _rules, _schedule_one
+
+        with self.tvm_target:
+            if self.gensor_gpu is not None and self.gensor_gpu.schedule(func) is not None:
+                return "gensor"
+            try:
+                return _schedule_one("trial", func.with_attr("target", self.tvm_target), self.tvm_target, _rules())[1]
+            except UserError:
+                return "none"
 
 
 def keeps_schedule(before: str, after: str) -> bool:

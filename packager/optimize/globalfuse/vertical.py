@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import tvm_ffi
 from tvm import relax, s_tir, tirx
-from tvm.ir.expr import TensorLoad
 
+from .analyze import is_copy
 from .graph import KernelGraph
 
 
@@ -26,18 +26,9 @@ def is_layout_only(func: tirx.PrimFunc) -> bool:
     for b in real:
         if b.init is not None or any(iv.iter_type != tirx.IterVar.DataPar for iv in b.iter_vars):
             return False
-        if not isinstance(b.body, tirx.BufferStore) or not isinstance(b.body.value, TensorLoad):
-            return False
-        if _has_load(b.body.value.indices):               # a gather (take): data-dependent, not a layout
+        if not is_copy(b):
             return False
     return True
-
-
-def _has_load(indices) -> bool:
-    found: list = []
-    for e in indices:
-        tvm_ffi.structural_walk(e, (TensorLoad, found.append), order="post")
-    return bool(found)
 
 
 def layout_kernels(g: KernelGraph) -> set[int]:
