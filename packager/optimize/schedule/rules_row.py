@@ -52,7 +52,10 @@ def row_region(rules, sch: s_tir.Schedule) -> KernelSchedule:
     vec_ext, row_ext = loop_extent(sch, vec_loop), loop_extent(sch, row_loop)
     vfac = vector_factor(vec_ext, lanes)
     nvec = max(1, -(-vfac // lanes))
-    rfac = best_factor(row_ext, max(1, (rules.registers - 4 - nvec) // nvec))
+    want = max(1, (rules.registers - 4 - nvec) // nvec)
+    rfac = best_factor(row_ext, want)
+    if 2 * rfac <= want < row_ext:     # awkward rows (ViT's 197): whole tiles and a predicated last one
+        rfac = want
     row_o, row_i = sch.split(row_loop, [None, rfac])
     vec_o, vec_i = sch.split(vec_loop, [None, vfac])
     outer = [lp for _, lp in spatial[:-2]] + [row_o]
