@@ -27,7 +27,8 @@ from tvm import s_tir, tirx
 from ...targets import Target
 from ..base import PassReport
 from .tir_util import (PARALLEL_MIN_COPY, PARALLEL_MIN_WORK, Anchor, KernelSchedule, RuleMismatch, best_factor,
-                       free_vars, has_if_then_else, is_reduction, loop_extent, split_last_axis, vector_factor)
+                       free_vars, has_if_then_else, index_period, is_reduction, loop_extent, split_last_axis,
+                       vector_factor)
 
 class CpuRules:
     """Applies the rules above for one CPU target."""
@@ -198,7 +199,7 @@ class CpuRules:
                 reg_inner = i
             else:
                 outer.append(lp)
-        inner = [lp for _, lp in a.reduce] + [x for x in (reg_inner, vec_inner) if x is not None]
+        inner = self._split_at_periods(sch, a) + [x for x in (reg_inner, vec_inner) if x is not None]
         sch.reorder(*outer, *inner)
         fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
         n_outer = loop_extent(sch, fused)
@@ -208,6 +209,19 @@ class CpuRules:
         self.finish_anchor(sch, a, fused, vec_inner, [reg_inner] if reg_inner is not None else [])
         return KernelSchedule("tiled-reduction", par, vfac if vec_inner is not None else 1,
                               rfac if reg_inner is not None else 1, note=a.note)
+
+    @staticmethod
+    def _split_at_periods(sch: s_tir.Schedule, a: Anchor) -> list:
+        """The reduction loops, each split at the period of a reshape folded into an operand's
+        index (an out-projection reading the attention's [heads, rows, 64] as [rows, heads*64]
+        indexes k // 64 and k % 64 in its innermost loop otherwise: measured 3.3 -> 2.5 ms on
+        BERT-base's, against 2.4 ms for the matmul on a contiguous copy)."""
+        blk = sch.get(a.block)
+        loops = []
+        for iv, lp in a.reduce:
+            c = index_period(blk, iv.var, a.extents[iv.var])
+            loops.extend(sch.split(lp, [None, c]) if c else [lp])
+        return loops
 
     def _pad_awkward_einsum(self, sch: s_tir.Schedule, anchor) -> str:
         """Pad a matmul-like block whose vector or register-tile axis has no good divisor (a

@@ -80,6 +80,24 @@ def has_if_then_else(stmt) -> bool:
     return bool(hit)
 
 
+def index_period(block, var, extent: int) -> int:
+    """The divisor c of a folded reshape in the block's read indices (`(k) // c`, `(k) % c`
+    with c dividing the loop's extent): splitting the loop over `var` by c turns them into the
+    two loop variables, so the inner loop addresses operands without integer division. 0 if none."""
+    found: list[int] = []
+
+    def visit(node):
+        c = node.b
+        if isinstance(c, tirx.IntImm) and 1 < int(c) < extent and extent % int(c) == 0 and var in free_vars(node.a):
+            found.append(int(c))
+
+    for r in block.reads:
+        for rg in r.region:
+            tvm_ffi.structural_walk(rg.min, (tirx.FloorDiv, visit), order="post")
+            tvm_ffi.structural_walk(rg.min, (tirx.FloorMod, visit), order="post")
+    return min(found) if found else 0
+
+
 def loop_extent(sch: s_tir.Schedule, loop) -> int:
     ext = sch.get(loop).extent
     if not isinstance(ext, tirx.IntImm):

@@ -49,3 +49,36 @@ def test_schedules_compile_for_arm64():
                          target=tvm.target.Target(arm.llvm_target()))
     asm = lib.inspect_source("asm")
     assert "fmla" in asm                          # NEON fused multiply-add in the conv kernels
+
+
+def test_reduction_split_at_a_folded_reshape_period():
+    """An out-projection reading the attention's [heads, rows, d] through transpose + reshape
+    indexes k // d and k % d: the rule splits k by d (so the inner loop addresses the operand
+    without division) and still computes what the unscheduled kernel computes."""
+    from tvm import te
+
+    heads, rows, d, out = 4, 16, 8, 32
+    pv = te.placeholder((1, heads, rows, d), name="pv")
+    w = te.placeholder((heads * d, out), name="w")
+    moved = te.compute((1, rows, heads, d), lambda b, i, h, c: pv[b, h, i, c], name="T_transpose")
+    flat = te.compute((1, rows, heads * d), lambda b, i, k: moved[b, i, k // d, k % d], name="T_reshape")
+    k = te.reduce_axis((0, heads * d), name="k")
+    y = te.compute((1, rows, out), lambda b, i, j: te.sum(flat[b, i, k] * w[k, j], axis=k), name="matmul")
+    func = te.create_prim_func([pv, w, y])
+    target = host_target()
+    scheduled, info = CpuRules(target).schedule(func)
+    assert info.rule == "tiled-reduction", info
+    reduction = [int(lp.extent) for lp in _loops(scheduled.body) if lp.loop_var.name.startswith("k_")]
+    assert reduction == [heads, d]
+    args = random_args(func)
+    ref = run_kernel(func, target, [a.copy() for a in args])
+    got = run_kernel(scheduled, target, [a.copy() for a in args])
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def _loops(stmt) -> list:
+    import tvm_ffi
+
+    found: list = []
+    tvm_ffi.structural_walk(stmt, (tvm.tirx.For, found.append), order="pre")
+    return found
