@@ -7,6 +7,12 @@ from tvm import tirx
 from ...targets import can_run_here
 from .trial import StructMemo
 
+# Bumped when a rule changes how merged kernels schedule, so the database's recorded decisions
+# (taken / refused, with both times) of older rules are not replayed: 2 = row regions with a
+# predicated last row tile (ViT's 197 rows); 3 = reduction loops split at a folded reshape's
+# period, and a merged kernel timed in alternation with its parts.
+DECISIONS_VERSION = 3
+
 
 def fusion_timer(ctx) -> "FusionTimer | None":
     """A timer when the target runs here and the spec lets builds measure, else None."""
@@ -17,7 +23,7 @@ def fusion_timer(ctx) -> "FusionTimer | None":
 
 class FusionTimer:
     """Times kernels on this machine as the schedule pass will schedule them (Gensor's measured
-    choice or the rules), once per kernel structure. Each decision is recorded in the tuning
+    choice or the rules; scheduled once per kernel structure). Each decision is recorded in the tuning
     database, so a rebuild takes the same fusions (timings on a busy machine flip close calls)."""
 
     def __init__(self, ctx):
@@ -31,7 +37,7 @@ class FusionTimer:
         self.db = TuningDatabase(opt.database)
         self.gensor = GensorCpu(ctx.target, self.db, True, opt.top_k) if opt.scheduler == "gensor" else None
         self.rules = CpuRules(ctx.target)
-        self.target_key = f"global-fusion/{opt.scheduler}/" + _target_key(ctx.target, cpu_hardware(ctx.target))
+        self.target_key = f"global-fusion/v{DECISIONS_VERSION}/{opt.scheduler}/" + _target_key(ctx.target, cpu_hardware(ctx.target))
         self.memo = StructMemo()
 
     def compare(self, fused: tirx.PrimFunc, parts: list[tuple[tirx.PrimFunc, float]]) -> tuple[float | None, float | None]:
@@ -44,21 +50,22 @@ class FusionTimer:
         rec = self.db.get(key)
         if rec is not None:
             return rec["fused_s"], rec["separate_s"]
-        times = [self._time(f) for f, _ in parts]
-        separate = None if any(t is None for t in times) else sum(t * w for t, (_, w) in zip(times, parts))
-        result = self._time(fused), separate
-        if None not in result:
-            self.db.put(key, {"fused_s": result[0], "separate_s": result[1], "measured": True})
-        return result
+        times = self._time([fused, *(f for f, _ in parts)])
+        fused_s, part_s = times[0], times[1:]
+        separate = None if None in part_s else sum(t * w for t, (_, w) in zip(part_s, parts))
+        if fused_s is not None and separate is not None:
+            self.db.put(key, {"fused_s": fused_s, "separate_s": separate, "measured": True})
+        return fused_s, separate
 
-    def _time(self, func: tirx.PrimFunc) -> float | None:
-        return self.memo.get(func, self._measure)
+    def _time(self, funcs: list[tirx.PrimFunc]) -> list[float | None]:
+        """Each kernel scheduled as the schedule pass will schedule it, then all timed in
+        alternation (a merged kernel and its parts see the same quiet and busy periods)."""
+        from ..schedule.measure import time_interleaved
 
-    def _measure(self, func: tirx.PrimFunc) -> float | None:
-        from ..schedule.measure import time_candidates
+        return time_interleaved([self.memo.get(f, self._schedule) for f in funcs], self.target)
 
-        scheduled = self.gensor.schedule(func)[0] if self.gensor else self.rules.schedule(func)[0]
-        return time_candidates([scheduled], self.target)[0]
+    def _schedule(self, func: tirx.PrimFunc) -> tirx.PrimFunc:
+        return self.gensor.schedule(func)[0] if self.gensor else self.rules.schedule(func)[0]
 
     def save(self) -> None:
         self.db.save()

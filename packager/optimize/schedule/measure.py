@@ -52,3 +52,31 @@ def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3)
         ev = lib.time_evaluator(f"c{i}", dev, number=number, repeat=repeat)
         times.append(min(ev(*args).results))
     return times
+
+
+def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3,
+                     repeat: int = 2) -> list[float | None]:
+    """Seconds per run of different kernels (each on its own random inputs), timed in
+    alternation for `rounds` rounds and the minimum kept per kernel: on a machine whose
+    neighbours slow it for seconds at a time, kernels compared with each other (a merged kernel
+    and the kernels it replaces) see the same slow and quiet periods. None: failed to run."""
+    mod = tvm.IRModule({f"k{i}": f.with_attr("global_symbol", f"k{i}") for i, f in enumerate(funcs)})
+    lib = tvm.tirx.build(mod, target=tvm.target.Target(target.llvm_target()))
+    dev = tvm.cpu()
+    rng = np.random.default_rng(0)
+    args = [_args(f, rng) for f in funcs]
+    best: list[float | None] = [None] * len(funcs)
+    number = [1] * len(funcs)
+    for i in range(len(funcs)):
+        try:
+            once = lib.time_evaluator(f"k{i}", dev, number=1, repeat=1, min_repeat_ms=1)(*args[i]).mean
+        except Exception:  # noqa: BLE001 - a kernel that fails to run is reported as untimed
+            continue
+        number[i] = max(1, int(MIN_SECONDS / max(once, 1e-6)))
+        best[i] = float("inf")
+    for _ in range(rounds):
+        for i in range(len(funcs)):
+            if best[i] is not None:
+                ev = lib.time_evaluator(f"k{i}", dev, number=number[i], repeat=repeat)
+                best[i] = min(best[i], min(ev(*args[i]).results))
+    return best

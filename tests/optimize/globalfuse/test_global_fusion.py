@@ -183,6 +183,30 @@ def test_row_region_decisions_come_back_from_the_tuning_database(transformer, tm
         assert list(flipped["refused"].values()) == ["slower when measured: 2000000 vs 1000000 us"]
 
 
+def test_decisions_of_older_rules_are_measured_again(transformer, tmp_path, monkeypatch):
+    """A recorded decision is keyed by DECISIONS_VERSION: after a rule change (the version
+    bumped) the rebuild times the merged kernels again instead of replaying the old decision."""
+    import json
+
+    from packager.optimize.globalfuse import timing
+
+    _optimized(transformer, measure=True, database=tmp_path)
+    db = tmp_path / "tuning.json"
+    data = json.loads(db.read_text())
+    old = {k: r for k, r in data["records"].items() if "fused_s" in r}
+    assert old
+    for r in old.values():
+        r["fused_s"], r["separate_s"] = 2.0, 1.0                 # a stale "refused" for everything
+    db.write_text(json.dumps(data))
+    monkeypatch.setattr(timing, "DECISIONS_VERSION", timing.DECISIONS_VERSION + 1)
+    _, again = _optimized(transformer, measure=True, database=tmp_path)
+    details = _report(again, "global_fusion").details
+    reasons = [*details["row_regions"]["refused"].values(), *details["refused"].values()]
+    assert not any("2000000 vs 1000000" in why for why in reasons)
+    fresh = {k for k, r in json.loads(db.read_text())["records"].items() if "fused_s" in r} - set(old)
+    assert len(fresh) == len(old)
+
+
 def test_sibling_convs_are_reported_as_left_apart():
     """Two 1x1 convs reading one tensor (Inception branches): not combined (TVM 0.27 has no
     CombineParallelConv2D), and the report says so."""

@@ -1,0 +1,26 @@
+"""Timing kernels on this machine: kernels with different signatures timed in alternation come
+back in order, each with its own inputs."""
+from __future__ import annotations
+
+from tvm import te
+
+from support.kernel_cases import host_target
+from packager.optimize.schedule.measure import time_interleaved
+from packager.optimize.schedule.rules_cpu import CpuRules
+
+
+def _matmul(n: int):
+    a = te.placeholder((n, n), name="a")
+    b = te.placeholder((n, n), name="b")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="matmul")
+    return te.create_prim_func([a, b, c])
+
+
+def test_interleaved_times_follow_the_work():
+    """A 64x bigger matmul (different shapes, so different inputs) is timed slower, in order."""
+    target = host_target()
+    rules = CpuRules(target)
+    small, big = (rules.schedule(_matmul(n))[0] for n in (32, 128))
+    t_big, t_small = time_interleaved([big, small], target, rounds=2, repeat=1)
+    assert 0 < t_small < t_big
