@@ -5,8 +5,9 @@ loop: the reduction's output no longer makes a round trip through memory, and th
 runs in the matmul's parallel region.
 
 Taken only when the merged kernel gets the row-region rule and, where the target runs on this
-machine, when it is measured faster than the two kernels it replaces, each timed with the
-schedule the schedule pass will give it (Souffle refuses fusions that do not pay).
+machine, is not measured slower than the two kernels it replaces beyond the timer's resolution
+(timing.pays), each side timed with the schedule the schedule pass will give it (Souffle refuses
+fusions that do not pay).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tvm import tirx
 
 from .graph import KernelGraph, kernel_graph
 from .outline import Group, merged_kernels, outline
-from .timing import FusionTimer
+from .timing import FusionTimer, pays
 
 REDUCTION_RULES = ("row-reduction",)
 MATMUL_RULES = ("tiled-reduction",)
@@ -39,7 +40,7 @@ class RowRegions:
             text += " (not measured: the target does not run here or tuning.measure is off)"
         if self.measured:
             gain = sum(m["separate_us"] for m in self.measured) / max(sum(m["fused_us"] for m in self.measured), 1e-9)
-            text += f" ({gain:.2f}x faster than the kernels they replace, measured)"
+            text += f" (measured: the kernels they replace take {gain:.2f}x their time)"
         return text
 
 
@@ -115,7 +116,7 @@ def _refusal(g: KernelGraph, r: int, c: int, func, rules, timer, out: RowRegions
     fused_s, separate_s = timer.compare(func, [(g.calls[r].prim, 1.0), (g.calls[c].prim, 1.0)])
     if fused_s is None or separate_s is None:
         return "could not be timed"
-    if fused_s >= separate_s:
+    if not pays(fused_s, separate_s):
         return f"slower when measured: {fused_s * 1e6:.0f} vs {separate_s * 1e6:.0f} us"
     out.measured.append({"kernel": g.calls[c].name, "fused_us": round(fused_s * 1e6, 1),
                          "separate_us": round(separate_s * 1e6, 1)})

@@ -204,7 +204,16 @@ def test_decisions_of_older_rules_are_measured_again(transformer, tmp_path, monk
     reasons = [*details["row_regions"]["refused"].values(), *details["refused"].values()]
     assert not any("2000000 vs 1000000" in why for why in reasons)
     fresh = {k for k, r in json.loads(db.read_text())["records"].items() if "fused_s" in r} - set(old)
-    assert len(fresh) == len(old)
+    assert fresh                                   # timed again: new records, under the new version
+
+
+def test_a_measured_tie_goes_to_the_merged_kernel():
+    """Within the timer's resolution the merged kernel (fewer bytes, one step less) is kept;
+    beyond it the measurement refuses."""
+    from packager.optimize.globalfuse.timing import TIMER_RESOLUTION, pays
+
+    assert pays(0.9, 1.0) and pays(1.0, 1.0) and pays(1.0 + TIMER_RESOLUTION / 2, 1.0)
+    assert not pays(1.0 + 2 * TIMER_RESOLUTION, 1.0) and not pays(2.0, 1.0)
 
 
 def test_sibling_convs_are_reported_as_left_apart():
