@@ -73,11 +73,15 @@ def test_cpu_target_takes_row_regions_and_no_unmeasured_folds(transformer):
     assert "not measured" in gf.summary
 
 
-def test_cpu_folds_only_what_measures_faster(transformer, tmp_path):
+def test_cpu_folds_only_what_is_not_measured_slower(transformer, tmp_path):
+    """Every merged kernel taken was measured faster than its parts or tied with them within the
+    timer's resolution (times are reported rounded to 0.1 us)."""
+    from packager.optimize.globalfuse.timing import pays
+
     _, reports = _optimized(transformer, measure=True, database=tmp_path)
     d = _report(reports, "global_fusion").details
     for m in d["measured"] + d["row_regions"]["measured"]:
-        assert m["fused_us"] < m["separate_us"], m
+        assert pays(m["fused_us"] - 0.05, m["separate_us"] + 0.05), m
     for why in list(d["refused"].values()) + list(d["row_regions"]["refused"].values()):
         assert "slower when measured" in why or "when fused" in why or "row-region" in why, why
 
