@@ -9,7 +9,7 @@ from .analyze import te_summary
 from .graph import KernelGraph, kernel_graph
 from .outline import Group, merged_kernels, outline
 from .rowregion import row_regions
-from .timing import FusionTimer, fusion_timer, pays
+from .timing import FusionTimer, fusion_timer
 from .trial import TrialRules, keeps_schedule
 from .vertical import epilogue_plan, fold_plan, layout_kernels
 
@@ -115,16 +115,11 @@ def _measure(g: KernelGraph, groups: list[Group], merged: list, timer: FusionTim
     for grp, func in zip(groups, merged):
         parts = [(g.calls[i].prim, 1.0 if i == grp.anchor else 1.0 / max(len(g.consumers[i]), 1))
                  for i in grp.members if i in g.calls]
-        fused_s, separate_s = timer.compare(func, parts)
-        key = (_kind(grp), grp.anchor)
-        if fused_s is None or separate_s is None:
-            failed[key] = f"{g.calls[grp.anchor].name}: could not be timed"
-        elif not pays(fused_s, separate_s):
-            failed[key] = (f"{g.calls[grp.anchor].name} with copies folded {_kind(grp)} slower when measured: "
-                           f"{fused_s * 1e6:.0f} vs {separate_s * 1e6:.0f} us")
+        why, entry = timer.verdict(func, parts)
+        if why:
+            failed[_kind(grp), grp.anchor] = f"{g.calls[grp.anchor].name} with copies folded {_kind(grp)} {why}"
         else:
-            timed.append({"kernel": grp.name, "fused_us": round(fused_s * 1e6, 1),
-                          "separate_us": round(separate_s * 1e6, 1)})
+            timed.append({"kernel": grp.name, **entry})
     return failed
 
 

@@ -18,7 +18,7 @@ from tvm import tirx
 
 from .graph import KernelGraph, kernel_graph
 from .outline import Group, merged_kernels, outline
-from .timing import FusionTimer, pays
+from .timing import FusionTimer
 
 REDUCTION_RULES = ("row-reduction",)
 MATMUL_RULES = ("tiled-reduction",)
@@ -113,11 +113,7 @@ def _refusal(g: KernelGraph, r: int, c: int, func, rules, timer, out: RowRegions
         return f"no row-region schedule: {_mismatch(rules.target, func)}"
     if timer is None:
         return ""
-    fused_s, separate_s = timer.compare(func, [(g.calls[r].prim, 1.0), (g.calls[c].prim, 1.0)])
-    if fused_s is None or separate_s is None:
-        return "could not be timed"
-    if not pays(fused_s, separate_s):
-        return f"slower when measured: {fused_s * 1e6:.0f} vs {separate_s * 1e6:.0f} us"
-    out.measured.append({"kernel": g.calls[c].name, "fused_us": round(fused_s * 1e6, 1),
-                         "separate_us": round(separate_s * 1e6, 1)})
-    return ""
+    why, entry = timer.verdict(func, [(g.calls[r].prim, 1.0), (g.calls[c].prim, 1.0)])
+    if not why:
+        out.measured.append({"kernel": g.calls[c].name, **entry})
+    return why

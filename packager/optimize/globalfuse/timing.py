@@ -35,8 +35,8 @@ def fusion_timer(ctx) -> "FusionTimer | None":
 
 class FusionTimer:
     """Times kernels on this machine as the schedule pass will schedule them (Gensor's measured
-    choice or the rules; scheduled once per kernel structure). Each decision is recorded in the tuning
-    database, so a rebuild takes the same fusions (timings on a busy machine flip close calls)."""
+    choice or the rules; scheduled once per kernel structure). Each decision is recorded in the
+    tuning database, so a rebuild takes the same fusions (timings on a busy machine flip close calls)."""
 
     def __init__(self, ctx):
         from ..schedule.database import TuningDatabase
@@ -49,7 +49,8 @@ class FusionTimer:
         self.db = TuningDatabase(opt.database)
         self.gensor = GensorCpu(ctx.target, self.db, True, opt.top_k) if opt.scheduler == "gensor" else None
         self.rules = CpuRules(ctx.target)
-        self.target_key = f"global-fusion/v{DECISIONS_VERSION}/{opt.scheduler}/" + _target_key(ctx.target, cpu_hardware(ctx.target))
+        hw_key = _target_key(ctx.target, cpu_hardware(ctx.target))
+        self.target_key = f"global-fusion/v{DECISIONS_VERSION}/{opt.scheduler}/{hw_key}"
         self.memo = StructMemo()
 
     def compare(self, fused: tirx.PrimFunc, parts: list[tuple[tirx.PrimFunc, float]]) -> tuple[float | None, float | None]:
@@ -68,6 +69,15 @@ class FusionTimer:
         if fused_s is not None and separate is not None:
             self.db.put(key, {"fused_s": fused_s, "separate_s": separate, "measured": True})
         return fused_s, separate
+
+    def verdict(self, fused: tirx.PrimFunc, parts: list[tuple[tirx.PrimFunc, float]]) -> tuple[str, dict | None]:
+        """("", {fused_us, separate_us}) when the merged kernel pays (timing.pays), else (why, None)."""
+        fused_s, separate_s = self.compare(fused, parts)
+        if fused_s is None or separate_s is None:
+            return "could not be timed", None
+        if not pays(fused_s, separate_s):
+            return f"slower when measured: {fused_s * 1e6:.0f} vs {separate_s * 1e6:.0f} us", None
+        return "", {"fused_us": round(fused_s * 1e6, 1), "separate_us": round(separate_s * 1e6, 1)}
 
     def _time(self, funcs: list[tirx.PrimFunc]) -> list[float | None]:
         """Each kernel scheduled as the schedule pass will schedule it, then all timed in

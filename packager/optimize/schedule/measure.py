@@ -26,10 +26,21 @@ def _args(func: tirx.PrimFunc, rng: np.random.Generator) -> list:
     return out
 
 
+def _build(funcs: list[tirx.PrimFunc], target: Target, prefix: str):
+    """All kernels in one module (one LLVM run), named prefix0, prefix1, ..."""
+    mod = tvm.IRModule({f"{prefix}{i}": f.with_attr("global_symbol", f"{prefix}{i}") for i, f in enumerate(funcs)})
+    return tvm.tirx.build(mod, target=tvm.target.Target(target.llvm_target()))
+
+
+def _runs_per_repeat(lib, name: str, dev, args: list) -> int:
+    """Runs per timing repeat so that a repeat lasts at least MIN_SECONDS."""
+    once = lib.time_evaluator(name, dev, number=1, repeat=1, min_repeat_ms=1)(*args).mean
+    return max(1, int(MIN_SECONDS / max(once, 1e-6)))
+
+
 def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3) -> list[float | None]:
     """Seconds per run for each candidate (None: wrong result or failed), same order."""
-    mod = tvm.IRModule({f"c{i}": f.with_attr("global_symbol", f"c{i}") for i, f in enumerate(funcs)})
-    lib = tvm.tirx.build(mod, target=tvm.target.Target(target.llvm_target()))
+    lib = _build(funcs, target, "c")
     dev = tvm.cpu()
     rng = np.random.default_rng(0)
     args = _args(funcs[0], rng)
@@ -46,10 +57,7 @@ def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3)
         elif not np.allclose(out, ref, rtol=1e-4, atol=1e-4):
             times.append(None)
             continue
-        ev = lib.time_evaluator(f"c{i}", dev, number=1, repeat=1, min_repeat_ms=1)
-        once = ev(*args).mean
-        number = max(1, int(MIN_SECONDS / max(once, 1e-6)))
-        ev = lib.time_evaluator(f"c{i}", dev, number=number, repeat=repeat)
+        ev = lib.time_evaluator(f"c{i}", dev, number=_runs_per_repeat(lib, f"c{i}", dev, args), repeat=repeat)
         times.append(min(ev(*args).results))
     return times
 
@@ -60,8 +68,7 @@ def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3
     alternation for `rounds` rounds and the minimum kept per kernel: on a machine whose
     neighbours slow it for seconds at a time, kernels compared with each other (a merged kernel
     and the kernels it replaces) see the same slow and quiet periods. None: failed to run."""
-    mod = tvm.IRModule({f"k{i}": f.with_attr("global_symbol", f"k{i}") for i, f in enumerate(funcs)})
-    lib = tvm.tirx.build(mod, target=tvm.target.Target(target.llvm_target()))
+    lib = _build(funcs, target, "k")
     dev = tvm.cpu()
     rng = np.random.default_rng(0)
     args = [_args(f, rng) for f in funcs]
@@ -69,10 +76,9 @@ def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3
     number = [1] * len(funcs)
     for i in range(len(funcs)):
         try:
-            once = lib.time_evaluator(f"k{i}", dev, number=1, repeat=1, min_repeat_ms=1)(*args[i]).mean
+            number[i] = _runs_per_repeat(lib, f"k{i}", dev, args[i])
         except Exception:  # noqa: BLE001 - a kernel that fails to run is reported as untimed
             continue
-        number[i] = max(1, int(MIN_SECONDS / max(once, 1e-6)))
         best[i] = float("inf")
     for _ in range(rounds):
         for i in range(len(funcs)):
