@@ -6,6 +6,8 @@ from typing import Any
 
 from ..targets import CudaTarget, host_arch, local_cuda_sm
 from .backend import Compiled
+from ..optimize.schedule.phases import phase_sizes
+from .cuda_grid import GridReport, cooperative_launches, join_phases
 from .cuda_source import generate_cuda
 from .cuda_toolchain import check_cuda_toolchain, compile_fatbin
 
@@ -18,14 +20,26 @@ class CudaBackend:
 
     def compile(self, kernels: dict, target: CudaTarget, folder: str, w) -> Compiled:
         cm = generate_cuda(kernels, target)
-        w.write_text(f"{folder}/kernels.cu", cm.source)
-        compiler = compile_fatbin(cm.source, target.sm, w.path(f"{folder}/kernels.fatbin"))
+        fatbin = w.path(f"{folder}/kernels.fatbin")
+        phased = {name for name, f in kernels.items() if phase_sizes(f) is not None}
+        grid = GridReport()
+        while True:               # again without a joined kernel that turns out not to be co-resident
+            source, joined, refused = join_phases(cm, phased)
+            compiler = compile_fatbin(source, target.sm, fatbin)
+            grid = GridReport(refused={**grid.refused, **refused})
+            cooperative = cooperative_launches(joined, fatbin, target.facts, target.sm_number, grid)
+            if len(cooperative) == len(joined):
+                break
+            phased -= set(joined) - set(cooperative)
+        for name, launch in cooperative.items():
+            cm.kernels[name].launches = [launch]
+        w.write_text(f"{folder}/kernels.cu", source)
         launches = {name: {"launches": [ln.as_dict() for ln in k.launches], "workspace": k.workspace}
                     for name, k in cm.kernels.items()}
         table = [(name, cm.kernels[name].launches[0].function, len(f.params)) for name, f in kernels.items()]
         info = {"compiler": compiler, "device_functions": sum(len(k.launches) for k in cm.kernels.values()),
-                "source_bytes": len(cm.source)}
-        return Compiled(table, launches, {"cuda": info}, f", {compiler} for {target.sm}")
+                "source_bytes": len(source), "grid_sync": grid.as_dict()}
+        return Compiled(table, launches, {"cuda": info}, f", {compiler} for {target.sm}{grid.note()}")
 
     def plan_fields(self) -> dict[str, Any]:
         return {"module": "kernels.fatbin"}
@@ -38,8 +52,9 @@ class CudaBackend:
 
     def inspect_line(self, report: dict[str, Any]) -> str:
         cu = report.get("cuda", {})
+        coop = cu.get("grid_sync", {}).get("cooperative_kernels", 0)
         return (f"CUDA {report['sm']} ({report['arch']} host), {cu.get('compiler', '?')}, "
-                f"{cu.get('device_functions', '?')} device functions")
+                f"{cu.get('device_functions', '?')} device functions" + (f" ({coop} cooperative)" if coop else ""))
 
     def runner(self, pkg, target: dict[str, Any]) -> tuple[list[str] | None, str]:
         arch = target["arch"]

@@ -33,10 +33,11 @@ class Launch:
     grid: list[int]
     block: list[int]
     shared_bytes: int = 0
+    cooperative: bool = False      # a grid-synchronized kernel (cuda_grid.py): every block co-resident
 
     def as_dict(self) -> dict:
         return {"function": self.function, "args": self.args, "grid": self.grid, "block": self.block,
-                "shared_bytes": self.shared_bytes}
+                "shared_bytes": self.shared_bytes, "cooperative": self.cooperative}
 
 
 @dataclass

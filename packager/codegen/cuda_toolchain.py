@@ -36,6 +36,7 @@ CUDA13_WHEELS = {
     "nvidia-cuda-crt": "13.0.88",      # include/crt/: host_config.h, math_functions.h, ...
     "nvidia-cuda-cccl": "13.0.85",     # include/cccl/ and include/nv/target (cuda/std/*, <nv/target>)
 }
+CUOBJDUMP_WHEEL = "13.5.37"         # nvidia-cuda-cuobjdump: registers and shared memory per kernel
 CUDA12_WHEELS = {                      # NVRTC for Volta (sm_70/sm_72), which CUDA 13 dropped
     "nvidia-cuda-nvrtc-cu12": "12.9.86",
     "nvidia-cuda-cccl-cu12": "12.9.27",
@@ -126,6 +127,22 @@ def _tool(name: str) -> str:
         raise UserError(f"'{name}' not found: CUDA targets need CUDA 13's nvcc and fatbinary, from the "
                         f"nvidia-cuda-nvcc wheel (not installed) or on PATH: {PIP_CUDA13} (or build CPU targets only)")
     return path
+
+
+def resource_usage(fatbin: Path) -> dict[str, tuple[int, int]]:
+    """Registers per thread and static shared memory of every function in a fatbin (cuobjdump, from
+    the nvidia-cuda-cuobjdump wheel, else PATH): what a cooperative kernel's grid is sized by."""
+    from .cuda_grid import parse_resource_usage
+
+    wheel_bin = _wheel_bin()
+    tool = wheel_bin / "cuobjdump" if wheel_bin is not None else None
+    if tool is None or not os.access(tool, os.X_OK):
+        found = shutil.which("cuobjdump")
+        if found is None:
+            raise UserError("'cuobjdump' not found: sizing a cooperative CUDA kernel's grid needs it: "
+                            f"pip install nvidia-cuda-cuobjdump=={CUOBJDUMP_WHEEL}")
+        tool = Path(found)
+    return parse_resource_usage(run_tool([str(tool), "--dump-resource-usage", str(fatbin)], "cuobjdump"))
 
 
 def check_cuda_toolchain(min_sm: int) -> None:

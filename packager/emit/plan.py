@@ -1,6 +1,6 @@
 """plan.json: the compiled execution plan of one target, read by the C++ runtime.
 
-Schema (format "packager-plan", version 2):
+Schema (format "packager-plan", version 3; 3 added cooperative CUDA launches):
   target, device ("cpu" | "cuda"), weights {file, bytes}, kernels [{name, symbol, num_args, flops, bytes}],
   profiles [{name, arena_bytes, tensors [{dtype, shape, storage: arena|weights, offset, bytes}],
              inputs [{name, tensor}], outputs [{name, tensor}],
@@ -9,8 +9,9 @@ Tensor ids index the profile's tensor list; kernel args are inputs then outputs,
 PrimFunc's parameter order, and `outputs` says how many of the last args the kernel writes (so
 the runtime can check the data flow: every arena tensor written once, before it is read, and not
 overwritten while it is still to be read). CUDA plans also name the module (kernels.fatbin) and give each kernel
-its device launches [{function, args, grid, block, shared_bytes}] (args: PrimFunc parameter
-index, or -(k+1) for scratch buffer k) and its scratch buffers `workspace` [bytes]. Every input and output has its own arena slot, so the runtime can
+its device launches [{function, args, grid, block, shared_bytes, cooperative}] (args: PrimFunc
+parameter index, or -(k+1) for scratch buffer k; cooperative: a grid-synchronized kernel the
+runtime launches with cuLaunchCooperativeKernel after checking every block can be resident) and its scratch buffers `workspace` [bytes]. Every input and output has its own arena slot, so the runtime can
 stage unaligned caller buffers; aligned ones are bound in place.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..codegen.graph import Graph
 from .memory import Lifetime, plan_offsets
 from .weights import WeightStore
 
-PLAN_FORMAT, PLAN_VERSION = "packager-plan", 2
+PLAN_FORMAT, PLAN_VERSION = "packager-plan", 3
 
 
 @dataclass

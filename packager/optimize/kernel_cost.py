@@ -3,7 +3,8 @@
 FLOPs: for every block, the iteration-domain size times the floating-point arithmetic nodes in
 the value it stores (a multiply-accumulate counts 2; exp, tanh, ... count 1; index arithmetic is
 integer and not counted). Bytes: every parameter buffer read or written once, the minimum
-traffic to memory. Together they place a kernel on the roofline.
+traffic to memory (plus a write and a read of every tensor a phased GPU kernel passes between
+its phases). Together they place a kernel on the roofline.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.ir import expr as ir
+
+from .schedule.phases import phase_sizes, split_phases
 
 ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Max, tirx.Min)
 
@@ -55,8 +58,13 @@ def kernel_cost(func: tirx.PrimFunc) -> KernelCost:
             domain *= int(ext)
         else:
             flops += domain * float_ops(blk.body.value)
-    nbytes = 0
-    for p in func.params:
-        shape = [int(d) for d in p.shape]
-        nbytes += int(np.prod(shape, dtype=np.int64)) * tvm.DataType(str(p.dtype)).bits // 8
+    nbytes = sum(_nbytes(p) for p in func.params)
+    sizes = phase_sizes(func)
+    if sizes is not None:                 # a phased GPU kernel passes tensors on through memory
+        nbytes += 2 * sum(_nbytes(b) for b in split_phases(func, sizes)[1])
     return KernelCost(flops, nbytes)
+
+
+def _nbytes(buf) -> int:
+    shape = [int(d) for d in buf.shape]
+    return int(np.prod(shape, dtype=np.int64)) * tvm.DataType(str(buf.dtype)).bits // 8

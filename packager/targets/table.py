@@ -93,9 +93,11 @@ class CudaTarget:
 
 
 def _gpu(sms: int, smem_block_kb: int, smem_sm_kb: int, regs_sm: int, l2_mb: float, dram_gbs: float,
-         fp32_tflops: float, fp16_tflops: float, clock_mhz: int) -> dict[str, Any]:
+         fp32_tflops: float, fp16_tflops: float, clock_mhz: int, threads_sm: int = 2048,
+         blocks_sm: int = 32) -> dict[str, Any]:
     return {"sms": sms, "smem_per_block_kb": smem_block_kb, "smem_per_sm_kb": smem_sm_kb,
-            "registers_per_sm": regs_sm, "max_threads_per_block": 1024, "warp_size": 32, "l2_mb": l2_mb,
+            "registers_per_sm": regs_sm, "max_threads_per_block": 1024, "max_threads_per_sm": threads_sm,
+            "max_blocks_per_sm": blocks_sm, "warp_size": 32, "l2_mb": l2_mb,
             "dram_gbs": dram_gbs, "fp32_tflops": fp32_tflops, "fp16_tensor_tflops": fp16_tflops,
             "boost_clock_mhz": clock_mhz}
 
@@ -109,11 +111,14 @@ def _gpu(sms: int, smem_block_kb: int, smem_sm_kb: int, regs_sm: int, l2_mb: flo
 #   4 MB L2, 204.8 GB/s LPDDR5 shared with the CPU, 5.3 TF fp32, 85 TF fp16 dense at 1300 MHz).
 # H100 SXM5 80GB: NVIDIA H100 datasheet + Hopper whitepaper (132 SMs, 228 KB smem/SM, 227 KB per
 #   block, 50 MB L2, 3350 GB/s HBM3, 67 TF fp32, 989 TF fp16 dense, 1980 MHz).
-# All four: 64K 32-bit registers per SM, 1024 threads per block.
+# All four: 64K 32-bit registers per SM, 1024 threads per block. Resident threads / blocks per SM
+# (CUDA C++ Programming Guide, technical specifications per compute capability): 2048 / 32 on
+# 7.0, 8.0 and 9.0; 1536 / 16 on 8.7 (Orin). Cooperative kernels' grids are sized by these.
 CUDA_TABLE = {
     "a100": CudaTarget("a100", "sm_80", facts=_gpu(108, 163, 164, 65536, 40, 1555, 19.5, 312, 1410)),
     "v100": CudaTarget("v100", "sm_70", facts=_gpu(80, 96, 96, 65536, 6, 900, 15.7, 125, 1530)),
-    "orin": CudaTarget("orin", "sm_87", arch="aarch64", facts=_gpu(16, 163, 164, 65536, 4, 204.8, 5.3, 85, 1300)),
+    "orin": CudaTarget("orin", "sm_87", arch="aarch64", facts=_gpu(16, 163, 164, 65536, 4, 204.8, 5.3, 85, 1300,
+                                                                   threads_sm=1536, blocks_sm=16)),
     "h100": CudaTarget("h100", "sm_90", facts=_gpu(132, 227, 228, 65536, 50, 3350, 67, 989, 1980)),
 }
 # Architectures the offline compilers can target: nvcc (CUDA 13) from sm_75; NVRTC (CUDA 12

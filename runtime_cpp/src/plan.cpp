@@ -12,7 +12,7 @@ namespace packrt {
 
 using json = nlohmann::json;
 
-static constexpr int kPlanVersion = 2;
+static constexpr int kPlanVersion = 3;  // 3: CUDA launches may be cooperative
 static constexpr int kMaxKernelArgs = 1 << 16;
 static constexpr uint64_t kMaxArenaBytes = uint64_t(1) << 48;   // beyond any machine: a corrupt size
 
@@ -80,6 +80,10 @@ PlanLaunch parse_launch(const json& l, const PlanKernel& pk, const Bad& bad) {
     pl.block[d] = block[d];
   }
   pl.shared_bytes = l.contains("shared_bytes") ? json_int<unsigned>(l.at("shared_bytes"), what + "shared_bytes") : 0u;
+  if (l.contains("cooperative")) {
+    if (!l.at("cooperative").is_boolean()) bad("kernel '" + pk.name + "': launch 'cooperative' is not true/false");
+    pl.cooperative = l.at("cooperative").get<bool>();
+  }
   for (int a : pl.args)   // a < 0: scratch buffer -(a + 1), computed in 64 bits (no INT_MIN negation)
     if (a >= pk.num_args || (a < 0 && -static_cast<int64_t>(a) > static_cast<int64_t>(pk.workspace.size())))
       bad("kernel '" + pk.name + "': launch argument " + std::to_string(a) + " out of range");

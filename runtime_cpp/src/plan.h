@@ -43,6 +43,7 @@ struct PlanLaunch {
   std::vector<int> args;
   unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
   unsigned shared_bytes = 0;
+  bool cooperative = false;  // grid-synchronized: cuLaunchCooperativeKernel, every block co-resident
 };
 
 struct PlanKernel {

@@ -67,7 +67,7 @@ def synthetic_package(root: Path, symbol: str, input_storage: str) -> Path:
     t = {"dtype": "float32", "shape": [4], "bytes": 16}
     tensors = [dict(t, storage="arena", offset=0), dict(t, storage="arena", offset=64), dict(t, storage="weights", offset=0)]
     src_id = 0 if input_storage == "arena" else 2
-    plan = {"format": "packager-plan", "version": 2, "target": "x86-64", "device": "cpu",
+    plan = {"format": "packager-plan", "version": 3, "target": "x86-64", "device": "cpu",
             "weights": {"file": "weights.bin", "bytes": 64},
             "kernels": [{"name": symbol, "symbol": f"__tvm_ffi_{symbol}", "num_args": 2}],
             "profiles": [{"name": "default", "arena_bytes": 128, "tensors": tensors,

@@ -8,6 +8,7 @@ from ..kernel_cost import kernel_cost
 from .analyze import te_summary
 from .graph import KernelGraph, kernel_graph
 from .outline import Group, merged_kernels, outline
+from .phases import grid_phases
 from .rowregion import row_regions
 from .timing import FusionTimer, fusion_timer
 from .trial import TrialRules, keeps_schedule
@@ -43,11 +44,12 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
             out, groups, refused, timed = _vertical(mod, g, rules, timer)
             vertical_note = ""
         out, rows = row_regions(out, ctx, rules, timer)
+        out, phases = grid_phases(out, ctx.target, rules)
     finally:
         if timer:
             timer.save()              # decisions and Gensor's measurements, for rebuilds and the schedule pass
     horizontal = ctx.notes.get("horizontal", {"groups": 0, "matmuls": 0, "conv_groups_left": 0})
-    report = _report(g, (n0, bytes0), traffic(out), groups, refused, timed, rows, analysis, horizontal)
+    report = _report(g, (n0, bytes0), traffic(out), groups, refused, timed, (rows, phases), analysis, horizontal)
     if vertical_note:
         report.summary = report.summary.replace("layout copies folded:", f"layout copies folded ({vertical_note}):")
         report.details["layout_note"] = vertical_note
@@ -55,8 +57,9 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
 
 
 def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], groups: list[Group],
-            refused: dict[tuple[str, int], str], timed: list[dict], rows, analysis, horizontal: dict) -> PassReport:
+            refused: dict[tuple[str, int], str], timed: list[dict], merges, analysis, horizontal: dict) -> PassReport:
     (n0, bytes0), (n1, bytes1) = before, after
+    rows, phases = merges
     layout = layout_kernels(g)
     folded = {i for grp in groups for i in grp.members if i in layout}
     pro = sum(1 for grp in groups if grp.anchor in grp.outputs)
@@ -67,7 +70,7 @@ def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], gro
     summary = (f"kernels after FuseOps {n0} -> {n1}, est. DRAM {bytes0 / 1e6:.2f} -> {bytes1 / 1e6:.2f} MB; "
                f"sibling matmuls combined: {horizontal['matmuls']} -> {horizontal['groups']}{_convs_left(horizontal)}; "
                f"layout copies folded: {len(folded)} of {len(layout)} (into {pro} reader and "
-               f"{len(groups) - pro} producer kernels{measured}; {len(layout - folded)} left); {rows.line()}; "
+               f"{len(groups) - pro} producer kernels{measured}; {len(layout - folded)} left); {rows.line()}; {phases.line()}; "
                f"{analysis.line()}")
     reasons = sorted(set(refused.values()) | set(rows.refused.values()))
     if reasons:
@@ -78,7 +81,8 @@ def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], gro
                "refused": {f"{_label(g, i)} ({kind})": why for (kind, i), why in refused.items()},
                "analysis": analysis.as_dict(),
                "measured": timed,
-               "row_regions": {"taken": rows.taken, "refused": rows.refused, "measured": rows.measured}}
+               "row_regions": {"taken": rows.taken, "refused": rows.refused, "measured": rows.measured},
+               "grid_phases": phases.as_dict()}
     return PassReport("global_fusion", "applied", summary, details)
 
 

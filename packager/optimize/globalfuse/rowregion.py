@@ -48,7 +48,7 @@ def row_regions(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None) -> tup
     """Merge each (row reduction, its only reader: a matmul) pair that schedules and pays."""
     out = RowRegions()
     if ctx.target.kind != "cpu":
-        out.skipped = "CPU targets only in this version: GPU kernels would need grid-wide phases"
+        out.skipped = "CPU targets only in this version: a GPU row region needs a block-level rule of its own"
         return mod, out
     g = kernel_graph(mod)
     if g is None:

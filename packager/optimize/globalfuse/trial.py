@@ -49,22 +49,29 @@ class TrialRules:
             self.cpu_rules = CpuRules(target)
 
     def rule(self, func: tirx.PrimFunc) -> str:
-        return self.memo.get(func, self._gpu_rule if self.target.kind == "cuda" else self._cpu_rule)
+        if self.target.kind == "cuda":
+            return self.gpu_schedule(func)[1]
+        return self.memo.get(func, self._cpu_rule)
+
+    def gpu_schedule(self, func: tirx.PrimFunc) -> tuple[tirx.PrimFunc | None, str]:
+        """The kernel as the GPU schedule pass will schedule it, and the rule (None, "none")."""
+        return self.memo.get(func, self._gpu_schedule)
 
     def _cpu_rule(self, func: tirx.PrimFunc) -> str:
         return self.cpu_rules.schedule(func)[1].rule
 
-    def _gpu_rule(self, func: tirx.PrimFunc) -> str:
+    def _gpu_schedule(self, func: tirx.PrimFunc) -> tuple[tirx.PrimFunc | None, str]:
         from ...errors import UserError
         from ..schedule.rules_gpu import _rules, _schedule_one
 
         with self.tvm_target:
-            if self.gensor_gpu is not None and self.gensor_gpu.schedule(func) is not None:
-                return "gensor"
+            made = self.gensor_gpu.schedule(func) if self.gensor_gpu is not None else None
+            if made is not None:
+                return made[0], "gensor"
             try:
-                return _schedule_one("trial", func.with_attr("target", self.tvm_target), self.tvm_target, _rules())[1]
+                return _schedule_one("trial", func.with_attr("target", self.tvm_target), self.tvm_target, _rules())
             except UserError:
-                return "none"
+                return None, "none"
 
 
 def keeps_schedule(before: str, after: str) -> bool:

@@ -6,7 +6,8 @@ tried per kernel in order: Matmul (shared-memory tiles), GEMV, Reduction, Genera
 (softmax/layer norm rows), Transpose, and Fallback (flattened injective loops bound to
 blocks x threads). Kernels with one reduction anchor (conv, matmul, pooling) first go through
 the construction-based scheduler (schedule/gensor.py, GensorGpu); the rules take what it cannot
-place. The build report names the plan or rule each kernel got.
+place. A kernel global fusion merged from a chain (phases.py) is scheduled phase by phase. The
+build report names the plan or rule each kernel got.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ...targets import Target
 from ..base import PassReport
 from .database import TuningDatabase
 from .gensor_gpu import GensorGpu
+from .phases import phase_sizes, schedule_phases
 
 
 def _rules() -> list[tuple[str, object]]:
@@ -80,15 +82,20 @@ def schedule_kernels_gpu(kernels: dict[str, tvm.tirx.PrimFunc], target: Target,
     rules = _rules() if full else _rules()[-1:]
     out, chosen, plans = {}, {}, {}
     construct = GensorGpu(target, TuningDatabase(database)) if full and gensor else None
+    def one(name: str, f: tvm.tirx.PrimFunc) -> tuple[tvm.tirx.PrimFunc, str, str]:
+        made = construct.schedule(f) if construct else None
+        if made is not None:
+            return made[0], "gensor", made[1].summary()
+        func, rule = _schedule_one(name, f.with_attr("target", tvm_target), tvm_target, rules)
+        return func, rule, rule
+
     with tvm_target:
         for name, f in kernels.items():
-            made = construct.schedule(f) if construct else None
-            if made is not None:
-                out[name], chosen[name] = made[0], "gensor"
-                plans[name] = made[1].summary()
+            if phase_sizes(f) is None:
+                out[name], chosen[name], plans[name] = one(name, f)
                 continue
-            out[name], chosen[name] = _schedule_one(name, f.with_attr("target", tvm_target), tvm_target, rules)
-            plans[name] = chosen[name]
+            out[name], plans[name] = schedule_phases(f, lambda p: one(name, p)[::2])
+            chosen[name] = "phases"
     if construct:
         construct.db.save()
     counts = Counter(chosen.values())

@@ -61,6 +61,8 @@ const Loaded& loaded() {
     load(lib, a.cuStreamDestroy, "cuStreamDestroy_v2", missing);
     load(lib, a.cuStreamSynchronize, "cuStreamSynchronize", missing);
     load(lib, a.cuLaunchKernel, "cuLaunchKernel", missing);
+    load(lib, a.cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", missing);
+    load(lib, a.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", missing);
     load(lib, a.cuStreamBeginCapture, "cuStreamBeginCapture_v2", missing);
     load(lib, a.cuStreamEndCapture, "cuStreamEndCapture", missing);
     load(lib, a.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", missing);

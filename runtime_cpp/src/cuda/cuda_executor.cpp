@@ -13,6 +13,8 @@ constexpr int kAttrMaxDynamicShared = 8;           // CU_FUNC_ATTRIBUTE_MAX_DYNA
 constexpr unsigned kStreamNonBlocking = 1;         // CU_STREAM_NON_BLOCKING
 constexpr int kCaptureThreadLocal = 1;             // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 constexpr unsigned kDefaultSharedLimit = 48 * 1024;
+constexpr int kAttrMultiprocessors = 16;           // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+constexpr int kAttrCooperativeLaunch = 95;         // CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH
 
 uint64_t round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
@@ -64,6 +66,7 @@ CudaExecutor::CudaExecutor(const Plan& plan, const void* image, const uint8_t* w
         if (l.shared_bytes > kDefaultSharedLimit)
           cuda_check(cu_.cuFuncSetAttribute(f, kAttrMaxDynamicShared, static_cast<int>(l.shared_bytes)),
                      "cuFuncSetAttribute(dynamic shared memory)");
+        if (l.cooperative) check_co_resident(f, l, k.name);
         fns.push_back(f);
       }
       functions_.push_back(std::move(fns));
@@ -89,6 +92,27 @@ CudaExecutor::CudaExecutor(const Plan& plan, const void* image, const uint8_t* w
 }
 
 CudaExecutor::~CudaExecutor() { release(); }
+
+// A grid barrier waits for every block of the grid: all of them must be resident at once on this
+// GPU (the build sized the grid for the target's table; a smaller GPU of the same architecture,
+// or another kernel's resources, can make it too large).
+void CudaExecutor::check_co_resident(CUfunction f, const PlanLaunch& l, const std::string& kernel) const {
+  const std::string what = "target '" + plan_.target + "': kernel '" + kernel + "'";
+  int cooperative = 0, sms = 0, per_sm = 0;
+  cuda_check(cu_.cuDeviceGetAttribute(&cooperative, kAttrCooperativeLaunch, device_), "cuDeviceGetAttribute");
+  if (!cooperative)
+    fail(PACKRT_ERROR_UNSUPPORTED, what + " synchronizes its whole grid, and this GPU cannot launch cooperative "
+                                          "kernels; build the package with optimize.passes.global_fusion off");
+  cuda_check(cu_.cuDeviceGetAttribute(&sms, kAttrMultiprocessors, device_), "cuDeviceGetAttribute");
+  const int threads = static_cast<int>(l.block[0] * l.block[1] * l.block[2]);
+  cuda_check(cu_.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, threads, l.shared_bytes),
+             "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  const uint64_t grid = uint64_t{l.grid[0]} * l.grid[1] * l.grid[2];
+  if (grid > static_cast<uint64_t>(per_sm) * static_cast<uint64_t>(sms))
+    fail(PACKRT_ERROR_UNSUPPORTED, what + " synchronizes a grid of " + std::to_string(grid) + " blocks, but this GPU (" +
+                                       std::to_string(sms) + " SMs x " + std::to_string(per_sm) +
+                                       " resident blocks) cannot hold them all at once; build the package for this GPU");
+}
 
 void CudaExecutor::release() noexcept {
   if (!ctx_) return;
@@ -148,8 +172,12 @@ void CudaExecutor::enqueue_steps(int profile, const std::vector<CUdeviceptr>& ad
           values[a] = ref >= 0 ? addr[step.args[ref]] : scratch + scratch_offsets_[step.kernel][-ref - 1];
           params[a] = &values[a];
         }
-        CUresult r = cu_.cuLaunchKernel(functions_[step.kernel][li], l.grid[0], l.grid[1], l.grid[2], l.block[0],
-                                        l.block[1], l.block[2], l.shared_bytes, stream, params.data(), nullptr);
+        CUfunction f = functions_[step.kernel][li];
+        CUresult r = l.cooperative
+                         ? cu_.cuLaunchCooperativeKernel(f, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
+                                                         l.block[2], l.shared_bytes, stream, params.data())
+                         : cu_.cuLaunchKernel(f, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
+                                              l.shared_bytes, stream, params.data(), nullptr);
         if (r != 0) cuda_check(r, ("launching '" + l.function + "' (step " + std::to_string(s) + ")").c_str());
       }
     }
@@ -175,21 +203,7 @@ void CudaExecutor::run_host(int profile, const std::vector<const void*>& inputs,
   }
   if (ps.graph && !step_ms) {
     cuda_check(cu_.cuGraphLaunch(ps.graph, stream_), "cuGraphLaunch");
-  } else if (graphs_ && !step_ms && ps.runs >= 1) {
-    // Every address is fixed for this profile (arena + weights), so the captured graph stays valid.
-    CUgraph g = nullptr;
-    cuda_check(cu_.cuStreamBeginCapture(stream_, kCaptureThreadLocal), "cuStreamBeginCapture");
-    try {
-      enqueue_steps(profile, addr, stream_, nullptr);
-    } catch (...) {
-      cu_.cuStreamEndCapture(stream_, &g);
-      if (g) cu_.cuGraphDestroy(g);
-      throw;
-    }
-    cuda_check(cu_.cuStreamEndCapture(stream_, &g), "cuStreamEndCapture");
-    CUresult r = cu_.cuGraphInstantiateWithFlags(&ps.graph, g, 0);
-    cu_.cuGraphDestroy(g);
-    cuda_check(r, "cuGraphInstantiate");
+  } else if (graphs_ && !step_ms && ps.runs >= 1 && capture_graph(profile, addr)) {
     cuda_check(cu_.cuGraphLaunch(ps.graph, stream_), "cuGraphLaunch");
   } else {
     enqueue_steps(profile, addr, stream_, step_ms);
@@ -202,6 +216,27 @@ void CudaExecutor::run_host(int profile, const std::vector<const void*>& inputs,
   }
   cuda_check(cu_.cuStreamSynchronize(stream_), "running the model on the GPU");
   ps.runs += 1;
+}
+
+// Captures the profile's steps into a CUDA graph (every address is fixed for this profile: arena +
+// weights, so the graph stays valid). A driver that cannot capture a step (cooperative launches
+// in graphs need a recent one) leaves graphs off for this model: steps are launched one by one.
+bool CudaExecutor::capture_graph(int profile, const std::vector<CUdeviceptr>& addr) {
+  CUgraph g = nullptr;
+  cuda_check(cu_.cuStreamBeginCapture(stream_, kCaptureThreadLocal), "cuStreamBeginCapture");
+  bool captured = true;
+  try {
+    enqueue_steps(profile, addr, stream_, nullptr);
+  } catch (const Failure&) {
+    captured = false;
+  }
+  CUresult r = cu_.cuStreamEndCapture(stream_, &g);
+  if (captured && r == 0) r = cu_.cuGraphInstantiateWithFlags(&profiles_[profile].graph, g, 0);
+  if (g) cu_.cuGraphDestroy(g);
+  if (captured && r == 0) return true;
+  profiles_[profile].graph = nullptr;
+  graphs_ = false;
+  return false;
 }
 
 void CudaExecutor::run_device(int profile, const std::vector<const void*>& input_ptrs,

@@ -53,6 +53,8 @@ class CudaExecutor final : public Executor {
   void release() noexcept;
   ProfileState& ensure_arena(int profile);  // allocates the arena and tensor addresses on first use
   void enqueue_steps(int profile, const std::vector<CUdeviceptr>& addr, CUstream stream, std::vector<double>* step_ms);
+  bool capture_graph(int profile, const std::vector<CUdeviceptr>& addr);  // false: graphs off, launch eagerly
+  void check_co_resident(CUfunction f, const PlanLaunch& l, const std::string& kernel) const;
 
   const Plan& plan_;
   const CudaDriver& cu_;
