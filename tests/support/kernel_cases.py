@@ -100,3 +100,18 @@ def random_args(func):
     return args
 
 
+
+
+def phased_matmuls(n: int = 128, k: int = 64, m: int = 64):
+    """Two chained matmuls as one kernel of two phases (what global fusion makes of a chain on a
+    GPU target): e = (a @ b) @ d, the product passed between the phases, both phases held to
+    64 threads per block as global fusion holds a chain's Gensor phases to one block."""
+    from tvm import te
+
+    from packager.optimize.schedule.phases import PHASE_ATTR, THREADS_ATTR
+
+    a, b, d = te.placeholder((n, k), name="a"), te.placeholder((k, m), name="b"), te.placeholder((m, m), name="d")
+    r, r2 = te.reduce_axis((0, k), name="r"), te.reduce_axis((0, m), name="r2")
+    c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="c")
+    e = te.compute((n, m), lambda i, j: te.sum(c[i, r2] * d[r2, j], axis=r2), name="e")
+    return te.create_prim_func([a, b, d, e]).with_attrs({PHASE_ATTR: [1, 1], THREADS_ATTR: 64})

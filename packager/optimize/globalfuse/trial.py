@@ -37,6 +37,7 @@ class TrialRules:
     def __init__(self, target: Target, gensor: bool = True):
         self.target = target
         self.memo = StructMemo()
+        self.gpu_memo: dict[tuple, tuple] = {}   # by TIR text: Gensor's GPU search is seeded by it
         if target.kind == "cuda":
             from ..schedule.database import TuningDatabase
             from ..schedule.gensor_gpu import GensorGpu
@@ -53,25 +54,36 @@ class TrialRules:
             return self.gpu_schedule(func)[1]
         return self.memo.get(func, self._cpu_rule)
 
-    def gpu_schedule(self, func: tirx.PrimFunc) -> tuple[tirx.PrimFunc | None, str]:
+    def gpu_schedule(self, func: tirx.PrimFunc, threads: int | None = None) -> tuple[tirx.PrimFunc | None, str]:
         """The kernel as the GPU schedule pass will schedule it, and the rule (None, "none")."""
-        return self.memo.get(func, self._gpu_schedule)
+        return self.gpu_plan(func, threads)[:2]
+
+    def gpu_plan(self, func: tirx.PrimFunc, threads: int | None = None) -> tuple[tirx.PrimFunc | None, str, float | None]:
+        """gpu_schedule and Gensor's estimate (ms; None for dlight's rules), for a phase that must
+        run `threads` threads per block as well. Kept by the kernel's text, names included:
+        Gensor seeds its search with it, so kernels equal up to names can get different plans."""
+        key = (func.script(), threads)
+        if key not in self.gpu_memo:
+            self.gpu_memo[key] = self._gpu_schedule(func, threads)
+        return self.gpu_memo[key]
 
     def _cpu_rule(self, func: tirx.PrimFunc) -> str:
         return self.cpu_rules.schedule(func)[1].rule
 
-    def _gpu_schedule(self, func: tirx.PrimFunc) -> tuple[tirx.PrimFunc | None, str]:
+    def _gpu_schedule(self, func: tirx.PrimFunc, threads: int | None) -> tuple[tirx.PrimFunc | None, str, float | None]:
         from ...errors import UserError
+        from ..schedule.phases import gensor_phase
         from ..schedule.rules_gpu import _rules, _schedule_one
 
         with self.tvm_target:
-            made = self.gensor_gpu.schedule(func) if self.gensor_gpu is not None else None
+            made = gensor_phase(self.gensor_gpu, func, threads) if self.gensor_gpu is not None else None
             if made is not None:
-                return made[0], "gensor"
+                return made[0], "gensor", made[1].estimate_ms
             try:
-                return _schedule_one("trial", func.with_attr("target", self.tvm_target), self.tvm_target, _rules())
+                return (*_schedule_one("trial", func.with_attr("target", self.tvm_target), self.tvm_target,
+                                       _rules()), None)
             except UserError:
-                return None, "none"
+                return None, "none", None
 
 
 def keeps_schedule(before: str, after: str) -> bool:

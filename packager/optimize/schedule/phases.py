@@ -17,6 +17,7 @@ from tvm import tirx
 from tvm.s_tir.stmt import SBlock, SBlockRealize
 
 PHASE_ATTR = "packager.phase_blocks"
+THREADS_ATTR = "packager.phase_threads"     # the block all phases take (Gensor plans chosen for it)
 LAUNCH_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
 
@@ -29,6 +30,20 @@ def phase_sizes(func: tirx.PrimFunc) -> list[int] | None:
     return [int(n) for n in sizes] if sizes is not None else None
 
 
+def phase_threads(func: tirx.PrimFunc) -> int | None:
+    n = func.attrs.get(THREADS_ATTR) if func.attrs is not None else None
+    return int(n) if n is not None else None
+
+
+def gensor_phase(construct, func: tirx.PrimFunc, threads: int | None = None):
+    """Gensor's plan for a kernel or phase (None: dlight's rules take it); a phase that must run
+    `threads` threads per block gets the best plan with that block when its own best differs."""
+    made = construct.schedule(func)
+    if made is not None and threads and thread_shape(made[0]) != (threads, 1, 1):
+        made = construct.schedule(func, threads) or made
+    return made
+
+
 def top_blocks(func: tirx.PrimFunc) -> list:
     """The statements under the root block, one per computation of an unscheduled kernel."""
     root = _root(func)
@@ -36,8 +51,8 @@ def top_blocks(func: tirx.PrimFunc) -> list:
 
 
 def split_phases(func: tirx.PrimFunc, sizes: list[int]) -> tuple[list[tirx.PrimFunc], list]:
-    """One PrimFunc per phase (the kernel's parameters plus the tensors phases pass on), and those
-    tensors. A tensor is passed on when more than one phase touches it; it must be written by
+    """One PrimFunc per phase (the kernel's parameters and passed tensors it touches, so it is the
+    kernel the phase was before the merge), and the tensors phases pass on. A tensor is passed on when more than one phase touches it; it must be written by
     the first phase that touches it, never by a later one."""
     stmts = top_blocks(func)
     if len(stmts) != sum(sizes) or not all(n > 0 for n in sizes):
@@ -57,11 +72,13 @@ def split_phases(func: tirx.PrimFunc, sizes: list[int]) -> tuple[list[tirx.PrimF
             raise PhaseError(f"tensor {b.name} is written by phase(s) {writers}, used by {users}")
     out = []
     for (reads, writes), stmts_k in zip(touched, phases):
-        own = [b for b in allocs if not _has(set(passed), b) and _has(reads | writes, b)]
+        used = reads | writes
+        own = [b for b in allocs if not _has(set(passed), b) and _has(used, b)]
+        params = [p for p in [*func.params, *passed] if _has(used, p)]
         body = tirx.SeqStmt(stmts_k) if len(stmts_k) > 1 else stmts_k[0]
         block = SBlock([], [], [], "root", body, alloc_buffers=own)
-        out.append(tirx.PrimFunc(list(func.params) + passed, SBlockRealize([], True, block), func.ret_type,
-                                 func.attrs).without_attr(PHASE_ATTR))
+        out.append(tirx.PrimFunc(params, SBlockRealize([], True, block), func.ret_type,
+                                 func.attrs).without_attr(PHASE_ATTR).without_attr(THREADS_ATTR))
     return out, passed
 
 
@@ -75,6 +92,8 @@ def stitch(func: tirx.PrimFunc, scheduled: list[tirx.PrimFunc], passed: list) ->
         bodies.append(root.body)
     block = SBlock([], [], [], "root", tirx.SeqStmt(bodies), alloc_buffers=allocs)
     attrs = {**dict(scheduled[0].attrs), PHASE_ATTR: [int(n) for n in phase_sizes(func)]}
+    if phase_threads(func):
+        attrs[THREADS_ATTR] = phase_threads(func)
     return tirx.PrimFunc(list(func.params), SBlockRealize([], True, block), func.ret_type).with_attrs(attrs)
 
 

@@ -34,6 +34,14 @@ class TilePlan:
     vthreads: tuple[int, ...] = ()            # GPU: virtual threads per iterator (1 = none)
     vector_axis: int = -1                     # CPU: index of the vectorized iterator (-1: none)
 
+    def gpu_threads(self) -> int:
+        """Threads per CUDA block: block tile over thread tile, over the spatial iterators."""
+        n = 1
+        for d, kind in enumerate(self.kinds):
+            if kind == SPATIAL:
+                n *= self.tile(d, "block") // self.tile(d, "thread")
+        return n
+
     def tile(self, d: int, level: str) -> int:
         return self.tiles[d][self.levels.index(level)]
 

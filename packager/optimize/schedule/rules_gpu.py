@@ -22,7 +22,7 @@ from ...targets import Target
 from ..base import PassReport
 from .database import TuningDatabase
 from .gensor_gpu import GensorGpu
-from .phases import phase_sizes, schedule_phases
+from .phases import gensor_phase, phase_sizes, phase_threads, schedule_phases
 
 
 def _rules() -> list[tuple[str, object]]:
@@ -82,8 +82,8 @@ def schedule_kernels_gpu(kernels: dict[str, tvm.tirx.PrimFunc], target: Target,
     rules = _rules() if full else _rules()[-1:]
     out, chosen, plans = {}, {}, {}
     construct = GensorGpu(target, TuningDatabase(database)) if full and gensor else None
-    def one(name: str, f: tvm.tirx.PrimFunc) -> tuple[tvm.tirx.PrimFunc, str, str]:
-        made = construct.schedule(f) if construct else None
+    def one(name: str, f: tvm.tirx.PrimFunc, threads: int | None = None) -> tuple[tvm.tirx.PrimFunc, str, str]:
+        made = gensor_phase(construct, f, threads) if construct else None
         if made is not None:
             return made[0], "gensor", made[1].summary()
         func, rule = _schedule_one(name, f.with_attr("target", tvm_target), tvm_target, rules)
@@ -94,7 +94,8 @@ def schedule_kernels_gpu(kernels: dict[str, tvm.tirx.PrimFunc], target: Target,
             if phase_sizes(f) is None:
                 out[name], chosen[name], plans[name] = one(name, f)
                 continue
-            out[name], plans[name] = schedule_phases(f, lambda p: one(name, p)[::2])
+            threads = phase_threads(f)
+            out[name], plans[name] = schedule_phases(f, lambda p: one(name, p, threads)[::2])
             chosen[name] = "phases"
     if construct:
         construct.db.save()

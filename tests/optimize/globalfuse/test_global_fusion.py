@@ -12,7 +12,9 @@ from packager.frontend import bind_profiles, import_relax, load_model, profile_s
 from packager.optimize.globalfuse import combine_siblings
 from packager.optimize.globalfuse.analyze import te_summary
 from packager.optimize.globalfuse.graph import kernel_graph
-from packager.optimize.globalfuse.trial import keeps_schedule
+from packager.optimize.globalfuse.phases import MAX_PHASES
+from packager.optimize.schedule.phases import phase_sizes, phase_threads, split_phases, thread_shape
+from packager.optimize.globalfuse.trial import TrialRules, keeps_schedule
 from packager.optimize.globalfuse.vertical import is_layout_only, layout_kernels
 from packager.optimize.pipeline import PassContext, optimize_graph
 from packager.optimize.simplify import simplify
@@ -65,6 +67,29 @@ def test_layout_copies_fold_and_qkv_combine_on_a_gpu_target(transformer, h100):
     assert "CPU targets only" in gf.summary                       # row regions: CPU only
 
 
+def test_gpu_chains_become_phased_kernels(transformer, h100):
+    """Chains of kernels (each read only by the next) merge into phased kernels, and only where
+    every phase keeps one block shape (no thread of the cooperative kernel idles)."""
+    fused, reports = _optimized(transformer, h100)
+    gf = _report(reports, "global_fusion")
+    chains = gf.details["grid_phases"]["chains"]
+    assert chains and all(2 <= len(c) <= MAX_PHASES for c in chains), gf.summary
+    assert f"{len(chains)} chain(s)" in gf.summary
+    called = {c.func.name_hint: c.prim for c in kernel_graph(fused).calls.values()}
+    phased = [f for f in called.values() if phase_sizes(f)]
+    assert len(phased) == len({tuple(c) for c in chains}), gf.summary   # identical chains share a kernel
+    rules = TrialRules(h100)
+    for f in phased:
+        phases, _ = split_phases(f, phase_sizes(f))
+        assert len({thread_shape(rules.gpu_schedule(p, phase_threads(f))[0]) for p in phases}) == 1
+    assert gf.details["kernels_after"] < gf.details["kernels_before"]
+
+
+def test_cpu_targets_take_no_grid_phases(transformer):
+    _, reports = _optimized(transformer)
+    assert "GPU targets only" in _report(reports, "global_fusion").details["grid_phases"]["skipped"]
+
+
 def test_cpu_target_takes_row_regions_and_no_unmeasured_folds(transformer):
     fused, reports = _optimized(transformer)                       # x86-64, measuring off
     gf = _report(reports, "global_fusion")
@@ -95,7 +120,8 @@ def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("where", ["x86-64", "h100"])
 def test_fused_module_computes_the_same(transformer, h100, where):
     """The merged graph (unscheduled kernels, run on this CPU) against FuseOps alone: on h100
-    the copies fold and Q/K/V combine, on x86-64 the softmax joins P @ V."""
+    the copies fold, Q/K/V combine and chains become phased kernels, on x86-64 the softmax joins
+    P @ V."""
     x = np.random.default_rng(1).standard_normal((1, 32, 64)).astype(np.float32)
     target = h100 if where == "h100" else None
     fused, _ = _optimized(transformer, target)

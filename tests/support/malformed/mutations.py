@@ -192,12 +192,13 @@ def _drop_last_arg(p: dict) -> None:
                 s["args"] = s["args"][:-1]
 
 
-def _cuda_plan(launch_args: list[int]) -> Callable[[dict], None]:
+def _cuda_plan(launch_args: list[int], **launch) -> Callable[[dict], None]:
     def f(p):
         p["device"], p["module"] = "cuda", "kernels.fatbin"
         for k in p["kernels"]:
             k["workspace"] = []
-            k["launches"] = [{"function": k["name"], "args": launch_args, "grid": [1, 1, 1], "block": [32, 1, 1]}]
+            k["launches"] = [{"function": k["name"], "args": launch_args, "grid": [1, 1, 1], "block": [32, 1, 1],
+                              **launch}]
     return f
 
 

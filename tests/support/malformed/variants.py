@@ -148,6 +148,7 @@ def variants() -> list[Variant]:
     add("step-op-unknown", c, set_step0(op="launch"))
     add("cuda-plan-launch-arg-int-min", c, on_plan(_cuda_plan([INT_MIN])))
     add("cuda-plan-on-cpu-target", c, on_plan(_cuda_plan([0])))
+    add("cuda-plan-cooperative-not-a-boolean", c, on_plan(_cuda_plan([0], cooperative="yes")))
 
     # (5) shapes
     c = "shapes"
