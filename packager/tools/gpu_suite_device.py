@@ -11,6 +11,8 @@ Per package and target (CUDA targets, or CPU targets when the bundle was built f
   pointers   the C API on the device's own buffers (packrt_run_device with PyTorch's CUDA tensors
              and stream; packrt_run with host buffers for CPU targets) equals packrt-run's outputs
   latency    packrt-run's median, and with --cuda-graph for CUDA targets
+  barriers   CUDA targets with cooperative (grid-synchronized) kernels: the check again under
+             compute-sanitizer's synccheck and memcheck, which must report no error
   pytorch    zoo models: the same network and weights (seeded construction, checked against the
              stored reference outputs) in eager mode and under torch.compile; TF32 off (fp32)
 Writes results.json and results.md (a table) next to the bundle's suite.json (or --out); exits 1
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -70,6 +73,29 @@ def within(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple
 def packrt_run(bundle: Path, args: list, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([str(bundle / "bin" / "packrt-run"), *map(str, args)], capture_output=True, text=True,
                           timeout=timeout)
+
+
+def cooperative_kernels(pkg: Path, target: str) -> int:
+    """Cooperative launches in the target's plan (global fusion's grid-synchronized phases)."""
+    m = json.loads((pkg / "manifest.json").read_text())
+    plan = next((t.get("plan") for t in m.get("targets", []) if t.get("name") == target), None)
+    if not plan:
+        return 0
+    doc = json.loads((pkg / plan).read_text())
+    return sum(1 for k in doc.get("kernels", []) for ln in k.get("launches", []) if ln.get("cooperative"))
+
+
+def sanitized(bundle: Path, pkg: Path, target: str) -> str:
+    """'clean', or the first lines compute-sanitizer (synccheck, then memcheck) printed."""
+    tool = shutil.which("compute-sanitizer")
+    if tool is None:
+        return "compute-sanitizer not found"
+    for check in ("synccheck", "memcheck"):
+        r = subprocess.run([tool, "--tool", check, "--error-exitcode", "9", str(bundle / "bin" / "packrt-run"),
+                            str(pkg), "--check", "--target", target], capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            return f"{check}: " + " | ".join((r.stdout + r.stderr).strip().splitlines()[:6])[:400]
+    return "clean"
 
 
 def run_outputs(bundle: Path, pkg: Path, target: str, prof: dict, work: Path, graph: bool) -> dict[str, np.ndarray]:
@@ -215,6 +241,9 @@ def run_target(bundle: Path, entry: dict, target: str, kind: str, work: Path, ar
         if cuda:
             row["graph_ms"] = latency(bundle, pkg, target, prof, work / f"{entry['name']}-{target}-plain", args.iters,
                                       True)
+            row["cooperative"] = cooperative_kernels(pkg, target)
+            if row["cooperative"]:
+                row["barriers"] = sanitized(bundle, pkg, target)
     except Exception as e:  # noqa: BLE001 - recorded in the table; the run goes on with the next target
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     if entry.get("torch") and not args.no_pytorch:
@@ -232,7 +261,8 @@ def _file(name: str) -> str:
 
 def passed(row: dict) -> bool:
     return (row["check"] == "ok" and "error" not in row and row.get("graph_equals_plain", True)
-            and row.get("c_api_equals_cli", False) and row.get("pytorch", {}).get("same_weights", True))
+            and row.get("c_api_equals_cli", False) and row.get("pytorch", {}).get("same_weights", True)
+            and row.get("barriers", "clean") == "clean")
 
 
 def table(rows: list[dict]) -> str:
@@ -245,8 +275,9 @@ def table(rows: list[dict]) -> str:
         pt = r.get("pytorch", {})
         best = r.get("graph_ms", r.get("ms"))
         ratio = f"{pt['eager_ms'] / best:.2f}" if "eager_ms" in pt and isinstance(best, float) else "-"
+        coop = f"{r['cooperative']} cooperative kernel(s), sanitizer {r.get('barriers')}" if r.get("cooperative") else ""
         notes = "; ".join(x for x in (r.get("error", ""), pt.get("error", ""), pt.get("compile_error", ""),
-                                      "" if pt.get("same_weights", True) else "PyTorch weights differ") if x)
+                                      "" if pt.get("same_weights", True) else "PyTorch weights differ", coop) if x)
         lines.append(f"| {r['model']} | {r['target']} | {r['check']} | {r.get('graph_equals_plain', '-')} | "
                      f"{r.get('c_api_equals_cli', '-')} | {ms(r.get('ms'))} | {ms(r.get('graph_ms'))} | "
                      f"{ms(pt.get('eager_ms'))} | {ms(pt.get('compile_ms'))} | {ratio} | {notes} |")
