@@ -34,7 +34,7 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
         return mod, PassReport("global_fusion", "applied", "nothing to plan: main is not one data-flow block")
     n0, bytes0 = traffic(mod)
     analysis = te_summary(g)
-    rules = TrialRules(ctx.target, ctx.opt.scheduler == "gensor")
+    rules = TrialRules(ctx.target, ctx.opt.scheduler == "gensor", ctx.opt.database)
     timer = fusion_timer(ctx)
     try:
         if ctx.target.kind == "cpu" and timer is None:

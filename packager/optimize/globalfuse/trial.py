@@ -34,7 +34,7 @@ class TrialRules:
     rules decide (Gensor takes only kernels the tiled rule fits); on a GPU Gensor's construction
     comes first, as in the schedule pass. The schedulers are built once per pass run."""
 
-    def __init__(self, target: Target, gensor: bool = True):
+    def __init__(self, target: Target, gensor: bool = True, database=None):
         self.target = target
         self.memo = StructMemo()
         self.gpu_memo: dict[tuple, tuple] = {}   # by TIR text: Gensor's GPU search is seeded by it
@@ -43,7 +43,7 @@ class TrialRules:
             from ..schedule.gensor_gpu import GensorGpu
 
             self.tvm_target = tvm.target.Target(target.tvm_target())
-            self.gensor_gpu = GensorGpu(target, TuningDatabase()) if gensor else None
+            self.gensor_gpu = GensorGpu(target, TuningDatabase(database)) if gensor else None
         else:
             from ..schedule.rules_cpu import CpuRules
 
