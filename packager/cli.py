@@ -1,4 +1,4 @@
-"""The `pack` command line: build, verify, bench, inspect, conformance, corpus.
+"""The `pack` command line: build, verify, bench, inspect, conformance, corpus, tuning.
 
 Errors print one line (what, where, what to do) and exit 2 for bad input, 1 for internal
 failures; `--debug` shows the Python traceback instead.
@@ -218,6 +218,71 @@ def corpus(only: Optional[List[str]] = typer.Option(None, "--only", help="only t
     _log(cp.write_results(rows, table, json_out, {"models": [e.name for e in entries], "fast": fast}))
     if not all(r.ok for r in rows):
         raise typer.Exit(1)
+
+
+tuning_app = typer.Typer(no_args_is_help=True, help="Look into the tuning database and share one across machines.")
+app.add_typer(tuning_app, name="tuning")
+DB_OPTION = typer.Option(None, "--db", help="database folder (default: the cache's tuning/; a spec's "
+                                           "optimize.database)")
+
+
+def _tuning(db: Optional[Path], target: Optional[str] = None, kind: Optional[str] = None,
+            older_than: Optional[float] = None):
+    from .optimize.schedule.database import TuningDatabase
+    from .tools.tuning import Filter
+
+    return TuningDatabase(db), Filter(target, kind, older_than)
+
+
+@tuning_app.command("list")
+@handle_errors
+def tuning_list(db: Optional[Path] = DB_OPTION,
+                target: Optional[str] = typer.Option(None, help="only records whose target contains this"),
+                kind: Optional[str] = typer.Option(None, help="only this kind (gensor-cpu, gensor-gpu, layout, "
+                                                              "global-fusion)")):
+    """Records per kind and target: how many, measured, stale (another rules version: not replayed)."""
+    from .tools.tuning import summary
+
+    for line in summary(*_tuning(db, target, kind)):
+        _log(line)
+
+
+@tuning_app.command("export")
+@handle_errors
+def tuning_export(out: Path = typer.Argument(..., help="JSON file to write"), db: Optional[Path] = DB_OPTION,
+                  target: Optional[str] = typer.Option(None, help="only records whose target contains this"),
+                  kind: Optional[str] = typer.Option(None, help="only this kind")):
+    """Write the current (not stale) records to a file another machine can import."""
+    from .tools.tuning import export
+
+    database, which = _tuning(db, target, kind)
+    _log(f"exported {export(database, out, which)} record(s) to {out}")
+
+
+@tuning_app.command("import")
+@handle_errors
+def tuning_import(source: Path = typer.Argument(..., help="a file written by `pack tuning export`"),
+                  db: Optional[Path] = DB_OPTION):
+    """Merge exported records: measured beats estimated, otherwise the newer wins; stale ones are skipped."""
+    from .tools.tuning import import_records
+
+    counts = import_records(_tuning(db)[0], source)
+    _log(", ".join(f"{n} {what}" for what, n in counts.items()))
+
+
+@tuning_app.command("prune")
+@handle_errors
+def tuning_prune(db: Optional[Path] = DB_OPTION,
+                 target: Optional[str] = typer.Option(None, help="only records whose target contains this"),
+                 kind: Optional[str] = typer.Option(None, help="only this kind"),
+                 older_than: Optional[float] = typer.Option(None, "--older-than", help="only records older than "
+                                                                                        "this many days"),
+                 everything: bool = typer.Option(False, "--all", help="remove every matching record, not only "
+                                                                       "stale ones")):
+    """Remove stale records (another rules version), or with --all every record the filters match."""
+    from .tools.tuning import prune
+
+    _log(f"removed {prune(*_tuning(db, target, kind, older_than), everything)} record(s)")
 
 
 def main() -> None:

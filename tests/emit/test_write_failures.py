@@ -241,7 +241,7 @@ def test_full_disk_under_the_tuning_database(disk):
     from packager.optimize.schedule.database import TuningDatabase
 
     db = TuningDatabase(disk / "tuning")
-    db.put("kernel", {"schedule": "x" * BIG})
+    db.put("kernel", {"schedule": "x" * BIG}, "gensor-cpu", "test")
     with pytest.raises(UserError, match=f"cannot write to {disk / 'tuning'}: No space left on device"):
         db.save()
     assert [p.name for p in (disk / "tuning").iterdir()] == [".lock"]

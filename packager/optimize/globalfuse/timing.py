@@ -5,13 +5,12 @@ from __future__ import annotations
 from tvm import tirx
 
 from ...targets import can_run_here
+from ..schedule.database import RULES
 from .trial import StructMemo
 
-# Bumped when a rule changes how merged kernels schedule, so the database's recorded decisions
-# (taken / refused, with both times) of older rules are not replayed: 2 = row regions with a
-# predicated last row tile (ViT's 197 rows); 3 = reduction loops split at a folded reshape's
-# period, and a merged kernel timed in alternation with its parts.
-DECISIONS_VERSION = 3
+# The rules version of recorded decisions (taken / refused, with both times), also in their keys;
+# its history is at RULES in schedule/database.py.
+DECISIONS_VERSION = RULES["global-fusion"]
 
 
 # The timer's repeatability on the 2-core build machine: one kernel timed against a copy of itself
@@ -60,14 +59,15 @@ class FusionTimer:
         from ..schedule.workload import func_key
 
         key = func_key(fused, self.target_key)
-        rec = self.db.get(key)
+        rec = self.db.get(key, kind="global-fusion")
         if rec is not None:
             return rec["fused_s"], rec["separate_s"]
         times = self._time([fused, *(f for f, _ in parts)])
         fused_s, part_s = times[0], times[1:]
         separate = None if None in part_s else sum(t * w for t, (_, w) in zip(part_s, parts))
         if fused_s is not None and separate is not None:
-            self.db.put(key, {"fused_s": fused_s, "separate_s": separate, "measured": True})
+            self.db.put(key, {"fused_s": fused_s, "separate_s": separate, "measured": True}, "global-fusion",
+                        self.target_key)
         return fused_s, separate
 
     def verdict(self, fused: tirx.PrimFunc, parts: list[tuple[tirx.PrimFunc, float]]) -> tuple[str, dict | None]:

@@ -151,7 +151,7 @@ class LayoutSearch:
     def decide(self, site: ConvSite, incoming: int, allowed_out: tuple[int, ...] | None = None) -> Decision:
         pairs = candidates(site, incoming, self.lanes, allowed_out)
         key = f"layout/{self.gensor.target_key}/{site.key()}/in{incoming}/{pairs}"
-        rec = self.db.get(key, measured_only=self.measuring)
+        rec = self.db.get(key, measured_only=self.measuring, kind="layout")
         if rec is not None:
             return Decision.from_record(rec)
         scores = {}
@@ -163,7 +163,7 @@ class LayoutSearch:
         best = min(scores, key=scores.get)
         data_block, out_block = (int(x) for x in best.split("/"))
         d = Decision(data_block, out_block, *site.weight_blocks(data_block, out_block), scores, self.measuring)
-        self.db.put(key, d.record())
+        self.db.put(key, d.record(), "layout", self.gensor.target_key)
         return d
 
     def save(self) -> None:
@@ -179,12 +179,12 @@ class LayoutSearch:
         # LM head (the kernel loses its vector split) and is not offered
         widths = [nt for nt in (0, self.lanes, 2 * self.lanes, 4 * self.lanes) if nt == 0 or site.n % nt == 0]
         key = f"layout/{self.gensor.target_key}/{site.key()}/{widths}"
-        rec = self.db.get(key, measured_only=True)
+        rec = self.db.get(key, measured_only=True, kind="layout")
         if rec is not None:
             return MatmulDecision(rec["nt"], rec.get("scores", {}), True, reused=True)
         scores = {str(nt): round(self._score_func(site.kernel(nt)), 4) for nt in widths}
         nt = int(min(scores, key=scores.get))
-        self.db.put(key, {"nt": nt, "scores": scores, "measured": True})
+        self.db.put(key, {"nt": nt, "scores": scores, "measured": True}, "layout", self.gensor.target_key)
         return MatmulDecision(nt, scores, True)
 
 

@@ -1,25 +1,41 @@
 """The tuning database: one JSON record per (kernel workload, target), so a rebuild reuses what
 an earlier build chose (and measured) instead of walking and timing again. A build with a given
-database is deterministic: the walk is seeded from the workload key, and a recorded choice wins.
+database is deterministic: the walk is seeded from the workload, and a recorded choice wins.
 
-File: <folder>/tuning.json, {"version": 1, "records": {key: record}}; written atomically under
-a lock, so parallel builds never leave a half-written file. A later issue (ETO reuse) reads the
-same records to transfer schedules across similar operators.
+File: <folder>/tuning.json, {"version": 2, "records": {key: record}}. Every record carries
+`meta`: what produced it (kind), the version of that producer's rules, the target it is for,
+when, and which packager. A record whose kind has another rules version than this packager's is
+stale: never replayed (a packager whose rules would decide differently bumps its kind's version
+in RULES), and `pack tuning prune` removes it. Writes merge under a lock and replace the file
+atomically, so concurrent builds sharing one database each add their records and never leave a
+half-written file. `pack tuning {list,export,import,prune}` (tools/tuning.py) shares one database
+across a team.
 """
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
+from typing import Callable
 
 from ...cache import cache_dir, filling, locked
 
-VERSION = 1
+VERSION = 2
+# The rules version of each record kind: bump one when its decisions change for the same workload.
+RULES = {
+    "gensor-cpu": 1,        # CPU tile plans (schedule/gensor.py)
+    "gensor-gpu": 2,        # GPU tile plans (schedule/gensor_gpu.py); 2: walk seeded by kernel structure
+    "layout": 1,            # ALT layout and panel decisions (layout/search.py)
+    "global-fusion": 3,     # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
+                            # with a predicated last row tile; 3 = reduction loops split at a folded
+                            # reshape's period, merged kernel and parts timed in alternation
+}
 
 
 class TuningDatabase:
     def __init__(self, folder: Path | None = None):
-        self.folder = Path(folder) if folder else cache_dir() / "tuning"
+        self.folder = Path(folder) if folder else default_folder()
         self.path = self.folder / "tuning.json"
         self.records: dict[str, dict] = self._read()
         self.new: dict[str, dict] = {}
@@ -31,26 +47,51 @@ class TuningDatabase:
             return {}
         return data.get("records", {}) if data.get("version") == VERSION else {}
 
-    def get(self, key: str, measured_only: bool = False) -> dict | None:
+    def get(self, key: str, measured_only: bool = False, kind: str | None = None) -> dict | None:
+        """The record under `key`, unless it is stale for `kind` (or, with measured_only, not measured)."""
         rec = self.new.get(key) or self.records.get(key)
         if rec is None or (measured_only and not rec.get("measured")):
             return None
+        if kind is not None and stale(rec, kind):
+            return None
         return rec
 
-    def put(self, key: str, record: dict) -> None:
-        self.new[key] = record
+    def put(self, key: str, record: dict, kind: str, target: str) -> None:
+        from ... import __version__
+
+        meta = {"kind": kind, "rules": RULES[kind], "target": target, "time": round(time.time()),
+                "packager": __version__}
+        self.new[key] = {**record, "meta": meta}
 
     def save(self) -> None:
         """Merge this build's records into the file (other builds may have added theirs)."""
-        if not self.new:
-            return
+        if self.new:
+            new = self.new
+            self.update(lambda records: records.update(new))
+
+    def update(self, change: Callable[[dict[str, dict]], object]) -> dict[str, dict]:
+        """Apply `change` to the file's records under the lock and write them back atomically;
+        the records as written."""
         with filling(folder=self.folder):
             self.folder.mkdir(parents=True, exist_ok=True)
         with locked(self.folder / ".lock"):
             records = self._read()
-            records.update(self.new)
+            change(records)
             tmp = self.path.with_suffix(f".tmp{os.getpid()}")
             with filling(tmp, folder=self.folder):
                 tmp.write_text(json.dumps({"version": VERSION, "records": records}, indent=1, sort_keys=True))
                 os.replace(tmp, self.path)
         self.records, self.new = records, {}
+        return records
+
+
+def default_folder() -> Path:
+    return cache_dir() / "tuning"
+
+
+def stale(record: dict, kind: str | None = None) -> bool:
+    """A record of another rules version than this packager's (or of no known kind)."""
+    meta = record.get("meta") or {}
+    if meta.get("kind") not in RULES or (kind is not None and meta["kind"] != kind):
+        return True
+    return RULES[meta["kind"]] != meta.get("rules")

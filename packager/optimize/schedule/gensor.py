@@ -102,7 +102,7 @@ class GensorCpu:
             out, info = self.rules.schedule(func)
             return out, info.rule, None
         key = func_key(func, self.target_key)
-        rec = self.db.get(key, measured_only=self.measure)
+        rec = self.db.get(key, measured_only=self.measure, kind="gensor-cpu")
         if rec is not None:
             choice = Choice.from_record(rec)
             return self._apply(func, choice), "gensor", choice
@@ -112,7 +112,7 @@ class GensorCpu:
         ranked = construct(space, seed_of(key), restarts=RESTARTS)
         plans = [(est, space.to_plan(st)) for est, st in ranked[:self.top_k if self.measure else 1]]
         choice = self._choose(func, plans, len(ranked))
-        self.db.put(key, choice.record())
+        self.db.put(key, choice.record(), "gensor-cpu", self.target_key)
         return self._apply(func, choice), "gensor", choice
 
     def _choose(self, func: tirx.PrimFunc, plans: list[tuple[float, TilePlan]], n: int) -> Choice:

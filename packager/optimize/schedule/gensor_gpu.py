@@ -46,7 +46,7 @@ class GensorGpu:
             return None
         base = func_key(func, self.target_key)
         key = f"{base}/threads{threads}" if threads else base
-        rec = self.db.get(key)
+        rec = self.db.get(key, kind="gensor-gpu")
         if rec is not None and rec.get("plan"):
             choice = Choice.from_record(rec)
             try:
@@ -67,6 +67,6 @@ class GensorGpu:
             except Exception:  # noqa: BLE001 - the template refuses this plan: next one
                 continue
             choice = Choice("gensor", plan, est * 1e3, candidates=len(ranked))
-            self.db.put(key, choice.record())
+            self.db.put(key, choice.record(), "gensor-gpu", self.target_key)
             return out, choice
         return None
