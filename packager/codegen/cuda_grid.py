@@ -12,8 +12,10 @@ which the non-coherent load path `__restrict__` allows would assume.
 A grid barrier deadlocks unless every block of the grid is resident at once. The grid is
 sized from the compiled kernel's registers and shared memory (cuobjdump) and the target's
 hardware table: blocks per SM (the occupancy rules of the CUDA programming guide) x SMs, capped
-at the largest phase. The runtime checks it again on the GPU it runs on (the driver's occupancy
-API) and refuses the plan when it does not fit (runtime_cpp/src/cuda/cuda_executor.cpp).
+at the largest phase; a kernel of which not one block fits an SM is refused (its phases stay
+separate launches). The runtime asks the driver's occupancy API on the GPU it runs on, lowers the
+grid to what is resident there (the grid-stride loops make any grid compute the same), and
+refuses the plan when not one block fits (runtime_cpp/src/cuda/cuda_executor.cpp).
 """
 from __future__ import annotations
 

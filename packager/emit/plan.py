@@ -11,7 +11,7 @@ the runtime can check the data flow: every arena tensor written once, before it 
 overwritten while it is still to be read). CUDA plans also name the module (kernels.fatbin) and give each kernel
 its device launches [{function, args, grid, block, shared_bytes, cooperative}] (args: PrimFunc
 parameter index, or -(k+1) for scratch buffer k; cooperative: a grid-synchronized kernel the
-runtime launches with cuLaunchCooperativeKernel after checking every block can be resident) and its scratch buffers `workspace` [bytes]. Every input and output has its own arena slot, so the runtime can
+runtime launches with cuLaunchCooperativeKernel, its grid lowered to what the GPU holds resident) and its scratch buffers `workspace` [bytes]. Every input and output has its own arena slot, so the runtime can
 stage unaligned caller buffers; aligned ones are bound in place.
 """
 from __future__ import annotations

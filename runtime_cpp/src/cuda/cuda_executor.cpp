@@ -59,6 +59,7 @@ CudaExecutor::CudaExecutor(const Plan& plan, const void* image, const uint8_t* w
     }
     for (const auto& k : plan.kernels) {
       std::vector<CUfunction> fns;
+      std::vector<unsigned> grids;
       for (const auto& l : k.launches) {
         CUfunction f = nullptr;
         if (cu_.cuModuleGetFunction(&f, module_, l.function.c_str()) != 0)
@@ -66,10 +67,11 @@ CudaExecutor::CudaExecutor(const Plan& plan, const void* image, const uint8_t* w
         if (l.shared_bytes > kDefaultSharedLimit)
           cuda_check(cu_.cuFuncSetAttribute(f, kAttrMaxDynamicShared, static_cast<int>(l.shared_bytes)),
                      "cuFuncSetAttribute(dynamic shared memory)");
-        if (l.cooperative) check_co_resident(f, l, k.name);
+        grids.push_back(l.cooperative ? cooperative_grid(f, l, k.name) : l.grid[0]);
         fns.push_back(f);
       }
       functions_.push_back(std::move(fns));
+      grids_.push_back(std::move(grids));
       std::vector<uint64_t> offs;
       uint64_t total = 0;
       for (uint64_t bytes : k.workspace) {
@@ -93,11 +95,15 @@ CudaExecutor::CudaExecutor(const Plan& plan, const void* image, const uint8_t* w
 
 CudaExecutor::~CudaExecutor() { release(); }
 
-// A grid barrier waits for every block of the grid: all of them must be resident at once on this
-// GPU (the build sized the grid for the target's table; a smaller GPU of the same architecture,
-// or another kernel's resources, can make it too large).
-void CudaExecutor::check_co_resident(CUfunction f, const PlanLaunch& l, const std::string& kernel) const {
+// A grid barrier waits for every block of the grid: all of them must be resident at once. The
+// build sized the grid from the target's table; this GPU's driver says how many blocks it holds
+// (a smaller GPU of the architecture, another shared-memory carveout). Every block of a
+// cooperative kernel walks its phases' blocks with a grid-stride loop, so a smaller grid computes
+// the same: the grid is lowered to what fits, and the plan refused when not one block does.
+unsigned CudaExecutor::cooperative_grid(CUfunction f, const PlanLaunch& l, const std::string& kernel) const {
   const std::string what = "target '" + plan_.target + "': kernel '" + kernel + "'";
+  if (l.grid[1] != 1 || l.grid[2] != 1)
+    fail(PACKRT_ERROR_CORRUPT_PACKAGE, what + ": a cooperative launch has a one-dimensional grid");
   int cooperative = 0, sms = 0, per_sm = 0;
   cuda_check(cu_.cuDeviceGetAttribute(&cooperative, kAttrCooperativeLaunch, device_), "cuDeviceGetAttribute");
   if (!cooperative)
@@ -107,11 +113,12 @@ void CudaExecutor::check_co_resident(CUfunction f, const PlanLaunch& l, const st
   const int threads = static_cast<int>(l.block[0] * l.block[1] * l.block[2]);
   cuda_check(cu_.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, threads, l.shared_bytes),
              "cuOccupancyMaxActiveBlocksPerMultiprocessor");
-  const uint64_t grid = uint64_t{l.grid[0]} * l.grid[1] * l.grid[2];
-  if (grid > static_cast<uint64_t>(per_sm) * static_cast<uint64_t>(sms))
-    fail(PACKRT_ERROR_UNSUPPORTED, what + " synchronizes a grid of " + std::to_string(grid) + " blocks, but this GPU (" +
-                                       std::to_string(sms) + " SMs x " + std::to_string(per_sm) +
-                                       " resident blocks) cannot hold them all at once; build the package for this GPU");
+  const uint64_t resident = static_cast<uint64_t>(std::max(per_sm, 0)) * static_cast<uint64_t>(std::max(sms, 0));
+  if (resident == 0)
+    fail(PACKRT_ERROR_UNSUPPORTED, what + " synchronizes its whole grid, but not one of its blocks (" +
+                                       std::to_string(threads) + " threads, " + std::to_string(l.shared_bytes) +
+                                       " B dynamic shared memory) fits an SM of this GPU; build the package for it");
+  return static_cast<unsigned>(std::min<uint64_t>(l.grid[0], resident));
 }
 
 void CudaExecutor::release() noexcept {
@@ -174,7 +181,7 @@ void CudaExecutor::enqueue_steps(int profile, const std::vector<CUdeviceptr>& ad
         }
         CUfunction f = functions_[step.kernel][li];
         CUresult r = l.cooperative
-                         ? cu_.cuLaunchCooperativeKernel(f, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
+                         ? cu_.cuLaunchCooperativeKernel(f, grids_[step.kernel][li], 1, 1, l.block[0], l.block[1],
                                                          l.block[2], l.shared_bytes, stream, params.data())
                          : cu_.cuLaunchKernel(f, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
                                               l.shared_bytes, stream, params.data(), nullptr);

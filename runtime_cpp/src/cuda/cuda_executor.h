@@ -54,7 +54,8 @@ class CudaExecutor final : public Executor {
   ProfileState& ensure_arena(int profile);  // allocates the arena and tensor addresses on first use
   void enqueue_steps(int profile, const std::vector<CUdeviceptr>& addr, CUstream stream, std::vector<double>* step_ms);
   bool capture_graph(int profile, const std::vector<CUdeviceptr>& addr);  // false: graphs off, launch eagerly
-  void check_co_resident(CUfunction f, const PlanLaunch& l, const std::string& kernel) const;
+  // The grid a cooperative launch runs with on this GPU (the plan's, lowered to what is resident).
+  unsigned cooperative_grid(CUfunction f, const PlanLaunch& l, const std::string& kernel) const;
 
   const Plan& plan_;
   const CudaDriver& cu_;
@@ -68,6 +69,7 @@ class CudaExecutor final : public Executor {
   uint64_t scratch_bytes_ = 0;
   std::vector<std::vector<uint64_t>> scratch_offsets_;      // per kernel, per workspace buffer
   std::vector<std::vector<CUfunction>> functions_;          // per kernel, per launch
+  std::vector<std::vector<unsigned>> grids_;                // per kernel, per launch: cooperative grid.x
   std::vector<ProfileState> profiles_;
   std::mutex mu_;
 };
