@@ -37,7 +37,7 @@ class TrialRules:
     def __init__(self, target: Target, gensor: bool = True, database=None):
         self.target = target
         self.memo = StructMemo()
-        self.gpu_memo: dict[tuple, tuple] = {}   # by TIR text: Gensor's GPU search is seeded by it
+        self.gpu_memo: dict[tuple, tuple] = {}   # by (TIR text, held threads), as the database keys
         if target.kind == "cuda":
             from ..schedule.database import TuningDatabase
             from ..schedule.gensor_gpu import GensorGpu
@@ -60,8 +60,8 @@ class TrialRules:
 
     def gpu_plan(self, func: tirx.PrimFunc, threads: int | None = None) -> tuple[tirx.PrimFunc | None, str, float | None]:
         """gpu_schedule and Gensor's estimate (ms; None for dlight's rules), for a phase that must
-        run `threads` threads per block as well. Kept by the kernel's text, names included:
-        Gensor seeds its search with it, so kernels equal up to names can get different plans."""
+        run `threads` threads per block as well. Kept by the kernel's text, names included, as the
+        tuning database keys Gensor's records (a recorded plan differs between such kernels)."""
         key = (func.script(), threads)
         if key not in self.gpu_memo:
             self.gpu_memo[key] = self._gpu_schedule(func, threads)
