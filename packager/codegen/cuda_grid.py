@@ -30,6 +30,10 @@ from .cuda_source import CudaModule, Launch
 GRID_SUFFIX = "_grid"
 _DEFINITION = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+)\) (\w+)\(([^)]*)\)\s*\{')
 _USAGE = re.compile(r"Function (\w+):\s*\n\s*REG:(\d+) STACK:\d+ SHARED:(\d+)")
+_STATIC_SHARED = re.compile(r"__shared__\s+(?:alignas\(\d+\)\s+)?([\w:]+)\s+\w+\[(\d+)\]")
+_BYTES = {"float": 4, "half": 2, "__half": 2, "nv_bfloat16": 2, "__nv_bfloat16": 2, "int": 4, "uint": 4,
+          "signed char": 1, "char": 1, "uchar": 1, "int8_t": 1, "uint8_t": 1, "short": 2, "int16_t": 2}
+STATIC_SHARED_LIMIT = 48 * 1024    # per kernel: a joined kernel holds every phase's static arrays
 WARP = 32
 REGISTER_UNIT = 256                # registers are allocated per warp in units of 256
 SM_PARTITIONS = 4                  # a warp's registers come from one of the SM's 4 sub-partitions
@@ -77,9 +81,14 @@ def join_phases(cm: CudaModule, phased: set[str]) -> tuple[str, dict[str, Joined
             refused[name] = "phases lowered to different block shapes: " + ", ".join(
                 "x".join(map(str, ln.block)) for ln in launches)
             continue
+        missing = [ln.function for ln in launches if ln.function not in definitions]
+        if missing:
+            raise InternalError(f"no definition of '{missing[0]}' in the CUDA source")
+        shared = sum(_static_shared(definitions[ln.function][1]) for ln in launches)
+        if shared > STATIC_SHARED_LIMIT:
+            refused[name] = f"the phases' static shared memory together ({shared} B) exceeds a kernel's 48 KB"
+            continue
         for ln in launches:
-            if ln.function not in definitions:
-                raise InternalError(f"no definition of '{ln.function}' in the CUDA source")
             source = _without_kernel(source, ln.function)
         text, joined[name] = _wrapper(name, launches, definitions)
         extra.append(text)
@@ -135,6 +144,11 @@ def blocks_per_sm(facts: dict, sm: int, threads: int, registers: int, shared_byt
 def parse_resource_usage(text: str) -> dict[str, tuple[int, int]]:
     """cuobjdump --dump-resource-usage -> {function: (registers per thread, static shared bytes)}."""
     return {m.group(1): (int(m.group(2)), int(m.group(3))) for m in _USAGE.finditer(text)}
+
+
+def _static_shared(body: str) -> int:
+    """Bytes of a kernel body's static __shared__ arrays (8 per element for a type not listed)."""
+    return sum(_BYTES.get(dtype, 8) * int(n) for dtype, n in _STATIC_SHARED.findall(body))
 
 
 def _definitions(source: str) -> dict[str, tuple[str, str]]:

@@ -79,3 +79,16 @@ def test_a_kernel_that_cannot_be_resident_is_refused(monkeypatch, tmp_path):
     joined = {"k": Joined("k_grid", [0, 1], [1024, 1, 1], 0, [8, 8])}
     assert cooperative_launches(joined, tmp_path / "unused.fatbin", t.facts, t.sm_number, report) == {}
     assert "not co-resident" in report.refused["k"]
+
+
+def test_phases_whose_shared_memory_together_is_too_much_stay_launches():
+    """Each phase may use up to 48 KB of static shared memory; joined, their arrays add up."""
+    t = _target("h100")
+    cm = _module(t)
+    source, _, _ = join_phases(cm, {"chain"})
+    for ln in cm.kernels["chain"].launches:                       # 32 KB more in each phase
+        head = f"{ln.function}("
+        at = cm.source.index("{", cm.source.index(head, cm.source.index(head) + 1)) + 1
+        cm.source = cm.source[:at] + "\n  __shared__ alignas(64) float pad[8192];" + cm.source[at:]
+    source, joined, refused = join_phases(cm, {"chain"})
+    assert not joined and "48 KB" in refused["chain"] and source == cm.source
