@@ -60,7 +60,11 @@ def summary(db: TuningDatabase, which: Filter) -> list[str]:
 def export(db: TuningDatabase, out: Path, which: Filter) -> int:
     """Write the matching current records to `out`; how many."""
     records = {k: r for k, r in db.records.items() if which.matches(r) and not stale(r)}
-    out.write_text(json.dumps({"version": VERSION, "records": records}, indent=1, sort_keys=True) + "\n")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"version": VERSION, "records": records}, indent=1, sort_keys=True) + "\n")
+    except OSError as e:
+        raise UserError(f"{out}: cannot write it ({e.strerror or e}); choose another file") from None
     return len(records)
 
 

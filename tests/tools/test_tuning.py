@@ -98,14 +98,17 @@ def test_pack_tuning_commands(tmp_path):
     _db(tmp_path / "db", {"k1": ("gensor-cpu", "x86-64", True), "k2": ("layout", "x86-64", False)})
     r = run_pack("tuning", "list", "--db", tmp_path / "db")
     assert r.returncode == 0 and "2 record(s)" in r.stdout and "gensor-cpu" in r.stdout, r.stdout + r.stderr
-    r = run_pack("tuning", "export", tmp_path / "out.json", "--db", tmp_path / "db", "--kind", "layout")
+    r = run_pack("tuning", "export", tmp_path / "new" / "out.json", "--db", tmp_path / "db", "--kind", "layout")
     assert r.returncode == 0 and "exported 1 record(s)" in r.stdout, r.stderr
-    r = run_pack("tuning", "import", tmp_path / "out.json", "--db", tmp_path / "other")
+    r = run_pack("tuning", "import", tmp_path / "new" / "out.json", "--db", tmp_path / "other")
     assert r.returncode == 0 and "1 added" in r.stdout, r.stderr
     (tmp_path / "bad.json").write_text("{\"records\": []}")
     assert_clean_error(run_pack("tuning", "import", tmp_path / "bad.json", "--db", tmp_path / "other"), 2,
                        "bad.json", "pack tuning export")
     assert_clean_error(run_pack("tuning", "list", "--db", tmp_path / "db", "--kind", "nope"), 2, "unknown record kind")
+    (tmp_path / "file").write_text("")
+    assert_clean_error(run_pack("tuning", "export", tmp_path / "file" / "x.json", "--db", tmp_path / "db"), 2,
+                       "cannot write")
 
 
 @pytest.mark.slow
