@@ -153,16 +153,19 @@ def _static_shared(body: str) -> int:
 
 def _definitions(source: str) -> dict[str, tuple[str, str]]:
     """Each __global__ function's parameter list and body."""
-    out = {}
-    for m in _DEFINITION.finditer(source):
-        depth, i = 1, m.end()
-        while depth:
-            if i >= len(source):
-                raise InternalError(f"unbalanced braces in the CUDA source of '{m.group(2)}'")
-            depth += {"{": 1, "}": -1}.get(source[i], 0)
-            i += 1
-        out[m.group(2)] = (m.group(3), source[m.end():i - 1])
-    return out
+    return {m.group(2): (m.group(3), source[m.end():_body_end(source, m.end(), m.group(2)) - 1])
+            for m in _DEFINITION.finditer(source)}
+
+
+def _body_end(source: str, start: int, function: str) -> int:
+    """The index just past the brace closing a body that opens before `start`."""
+    depth, i = 1, start
+    while depth:
+        if i >= len(source):
+            raise InternalError(f"unbalanced braces in the CUDA source of '{function}'")
+        depth += {"{": 1, "}": -1}.get(source[i], 0)
+        i += 1
+    return i
 
 
 def _without_kernel(source: str, function: str) -> str:
@@ -172,11 +175,7 @@ def _without_kernel(source: str, function: str) -> str:
         if source[m.end()] == ";":
             source = source[:m.start()] + source[m.end() + 1:]
             continue
-        depth, i = 1, m.end() + 1
-        while depth:
-            depth += {"{": 1, "}": -1}.get(source[i], 0)
-            i += 1
-        source = source[:m.start()] + source[i:]
+        source = source[:m.start()] + source[_body_end(source, m.end() + 1, function):]
     return source
 
 

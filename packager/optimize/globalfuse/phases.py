@@ -149,7 +149,8 @@ def _segments(g: KernelGraph, chain: list[int], func, rules) -> tuple[list[tuple
             start += 1
     if len(runs) == 1 and len(runs[0][0]) == len(chain):
         return runs, ""
-    shapes = [thread_shape(rules.gpu_schedule(p)[0]) if rules.gpu_schedule(p)[0] is not None else None for p in phases]
+    scheduled = [rules.gpu_schedule(p)[0] for p in phases]
+    shapes = [thread_shape(f) if f is not None else None for f in scheduled]
     return runs, f"block shapes differ once cut into phases ({', '.join(_dims(s) for s in shapes)})"
 
 

@@ -52,8 +52,9 @@ def top_blocks(func: tirx.PrimFunc) -> list:
 
 def split_phases(func: tirx.PrimFunc, sizes: list[int]) -> tuple[list[tirx.PrimFunc], list]:
     """One PrimFunc per phase (the kernel's parameters and passed tensors it touches, so it is the
-    kernel the phase was before the merge), and the tensors phases pass on. A tensor is passed on when more than one phase touches it; it must be written by
-    the first phase that touches it, never by a later one."""
+    kernel the phase was before the merge), and the tensors phases pass on. A tensor is passed on
+    when more than one phase touches it; it must be written by the first phase that touches it,
+    never by a later one."""
     stmts = top_blocks(func)
     if len(stmts) != sum(sizes) or not all(n > 0 for n in sizes):
         raise PhaseError(f"{len(stmts)} top-level blocks, phases of {sizes}")
@@ -66,7 +67,7 @@ def split_phases(func: tirx.PrimFunc, sizes: list[int]) -> tuple[list[tirx.PrimF
     allocs = list(root.alloc_buffers)
     passed = [b for b in allocs if sum(1 for t in touched if _has(t[0] | t[1], b)) > 1]
     for b in passed:
-        users = [k for k, (_, w) in enumerate(touched) if _has(touched[k][0] | w, b)]
+        users = [k for k, (r, w) in enumerate(touched) if _has(r | w, b)]
         writers = [k for k, (_, w) in enumerate(touched) if _has(w, b)]
         if writers != users[:1]:
             raise PhaseError(f"tensor {b.name} is written by phase(s) {writers}, used by {users}")
