@@ -270,7 +270,7 @@ def _targets(r: _Reader, top: dict) -> list[TargetSpec]:
         if isinstance(t, str):
             targets.append(TargetSpec(t, {}, p))
         else:
-            t = r.mapping(t, p, ("name", "kind", "arch", "isa", "mcpu", "mattr", "sm", "host_arch"), required=("name",))
+            t = r.mapping(t, p, ("name", "kind", "arch", "isa", "mcpu", "mattr", "sm", "host_arch", "rpc"), required=("name",))
             targets.append(TargetSpec(str(t["name"]), {k2: v for k2, v in t.items() if k2 != "name"}, p))
         if targets[-1].name in {x.name for x in targets[:-1]}:
             r.fail(p, f"target '{targets[-1].name}' is listed twice")

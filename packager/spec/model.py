@@ -54,7 +54,7 @@ class OptimizeSpec:
     trials: int = 0
     database: Path | None = None
     scheduler: str = "gensor"          # "gensor" (construction-based) | "rules" (the spine's rule-based)
-    measure: bool = True               # time the top-k schedules when the target runs on this machine
+    measure: bool = True               # time the top-k schedules where the target runs (here or its rpc device)
     top_k: int = 6                     # candidates measured per kernel
 
     def enabled(self, name: str) -> bool:

@@ -3,13 +3,14 @@ errors that point at the spec's line and field."""
 from __future__ import annotations
 
 import re
-from typing import Callable
+from dataclasses import replace
+from typing import Any, Callable
 
 from ..errors import UserError
 from ..spec import Spec, TargetSpec, spec_error
 from .host import detected_x86_isa, host_arch, host_cpu_name
 from .table import (ARCH_ALIASES, ARCHES, ARM_ISA, CPU_NAMES, CUDA_SM_RANGE, CUDA_TABLE, X86_ISA, CpuTarget,
-                    CudaTarget, Target)
+                    CudaTarget, RpcDevice, Target)
 
 
 Fail = Callable[..., UserError]
@@ -26,10 +27,14 @@ def resolve(ts: TargetSpec, spec: Spec | None = None) -> Target:
 
     fields = dict(ts.fields)
     kind = fields.pop("kind", None) or _implied_kind(ts.name, fields, fail)
+    rpc = _rpc(fields.pop("rpc"), f"{ts.where}.rpc", fail) if "rpc" in fields else None
     if kind == "cuda":
+        if rpc is not None:
+            raise fail("a CUDA target's kernels are not timed at build time, so it takes no RPC device; "
+                       "remove rpc (it applies to CPU targets)", "rpc")
         return _cuda(ts.name, fields, fail)
     if kind == "cpu":
-        return _cpu(ts.name, fields, fail)
+        return replace(_cpu(ts.name, fields, fail), rpc=rpc)
     raise fail(f"unknown kind '{kind}'; expected cpu or cuda", "kind")
 
 
@@ -41,6 +46,27 @@ def _implied_kind(name: str, f: dict, fail: Fail) -> str:
         raise fail(f"unknown target '{name}'; known targets: {known} "
                    "(or give kind/arch/isa for a custom CPU target)")
     return kind
+
+
+def _rpc(raw: Any, where: str, fail: Fail) -> RpcDevice:
+    """`rpc: {tracker: host:port, key: name, timeout: seconds}`: the board that times candidates."""
+    example = "e.g. rpc: {tracker: '10.0.0.5:9190', key: rk3588}"
+    if not isinstance(raw, dict):
+        raise fail(f"expected a mapping with tracker and key, {example}", "rpc")
+    unknown = sorted(set(raw) - {"tracker", "key", "timeout"})
+    if unknown:
+        raise fail(f"unknown key(s) {', '.join(map(str, unknown))}; allowed: tracker, key, timeout", "rpc")
+    m = re.fullmatch(r"(\[[^\]]+\]|[^:\s]+):(\d{1,5})", str(raw.get("tracker", "")))
+    if not m or not 0 < int(m.group(2)) < 65536:
+        raise fail(f"expected the tracker as host:port, got {raw.get('tracker')!r} ({example})", "rpc.tracker")
+    key = raw.get("key")
+    if not isinstance(key, str) or not re.fullmatch(r"[\w.\-]+", key):
+        raise fail(f"expected the device key its RPC server registered (letters, digits, . _ -), got {key!r}",
+                   "rpc.key")
+    timeout = raw.get("timeout", 600)
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
+        raise fail(f"expected the session length in seconds (a positive integer), got {timeout!r}", "rpc.timeout")
+    return RpcDevice(m.group(1).strip("[]"), int(m.group(2)), key, timeout, where)
 
 
 def _cuda(name: str, f: dict, fail: Fail) -> CudaTarget:

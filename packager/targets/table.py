@@ -31,6 +31,21 @@ ARM_ISA = {"neon": {"mcpu": "generic", "vector_bits": 128, "flops_per_cycle": 16
 
 
 @dataclass(frozen=True)
+class RpcDevice:
+    """A board behind a TVM RPC tracker that times a CPU target's candidate kernels at build time
+    (`targets[i].rpc` in the spec): the build host compiles, the board runs."""
+
+    host: str
+    port: int
+    key: str                       # the device key its RPC server registered with the tracker
+    timeout_s: int = 600           # session length the tracker grants per build
+    where: str = ""                # "targets[1].rpc" for error messages
+
+    def describe(self) -> str:
+        return f"RPC device '{self.key}' via tracker {self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
 class CpuTarget:
     """A CPU target: LLVM code generation plus the facts the schedule and runtime need."""
 
@@ -44,6 +59,7 @@ class CpuTarget:
     flops_per_cycle: int = 16          # fp32, per core (see the ISA tables)
     dram_gbs_per_core: float = 6.0
     kind: str = "cpu"
+    rpc: RpcDevice | None = None       # time candidates there instead of on this machine
 
     @property
     def triple(self) -> str:

@@ -54,11 +54,26 @@ def test_custom_targets_and_native_cpu():
     ("t", {"kind": "cuda"}, "needs `arch: sm_XX`"),
     ("a100", {"isa": "avx2"}, "do not apply to a CUDA target"),
     ("t", {"kind": "cpu", "arch": "x86-64", "mattr": "+avx2"}, "expected a list of LLVM attributes"),
+    ("arm64", {"rpc": "10.0.0.5:9190"}, r"rpc: expected a mapping with tracker and key"),
+    ("arm64", {"rpc": {"tracker": "10.0.0.5", "key": "b"}}, r"rpc.tracker: expected the tracker as host:port"),
+    ("arm64", {"rpc": {"tracker": "h:99999", "key": "b"}}, r"rpc.tracker: expected the tracker as host:port"),
+    ("arm64", {"rpc": {"tracker": "h:9190"}}, r"rpc.key: expected the device key"),
+    ("arm64", {"rpc": {"tracker": "h:9190", "key": "b", "timeout": 0}}, r"rpc.timeout: expected the session length"),
+    ("arm64", {"rpc": {"tracker": "h:9190", "key": "b", "port": 1}}, r"rpc: unknown key\(s\) port"),
+    ("orin", {"rpc": {"tracker": "h:9190", "key": "jetson"}}, r"rpc: a CUDA target's kernels are not timed"),
 ])
 def test_target_errors(name, fields, msg):
     with pytest.raises(UserError, match=msg) as e:
         r(name, **fields)
     assert "targets[0]" in str(e.value)
+
+
+def test_rpc_device_of_a_cpu_target():
+    """The board that times a target's candidates; without rpc a target has none."""
+    arm = r("arm64", rpc={"tracker": "10.0.0.5:9190", "key": "rk3588", "timeout": 120})
+    assert arm.rpc == T.RpcDevice("10.0.0.5", 9190, "rk3588", 120, "targets[0].rpc")
+    assert r("arm64", rpc={"tracker": "[::1]:9190", "key": "b"}).rpc.host == "::1"
+    assert r("arm64").rpc is None and r("arm64").mcpu == arm.mcpu
 
 
 def test_cuda_rows():

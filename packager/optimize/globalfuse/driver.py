@@ -17,7 +17,7 @@ from .vertical import epilogue_plan, fold_plan, layout_kernels
 MAX_ROUNDS = 4
 # Folding copies into a CPU matmul's operand reads was mostly measured slower than the copies on
 # x86 (zoo attention: 12-140%); on a CPU target that cannot be timed here it is not guessed.
-CPU_UNMEASURED = "not tried: CPU target not timed here, and on x86 folds were mostly measured slower"
+CPU_UNMEASURED = "not tried: CPU target not timed (not this machine, no rpc device), and on x86 folds were mostly measured slower"
 
 
 def traffic(mod: tvm.IRModule) -> tuple[int, int]:

@@ -37,7 +37,7 @@ class RowRegions:
         if self.skipped:
             return f"{text} ({self.skipped})"
         if self.taken and not self.timed:
-            text += " (not measured: the target does not run here or tuning.measure is off)"
+            text += " (not measured: the target does not run here and has no rpc device, or tuning.measure is off)"
         if self.measured:
             gain = sum(m["separate_us"] for m in self.measured) / max(sum(m["fused_us"] for m in self.measured), 1e-9)
             text += f" (measured: the kernels they replace take {gain:.2f}x their time)"

@@ -1,10 +1,10 @@
-"""Timing a merged kernel against the kernels it replaces, on this machine (Souffle refuses a
+"""Timing a merged kernel against the kernels it replaces, where the target is timed (Souffle refuses a
 fusion that does not pay). Each side is scheduled as the schedule pass will schedule it."""
 from __future__ import annotations
 
 from tvm import tirx
 
-from ...targets import can_run_here
+from ..schedule.measure import can_measure
 from ..schedule.database import RULES
 from .trial import StructMemo
 
@@ -27,13 +27,13 @@ def pays(fused_s: float, separate_s: float) -> bool:
 
 def fusion_timer(ctx) -> "FusionTimer | None":
     """A timer when the target runs here and the spec lets builds measure, else None."""
-    if ctx.target.kind != "cpu" or not ctx.opt.measure or not can_run_here(ctx.target):
+    if not ctx.opt.measure or not can_measure(ctx.target):
         return None
     return FusionTimer(ctx)
 
 
 class FusionTimer:
-    """Times kernels on this machine as the schedule pass will schedule them (Gensor's measured
+    """Times kernels where the target is timed (this machine or its RPC device) as the schedule pass will schedule them (Gensor's measured
     choice or the rules; scheduled once per kernel structure). Each decision is recorded in the
     tuning database, so a rebuild takes the same fusions (timings on a busy machine flip close calls)."""
 

@@ -32,6 +32,7 @@ from tvm.ir import expr as ir
 from ..relax_util import is_const
 from ...targets import Target
 from ..base import PassReport
+from ..schedule.measure import where_measured
 from .clip import clip_as_ops
 from .matmul import matmul_site, pack_matmul_weights
 from .primitives import channel_blocked, conv_weight_blocked
@@ -260,7 +261,7 @@ def alter_layouts(mod: tvm.IRModule, target: Target, database=None,
     converted, n_panels = pack_matmul_weights(converted, [(c, d.nt) for c, _, d in matmuls if d.nt])
     packed = [d for _, _, d in decisions if (d.data_block, d.out_block) != (1, 1)]
     act, const = _count_conversions(converted)
-    how = "measured on this CPU" if search.measuring else "analytical (Gensor estimate)"
+    how = f"measured on {where_measured(target)}" if search.measuring else "analytical (Gensor estimate)"
     chosen = Counter("/".join(d.layouts()) for _, _, d in decisions)
     conv_part = (f"{len(packed)}/{len(decisions)} convs packed ({', '.join(f'{n}x {k}' for k, n in chosen.most_common())}); "
                  f"activation conversions {2 * len(packed)} before propagation -> {act} after; {const} weight/bias "

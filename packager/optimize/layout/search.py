@@ -3,7 +3,7 @@
 For each conv, in topological order, the layout candidates of ALT's C2D template restricted to
 channel blocking are scored together with their loops: the conv is written over the candidate's
 layouts (conv.py), Gensor constructs its tile plans for that loop nest, and the candidate's score
-is the best plan's time, measured on this CPU when the target runs here (else Gensor's estimate).
+is the best plan's time, measured where the target is timed (this CPU or its RPC device; else Gensor's estimate).
 A candidate whose input layout differs from what the producer writes pays for one conversion
 (ALT Constraint 3: adjacent convs with different layouts get a conversion op).
 
@@ -141,7 +141,7 @@ class LayoutSearch:
         return self._score_func(site.kernel(data_block, out_block))
 
     def _score_func(self, func) -> float:
-        """The best schedule's time (ms): measured on this CPU when possible, else estimated."""
+        """The best schedule's time (ms): measured where the target is timed when possible, else estimated."""
         _, _, choice = self.gensor.schedule(func)
         if choice is None:
             return float("inf")
@@ -172,7 +172,7 @@ class LayoutSearch:
     def decide_matmul(self, site: MatmulSite) -> MatmulDecision:
         """Panel width n_t for a constant-weight matmul (0 = row-major). Measured only: the packed
         index (j // n_t, j % n_t) is not affine, so Gensor's analytical model cannot rank it; a
-        target that does not run here keeps row-major weights."""
+        target that does not run here (and has no RPC device) keeps row-major weights."""
         if not self.measuring:
             return MatmulDecision(0, {}, False)
         # n_t must divide N: a zero-padded last panel was measured 16x slower on GPT-2's 50257-wide

@@ -2,7 +2,7 @@
 
 Per kernel with one reduction block (conv, matmul, pooling): the workload is read from the TIR,
 seeded annealed walks build candidate tile plans over the CPU state space, the analytical model
-ranks them, and when the target runs on this machine the top-k are timed together with the
+ranks them, and when the target runs on this machine (or its RPC device) the top-k are timed together with the
 rule-based schedule (the baseline); the fastest wins. Kernels without a reduction anchor
 (softmax/layer-norm rows, element-wise) keep the rule-based schedules. Every choice goes into
 the tuning database; a recorded choice is reused, so rebuilds are fast and deterministic.
@@ -15,14 +15,14 @@ from dataclasses import dataclass, replace
 
 from tvm import s_tir, tirx
 
-from ...targets import Target, can_run_here
+from ...targets import Target
 from ..base import PassReport
 from .rules_cpu import CpuRules
 from .cpu_lower import lower_cpu
 from .cpu_model import CpuSpace
 from .database import TuningDatabase
 from .hardware import cpu_hardware
-from .measure import time_candidates
+from .measure import can_measure, time_candidates, where_measured
 from .plan import TilePlan
 from .walk import construct
 from .workload import analyze, func_key
@@ -70,7 +70,9 @@ class Choice:
 
 
 def _target_key(t: Target, hw) -> str:
-    return f"{t.arch}/{t.isa}/{t.mcpu}/{hw.cores}c/{hw.level('L1').capacity}/{hw.level('L2').capacity}"
+    """Records are per target and per machine that timed them (a board's timings are its own)."""
+    key = f"{t.arch}/{t.isa}/{t.mcpu}/{hw.cores}c/{hw.level('L1').capacity}/{hw.level('L2').capacity}"
+    return key + (f"/rpc:{t.rpc.key}" if t.rpc is not None else "")
 
 
 def seed_of(key: str) -> int:
@@ -82,7 +84,7 @@ class GensorCpu:
         self.target, self.db = target, db
         self.rules = CpuRules(target)
         self.hw = cpu_hardware(target)
-        self.measure = measure and can_run_here(target)
+        self.measure = measure and can_measure(target)
         self.top_k = max(top_k, 1)
         self.target_key = _target_key(target, self.hw)
 
@@ -165,9 +167,9 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
         counts[label] = counts.get(label, 0) + 1
     db.save()
     if g.measure:
-        how = f"top-{g.top_k} + rules measured on this machine"
+        how = f"top-{g.top_k} + rules measured on {where_measured(target)}"
     else:
-        how = "analytical choice (" + ("measure: false" if not measure else "target does not run here") + ")"
+        how = "analytical choice (" + ("measure: false" if not measure else "target does not run here and has no rpc device") + ")"
     summary = (f"{len(kernels)} kernels: " + ", ".join(f"{n} {r}" for r, n in sorted(counts.items()))
                + f"; {how}; hardware model {g.hw.name}, {g.hw.cores} cores, L1 {g.hw.level('L1').capacity >> 10} KB, "
                f"L2 {g.hw.level('L2').capacity >> 10} KB; {time.perf_counter() - t0:.1f} s")

@@ -75,10 +75,10 @@ CPU_NOMINAL = {
 
 def cpu_hardware(t: Target) -> Hardware:
     """CPU levels DRAM -> L2 -> L1 -> registers. Cores and caches come from this machine when the
-    target runs here, else from the nominal table above."""
+    target runs here and is timed here, else from the nominal table above."""
     row = CPU_NOMINAL[t.isa]
     l1, l2, cores, ghz = row["l1"], row["l2"], row["cores"], row["ghz"]
-    if can_run_here(t):
+    if can_run_here(t) and t.rpc is None:
         from ...targets import host_ghz
         l1, l2 = _sysfs_cache(1) or l1, _sysfs_cache(2) or l2
         cores, ghz = os.cpu_count() or cores, host_ghz()

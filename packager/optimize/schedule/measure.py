@@ -1,4 +1,5 @@
-"""Timing candidate schedules of one kernel on this machine (CPU targets that run here).
+"""Timing candidate schedules of one kernel on this machine (CPU targets that run here) or on the
+target's RPC device (`targets[i].rpc`, see rpc.py).
 
 All candidates are compiled into one module (one LLVM run) and timed back to back on the same
 random inputs with TVM's time evaluator: the minimum over repeats, so a noisy neighbour costs
@@ -11,18 +12,35 @@ import numpy as np
 import tvm
 from tvm import tirx
 
-from ...targets import Target
+from ...targets import Target, can_run_here
 
 MIN_SECONDS = 0.02            # each timing repeat runs the kernel at least this long
 
 
-def _args(func: tirx.PrimFunc, rng: np.random.Generator) -> list:
+def can_measure(target: Target) -> bool:
+    """CPU targets are timed where they run: an RPC device named in the spec, else this machine."""
+    return target.kind == "cpu" and (target.rpc is not None or can_run_here(target))
+
+
+def where_measured(target: Target) -> str:
+    return target.rpc.describe() if target.rpc is not None else "this machine"
+
+
+def _load(lib, target: Target):
+    """(module, device) where the target's candidates run."""
+    if target.rpc is not None:
+        from .rpc import load_remote
+        return load_remote(lib, target)
+    return lib, tvm.cpu()
+
+
+def _args(func: tirx.PrimFunc, rng: np.random.Generator, dev) -> list:
     out = []
     for p in func.params:
         shape = [int(d) for d in p.shape]
         dt = str(p.dtype)
         data = rng.standard_normal(shape).astype(dt) if dt.startswith("float") else np.zeros(shape, dt)
-        out.append(tvm.runtime.tensor(data))
+        out.append(tvm.runtime.tensor(data, device=dev))
     return out
 
 
@@ -40,10 +58,9 @@ def _runs_per_repeat(lib, name: str, dev, args: list) -> int:
 
 def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3) -> list[float | None]:
     """Seconds per run for each candidate (None: wrong result or failed), same order."""
-    lib = _build(funcs, target, "c")
-    dev = tvm.cpu()
+    lib, dev = _load(_build(funcs, target, "c"), target)
     rng = np.random.default_rng(0)
-    args = _args(funcs[0], rng)
+    args = _args(funcs[0], rng, dev)
     inputs = [a.numpy() for a in args]
     ref = None
     times: list[float | None] = []
@@ -68,10 +85,9 @@ def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3
     alternation for `rounds` rounds and the minimum kept per kernel: on a machine whose
     neighbours slow it for seconds at a time, kernels compared with each other (a merged kernel
     and the kernels it replaces) see the same slow and quiet periods. None: failed to run."""
-    lib = _build(funcs, target, "k")
-    dev = tvm.cpu()
+    lib, dev = _load(_build(funcs, target, "k"), target)
     rng = np.random.default_rng(0)
-    args = [_args(f, rng) for f in funcs]
+    args = [_args(f, rng, dev) for f in funcs]
     best: list[float | None] = [None] * len(funcs)
     number = [1] * len(funcs)
     for i in range(len(funcs)):
