@@ -58,7 +58,7 @@ class Pass:
 SIMPLIFY = Pass("simplify", lambda mod, ctx: simplify(mod), off="off in the spec")
 FASTMATH = Pass("fastmath", lambda mod, ctx: fastmath(mod), off="off in the spec: exact libm exp/erf/tanh")
 LAYOUT = Pass("layout", lambda mod, ctx: alter_layouts(mod, ctx.target, ctx.opt.database, ctx.opt.measure,
-                                                      memo=ctx.layout_memo),
+                                                      memo=ctx.layout_memo, reuse=ctx.opt.enabled("reuse")),
               off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True, per_target=True)
 LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
                         off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True)
@@ -74,11 +74,27 @@ GLOBAL_FUSION_SIBLINGS = Pass("global_fusion", combine_siblings)
 GLOBAL_FUSION = Pass("global_fusion", global_fusion, off="off in the spec: FuseOps groups only",
                      needs_target=True, per_target=True)
 DERIVE = Pass("derive", None)
-REUSE = Pass("reuse", None)
+
+def _reuse(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
+    """ETO's reuse runs inside the passes that tune (layout candidates, schedule); this line says
+    whether it can act for this target."""
+    from .schedule.measure import can_measure
+
+    if ctx.target.kind != "cpu" or ctx.opt.scheduler != "gensor":
+        return mod, PassReport("reuse", "disabled", "nothing to reuse: only Gensor's measured CPU tuning reuses "
+                               "programs (GPU kernels are not timed at build time)")
+    if not (ctx.opt.measure and can_measure(ctx.target)):
+        return mod, PassReport("reuse", "disabled", "nothing to reuse: the target's kernels are not timed "
+                               "(not this machine, no rpc device, or tuning.measure is off)")
+    return mod, PassReport("reuse", "applied", "ETO: a Gensor kernel is tuned from the program of the nearest "
+                           "measured kernel with its sketch (this build's or the tuning database's); the layout "
+                           "and schedule lines give sources and programs timed")
+
+
+REUSE = Pass("reuse", _reuse, off="off in the spec: every kernel tuned from scratch", needs_target=True)
 TUNING = Pass("tuning", None, switch=lambda opt: opt.level >= 3 or bool(opt.trials))
 NOT_IMPLEMENTED = {
     "derive": "EinNet derivation-based rewrites: not part of this version; skipped",
-    "reuse": "ETO schedule reuse across operators: not part of this version; skipped",
     "tuning": "measured tuning (level 3 / tuning.trials) is not part of this version; skipped",
 }
 

@@ -112,7 +112,8 @@ def _ort_peak_mb(model: Path, inputs: dict[str, np.ndarray], threads: int, tmp: 
 
 def _ablated(pkg: PackageInfo, pass_name: str, out: Path) -> tuple[PackageInfo, float]:
     """Rebuild `pkg` from its recorded spec with one pass switched off (`gensor`: the rule-based
-    scheduler instead of the construction-based one)."""
+    scheduler instead of the construction-based one; `reuse`: every kernel tuned from scratch into
+    a database of its own)."""
     from ..build import build
 
     if pass_name not in PASS_NAMES + ("gensor",):
@@ -124,6 +125,8 @@ def _ablated(pkg: PackageInfo, pass_name: str, out: Path) -> tuple[PackageInfo, 
         raw.setdefault("optimize", {})["scheduler"] = "rules"
     else:
         raw.setdefault("optimize", {}).setdefault("passes", {})[pass_name] = False
+    if pass_name == "reuse":    # its own empty database: the shared one would replay the reused programs
+        raw["optimize"].setdefault("tuning", {})["database"] = str(out / "tuning")
     out.mkdir(parents=True, exist_ok=True)
     spec_path = out / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(raw))

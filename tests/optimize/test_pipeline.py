@@ -42,9 +42,30 @@ def test_pipeline_reports_unimplemented_passes_honestly(sample_root):
     _, reports = optimize_graph(mod, OptimizeSpec(level=3))
     status = {r.name: r.status for r in reports}
     assert status["simplify"] == status["fusion"] == "applied"
-    assert status["derive"] == status["reuse"] == status["tuning"] == "not implemented"
+    assert status["derive"] == status["tuning"] == "not implemented"
     assert status["layout"] == "disabled"          # layouts are chosen per target: none given here
+    assert status["reuse"] == "disabled"           # reuse acts where a target's kernels are timed: none here
     assert status["global_fusion"] == "disabled"   # trial-scheduled per target: none given here
     _, reports = optimize_graph(mod, OptimizeSpec(level=2, passes={"fusion": False, "derive": False}))
     status = {r.name: r.status for r in reports}
     assert status["fusion"] == "disabled" and "derive" not in status
+
+
+def test_reuse_says_where_it_can_act(sample_root):
+    """Applied for a CPU target timed here; disabled, with the reason, for arm64 from this host
+    and for GPU targets, and off with the switch."""
+    from packager.optimize.pipeline import PassContext, REUSE, run_passes
+    from packager.spec import TargetSpec
+    from packager.targets import can_run_here, resolve
+
+    _, mod = _cnn(sample_root)
+    line = {}
+    for name in ("x86-64", "arm64", "a100"):
+        target = resolve(TargetSpec(name, {}, "t"))
+        _, (report,) = run_passes(mod, [REUSE], PassContext(target, OptimizeSpec(level=2)))
+        line[name] = report
+    assert line["x86-64"].status == ("applied" if can_run_here(resolve(TargetSpec("x86-64", {}, "t"))) else "disabled")
+    assert line["arm64"].status == "disabled" and "not timed" in line["arm64"].summary
+    assert line["a100"].status == "disabled" and "GPU kernels are not timed" in line["a100"].summary
+    _, (off,) = run_passes(mod, [REUSE], PassContext(None, OptimizeSpec(level=2, passes={"reuse": False})))
+    assert off.status == "disabled" and "from scratch" in off.summary

@@ -46,7 +46,7 @@ class FusionTimer:
         opt = ctx.opt
         self.target = ctx.target
         self.db = TuningDatabase(opt.database)
-        self.gensor = GensorCpu(ctx.target, self.db, True, opt.top_k) if opt.scheduler == "gensor" else None
+        self.gensor = GensorCpu(ctx.target, self.db, True, opt.top_k, opt.enabled("reuse")) if opt.scheduler == "gensor" else None
         self.rules = CpuRules(ctx.target)
         hw_key = _target_key(ctx.target, cpu_hardware(ctx.target))
         self.target_key = f"global-fusion/v{DECISIONS_VERSION}/{opt.scheduler}/{hw_key}"

@@ -24,6 +24,7 @@ from .database import TuningDatabase
 from .hardware import cpu_hardware
 from .measure import can_measure, time_candidates, where_measured
 from .plan import TilePlan
+from .reuse import ReusePool, Source, features, reuse_candidates, reuse_order, sketch_of, tree_order
 from .walk import construct
 from .workload import analyze, func_key
 
@@ -40,18 +41,21 @@ class Choice:
     measured_ms: float | None = None
     rules_ms: float | None = None
     candidates: int = 0
-    reused: bool = False
+    reused: bool = False              # replayed from the tuning database
+    trials: int = 0                   # programs timed to choose it
+    reused_from: str | None = None    # the kernel whose program it was tuned from (ETO reuse)
 
     def record(self) -> dict:
         return {"source": self.source, "plan": self.plan.as_dict() if self.plan else None,
                 "estimate_ms": self.estimate_ms, "measured_ms": self.measured_ms, "rules_ms": self.rules_ms,
-                "candidates": self.candidates, "measured": self.measured_ms is not None or self.rules_ms is not None}
+                "candidates": self.candidates, "measured": self.measured_ms is not None or self.rules_ms is not None,
+                "trials": self.trials, "reused_from": self.reused_from}
 
     @staticmethod
     def from_record(r: dict) -> "Choice":
         plan = TilePlan.from_dict(r["plan"]) if r.get("plan") else None
         return Choice(r["source"], plan, r.get("estimate_ms"), r.get("measured_ms"), r.get("rules_ms"),
-                      r.get("candidates", 0), reused=True)
+                      r.get("candidates", 0), reused=True, reused_from=r.get("reused_from"))
 
     def summary(self) -> str:
         if self.source == "gensor" and self.plan:
@@ -64,6 +68,9 @@ class Choice:
             parts.append(f"measured {self.measured_ms:.3f} ms")
         if self.rules_ms is not None:
             parts.append(f"rules {self.rules_ms:.3f} ms")
+        if self.trials:
+            parts.append((f"reused {self.reused_from}, " if self.reused_from else "from scratch, ")
+                         + f"{self.trials} timed")
         if self.reused:
             parts.append("from database")
         return ", ".join(parts)
@@ -80,22 +87,30 @@ def seed_of(key: str) -> int:
 
 
 class GensorCpu:
-    def __init__(self, target: Target, db: TuningDatabase, measure: bool, top_k: int):
+    def __init__(self, target: Target, db: TuningDatabase, measure: bool, top_k: int, reuse: bool = False):
         self.target, self.db = target, db
         self.rules = CpuRules(target)
         self.hw = cpu_hardware(target)
         self.measure = measure and can_measure(target)
         self.top_k = max(top_k, 1)
         self.target_key = _target_key(target, self.hw)
+        self.pool = ReusePool(db, self.target_key) if reuse and self.measure else None
+        self.sources: dict[str, Source] = {}          # this run's measured kernels by name
 
-    def _lower(self, func: tirx.PrimFunc, plan: TilePlan) -> tirx.PrimFunc:
-        sch = s_tir.Schedule(func)
-        anchor = self.rules.prepare_anchor(sch)
-        lower_cpu(sch, self.rules, anchor, plan)
-        return sch.mod["main"]
+    def sketch(self, func: tirx.PrimFunc) -> tuple[str, tuple[int, ...]] | None:
+        """(sketch, extents) of a Gensor kernel, None for the kernels the rules take."""
+        try:
+            sch = s_tir.Schedule(func)
+            wl = analyze(sch, self.rules.prepare_anchor(sch).block, "")
+        except Exception:  # noqa: BLE001 - not a tileable one-reduction kernel
+            return None
+        return sketch_of(wl), wl.extents
 
-    def schedule(self, func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, str, Choice | None]:
-        """(scheduled kernel, rule name for the counts, the Gensor choice or None)."""
+    def schedule(self, func: tirx.PrimFunc, name: str = "", source: Source | None = None,
+                 scratch: bool = False) -> tuple[tirx.PrimFunc, str, Choice | None]:
+        """(scheduled kernel, rule name for the counts, the Gensor choice or None). With reuse on,
+        the kernel is tuned from `source`'s program, or (unless `scratch`) from the nearest
+        measured kernel of its sketch, else from scratch."""
         sch = s_tir.Schedule(func)
         try:
             anchor = self.rules.prepare_anchor(sch)
@@ -106,18 +121,42 @@ class GensorCpu:
         key = func_key(func, self.target_key)
         rec = self.db.get(key, measured_only=self.measure, kind="gensor-cpu")
         if rec is not None:
+            self._remember(name, rec)
             choice = Choice.from_record(rec)
             return self._apply(func, choice), "gensor", choice
         vec_name = anchor.vec[0].var.name if anchor.vec else None
         wl = replace(wl, vector_axis=wl.axes.index(vec_name) if vec_name in wl.axes else -1, key=key)
         space = CpuSpace(wl, self.hw)
         ranked = construct(space, seed_of(key), restarts=RESTARTS)
-        plans = [(est, space.to_plan(st)) for est, st in ranked[:self.top_k if self.measure else 1]]
-        choice = self._choose(func, plans, len(ranked))
-        self.db.put(key, choice.record(), "gensor-cpu", self.target_key)
+        sketch = sketch_of(wl)
+        if self.pool is not None and source is None and not scratch:
+            source = self.pool.nearest(sketch, wl.extents)
+        if self.measure and source is not None:
+            plans = [(est, space.to_plan(st)) for est, st in reuse_candidates(space, ranked, source)]
+            choice = self._choose(func, plans, len(ranked), time_rules=source.rules_won)
+            choice.reused_from = source.name
+        else:
+            plans = [(est, space.to_plan(st)) for est, st in ranked[:self.top_k if self.measure else 1]]
+            choice = self._choose(func, plans, len(ranked))
+        record = choice.record()
+        if choice.plan is not None:
+            record.update(sketch=sketch, features=features(space, choice.plan), kernel=name or None)
+        self.db.put(key, record, "gensor-cpu", self.target_key)
+        self._remember(name, record)
         return self._apply(func, choice), "gensor", choice
 
-    def _choose(self, func: tirx.PrimFunc, plans: list[tuple[float, TilePlan]], n: int) -> Choice:
+    def _remember(self, name: str, record: dict) -> None:
+        """A measured choice becomes a reuse source for the kernels tuned after it."""
+        src = Source.from_record(name or "", record) if self.pool is not None else None
+        if src is not None:
+            self.pool.add(src)
+            if name:
+                self.sources[name] = src
+
+    def _choose(self, func: tirx.PrimFunc, plans: list[tuple[float, TilePlan]], n: int,
+                time_rules: bool = True) -> Choice:
+        """Time the plans (and the rule-based schedule, which is always the correctness reference
+        and, with `time_rules`, a candidate) and keep the fastest correct one."""
         lowered = []
         for est, plan in plans:
             try:
@@ -130,15 +169,22 @@ class GensorCpu:
             est, plan, _ = lowered[0]
             return Choice("gensor", plan, est * 1e3, candidates=n)
         baseline, _ = self.rules.schedule(func)
-        times = time_candidates([baseline] + [f for _, _, f in lowered], self.target)
+        times = time_candidates([baseline] + [f for _, _, f in lowered], self.target, time_first=time_rules)
         rules_s = times[0]
+        trials = len(lowered) + (1 if time_rules else 0)
         timed = [(t, est, plan) for t, (est, plan, _) in zip(times[1:], lowered) if t is not None]
         if not timed:
-            return Choice("rules", None, None, None, rules_s * 1e3 if rules_s else None, n)
+            return Choice("rules", None, None, None, rules_s * 1e3 if rules_s else None, n, trials=trials)
         t, est, plan = min(timed, key=lambda x: x[0])
         if rules_s is not None and rules_s < t:
-            return Choice("rules", plan, est * 1e3, t * 1e3, rules_s * 1e3, n)
-        return Choice("gensor", plan, est * 1e3, t * 1e3, rules_s * 1e3 if rules_s else None, n)
+            return Choice("rules", plan, est * 1e3, t * 1e3, rules_s * 1e3, n, trials=trials)
+        return Choice("gensor", plan, est * 1e3, t * 1e3, rules_s * 1e3 if rules_s else None, n, trials=trials)
+
+    def _lower(self, func: tirx.PrimFunc, plan: TilePlan) -> tirx.PrimFunc:
+        sch = s_tir.Schedule(func)
+        anchor = self.rules.prepare_anchor(sch)
+        lower_cpu(sch, self.rules, anchor, plan)
+        return sch.mod["main"]
 
     def _apply(self, func: tirx.PrimFunc, choice: Choice) -> tirx.PrimFunc:
         if choice.source == "gensor" and choice.plan is not None:
@@ -149,15 +195,36 @@ class GensorCpu:
         return self.rules.schedule(func)[0]
 
 
-def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, database=None,
-                            measure: bool = True, top_k: int = 6) -> tuple[dict, PassReport]:
-    """The `schedule` pass (scheduler: gensor) for one CPU target."""
-    db = TuningDatabase(database)
-    g = GensorCpu(target, db, measure, top_k)
-    out, per_kernel, counts = {}, {}, {}
-    t0 = time.perf_counter()
+def _reuse_tree(g: GensorCpu, kernels: dict[str, tirx.PrimFunc]) -> dict[str, str | None]:
+    """ETO's reuse graph over the pass's Gensor kernels: kernel -> the kernel it reuses (None:
+    from scratch). A kernel the database already holds is a free root."""
+    nodes, known = {}, set()
     for name, func in kernels.items():
-        out[name], rule, choice = g.schedule(func)
+        sk = g.sketch(func)
+        if sk is not None:
+            nodes[name] = sk
+            if g.db.get(func_key(func, g.target_key), measured_only=True, kind="gensor-cpu") is not None:
+                known.add(name)
+    return reuse_order(nodes, g.top_k + 1, known)
+
+
+def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, database=None,
+                            measure: bool = True, top_k: int = 6, reuse: bool = False) -> tuple[dict, PassReport]:
+    """The `schedule` pass (scheduler: gensor) for one CPU target; with `reuse` (ETO) kernels are
+    tuned in the reuse tree's order, each non-root from its parent's program."""
+    db = TuningDatabase(database)
+    g = GensorCpu(target, db, measure, top_k, reuse)
+    parents = _reuse_tree(g, kernels) if g.pool is not None else {}
+    t0 = time.perf_counter()
+    results = {}
+    for name in tree_order(parents) + [n for n in kernels if n not in parents]:
+        parent = parents.get(name)
+        results[name] = g.schedule(kernels[name], name, source=g.sources.get(parent) if parent else None,
+                                   scratch=name in parents and parent is None)
+    out, per_kernel, counts = {}, {}, {}
+    tally = {"scratch": [0, 0], "reused": [0, 0]}                  # kernels, programs timed
+    for name in kernels:
+        out[name], rule, choice = results[name]
         if choice is None:
             per_kernel[name] = rule
             counts[rule] = counts.get(rule, 0) + 1
@@ -165,6 +232,9 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
         per_kernel[name] = choice.summary()
         label = "gensor" if choice.source == "gensor" else "rules (kept over gensor)"
         counts[label] = counts.get(label, 0) + 1
+        if choice.trials:
+            row = tally["reused" if choice.reused_from else "scratch"]
+            row[0], row[1] = row[0] + 1, row[1] + choice.trials
     db.save()
     if g.measure:
         how = f"top-{g.top_k} + rules measured on {where_measured(target)}"
@@ -172,6 +242,13 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
         how = "analytical choice (" + ("measure: false" if not measure else "target does not run here and has no rpc device") + ")"
     summary = (f"{len(kernels)} kernels: " + ", ".join(f"{n} {r}" for r, n in sorted(counts.items()))
                + f"; {how}; hardware model {g.hw.name}, {g.hw.cores} cores, L1 {g.hw.level('L1').capacity >> 10} KB, "
-               f"L2 {g.hw.level('L2').capacity >> 10} KB; {time.perf_counter() - t0:.1f} s")
-    details = {"scheduler": "gensor", "rules": counts, "kernels": per_kernel, "database": str(db.path)}
+               f"L2 {g.hw.level('L2').capacity >> 10} KB")
+    if g.pool is not None:
+        (ns, ts), (nr, tr) = tally["scratch"], tally["reused"]
+        summary += (f"; ETO reuse: {ns} kernels tuned from scratch ({ts} programs timed), {nr} from another's program "
+                    f"({tr} timed; from scratch they would take {nr * (g.top_k + 1)})")
+    summary += f"; {time.perf_counter() - t0:.1f} s"
+    details = {"scheduler": "gensor", "rules": counts, "kernels": per_kernel, "database": str(db.path),
+               "reuse": {"on": g.pool is not None, "tree": parents, "scratch": tally["scratch"],
+                         "reused": tally["reused"]}}
     return out, PassReport("schedule", "applied", summary, details)

@@ -56,8 +56,10 @@ def _runs_per_repeat(lib, name: str, dev, args: list) -> int:
     return max(1, int(MIN_SECONDS / max(once, 1e-6)))
 
 
-def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3) -> list[float | None]:
-    """Seconds per run for each candidate (None: wrong result or failed), same order."""
+def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3,
+                    time_first: bool = True) -> list[float | None]:
+    """Seconds per run for each candidate (None: wrong result or failed), same order. The first
+    is the correctness reference; with `time_first` off it is only run (its time is None)."""
     lib, dev = _load(_build(funcs, target, "c"), target)
     rng = np.random.default_rng(0)
     args = _args(funcs[0], rng, dev)
@@ -71,6 +73,9 @@ def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3)
         out = args[-1].numpy()
         if ref is None:
             ref = out
+            if not time_first:
+                times.append(None)
+                continue
         elif not np.allclose(out, ref, rtol=1e-4, atol=1e-4):
             times.append(None)
             continue

@@ -1,0 +1,179 @@
+"""Schedule reuse (ETO) for Gensor on CPU targets: a kernel whose sketch a measured kernel shares
+is tuned from that kernel's program instead of from scratch.
+
+* Sketch: the anchor's iterator kinds, vector iterator, every buffer's index-step pattern
+  (strides and dilations included) and flops per point; two kernels with one sketch differ
+  only in their loop extents (ETO's "same type and sketch set").
+* Reuse condition (ETO Definition 2): same sketch, and the extents all <= or all >= the source's,
+  loop by loop (nothing needs to divide anything).
+* Reuse tuner (ETO Section 5, for CPU tile plans): the source's plan adapted to the new extents
+  (each tile the nearest valid one, so the micro-kernel, L1 chunk and per-task work are kept)
+  plus the best-estimated walk candidate whose parallel tasks (ETO's B) and total L1 footprint
+  (ETO's M) lie in ETO's ranges [r1, r2] and [1, r2] around the source's. Those REUSE_TRIALS
+  programs are timed (the rule-based schedule runs once, untimed, as the correctness
+  reference) instead of Gensor's top-k plus the rules.
+* Reuse graph (ETO Section 6): within one schedule pass, every kernel is a node; the root's edge
+  costs a scratch tuning's trials, a reuse edge the reuse tuner's; the minimum-cost arborescence
+  (Edmonds, networkx) says which kernels are tuned from scratch and which reuses which, and the
+  kernels are tuned in its order. Kernels tuned on demand (layout candidates) take the nearest
+  measured source already known: this build's or the tuning database's (across models).
+  ETO's bridge operators are not built: a kernel no source dominates is tuned from scratch.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+from .cpu_model import CpuSpace, prod
+from .plan import TilePlan
+from .walk import State
+from .workload import Workload
+
+REUSE_TRIALS = 2              # programs timed when a kernel reuses another's (scratch: top-k + rules)
+
+
+def sketch_of(wl: Workload) -> str:
+    """What two kernels must share to reuse each other's programs: everything but the extents."""
+    parts = [wl.kinds, wl.vector_axis, wl.flops_per_point,
+             [(a.coef, a.is_output, a.elem_bytes, a.contiguous_axis) for a in wl.accesses]]
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+
+
+def reusable(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """ETO's Definition 2 on extents: all <= or all >= loop by loop."""
+    return len(a) == len(b) and (all(x <= y for x, y in zip(a, b)) or all(x >= y for x, y in zip(a, b)))
+
+
+def distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
+    """How far apart two iteration spaces are (sum of |log ratio| per loop): nearer sources first."""
+    return sum(abs(math.log(x / y)) for x, y in zip(a, b))
+
+
+@dataclass(frozen=True)
+class Source:
+    """A measured kernel another may reuse: its name (report), sketch, extents, chosen program and
+    that program's features (ETO's B and M, with the iteration-space sizes the ranges need)."""
+
+    name: str
+    sketch: str
+    plan: TilePlan
+    rules_won: bool                 # the rule-based schedule beat Gensor's plans when measured
+    features: dict                  # tasks, l1_bytes, points, reduce_points
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        return self.plan.extents
+
+    @staticmethod
+    def from_record(name: str, rec: dict) -> "Source | None":
+        if not (rec.get("sketch") and rec.get("plan") and rec.get("features") and rec.get("measured")):
+            return None
+        return Source(name, rec["sketch"], TilePlan.from_dict(rec["plan"]), rec.get("source") == "rules",
+                      rec["features"])
+
+
+def features(space: CpuSpace, plan: TilePlan) -> dict:
+    """ETO's B (parallel tasks) and M (total L1 footprint, bytes) of a CPU plan, and the sizes of
+    the iteration space and its reduction the reuse ranges are computed from."""
+    s = State(plan.tiles, len(plan.levels) - 1)
+    tasks = space.counts(s)[0]
+    wl = space.wl
+    return {"tasks": tasks, "l1_bytes": tasks * space.footprint(s, 1), "points": wl.points,
+            "reduce_points": prod(wl.extents[d] for d in wl.reduce())}
+
+
+class ReusePool:
+    """Measured sources by sketch: this build's kernels, and the database's records of the target."""
+
+    def __init__(self, db, target_key: str):
+        self.by_sketch: dict[str, list[Source]] = {}
+        for key, rec in db.records.items():
+            meta = rec.get("meta") or {}
+            if meta.get("kind") == "gensor-cpu" and meta.get("target") == target_key:
+                src = Source.from_record(rec.get("kernel") or f"database:{key[:8]}", rec)
+                if src is not None:
+                    self.add(src)
+
+    def add(self, src: Source) -> None:
+        self.by_sketch.setdefault(src.sketch, []).append(src)
+
+    def nearest(self, sketch: str, extents: tuple[int, ...]) -> Source | None:
+        fits = [s for s in self.by_sketch.get(sketch, []) if reusable(extents, s.extents)]
+        return min(fits, key=lambda s: (distance(extents, s.extents), s.name), default=None)
+
+
+def adapt(space: CpuSpace, plan: TilePlan) -> State | None:
+    """The source's tiles on the new extents: per iterator and level, the valid tile nearest (in
+    log distance) to the source's; None when the result breaks a capacity limit."""
+    tiles = []
+    for d, ext in enumerate(space.extents):
+        row, parent = [], ext
+        for k in range(len(plan.levels)):
+            want = plan.tiles[d][k]
+            parent = min(space.candidates(d, k, parent), key=lambda t: (abs(math.log(t / want)), -t))
+            row.append(parent)
+        tiles.append(tuple(row))
+    state = State(tuple(tiles), len(plan.levels) - 1)
+    return state if space.valid(state) else None
+
+
+def in_ranges(space: CpuSpace, s: State, src: Source) -> bool:
+    """ETO's Eqs. 1 and 3: B/B_src in [r1, r2] and M/M_src in [1, r2] (each as [min, max])."""
+    wl, f0 = space.wl, src.features
+    r1 = f0["reduce_points"] / max(prod(wl.extents[d] for d in wl.reduce()), 1)
+    r2 = wl.points / f0["points"]
+    tasks = space.counts(s)[0]
+    m = tasks * space.footprint(s, 1)
+    lo_b, hi_b = sorted((r1 * f0["tasks"], r2 * f0["tasks"]))
+    lo_m, hi_m = sorted((f0["l1_bytes"], r2 * f0["l1_bytes"]))
+    return lo_b <= tasks <= hi_b and lo_m <= m <= hi_m
+
+
+def reuse_candidates(space: CpuSpace, ranked: list[tuple[float, State]], src: Source) -> list[tuple[float, State]]:
+    """Up to REUSE_TRIALS (estimate, state): the adapted source plan, then the best in range."""
+    out: list[tuple[float, State]] = []
+    adapted = adapt(space, src.plan)
+    if adapted is not None:
+        out.append((space.estimate(adapted), adapted))
+    for est, st in ranked:
+        if len(out) >= REUSE_TRIALS:
+            break
+        if st.tiles not in {s.tiles for _, s in out} and in_ranges(space, st, src):
+            out.append((est, st))
+    return out or ranked[:1]
+
+
+def reuse_order(nodes: dict[str, tuple[str, tuple[int, ...]]], scratch_trials: int,
+                known: set[str] = frozenset()) -> dict[str, str | None]:
+    """kernel -> the kernel it reuses (None: tuned from scratch, or `known`: already measured),
+    from the minimum-cost arborescence over the reuse graph; `nodes` maps kernel -> (sketch,
+    extents). A reuse edge costs REUSE_TRIALS plus a tie-break by distance, the root edge
+    `scratch_trials` (0 for a known kernel)."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_node("")                                       # the root: tuning from scratch
+    for a, (sk_a, ext_a) in nodes.items():
+        g.add_edge("", a, weight=0.0 if a in known else float(scratch_trials))
+        for b, (sk_b, ext_b) in nodes.items():
+            if a != b and sk_a == sk_b and reusable(ext_a, ext_b):
+                g.add_edge(b, a, weight=REUSE_TRIALS + 1e-3 * distance(ext_a, ext_b))
+    tree = nx.minimum_spanning_arborescence(g)
+    return {a: (None if p == "" else p) for p, a in tree.edges}
+
+
+def tree_order(parents: dict[str, str | None]) -> list[str]:
+    """Kernels parents first (a reuse source is tuned before the kernels reusing it)."""
+    order, done = [], set()
+
+    def visit(k: str) -> None:
+        if k in done:
+            return
+        if parents.get(k):
+            visit(parents[k])
+        done.add(k)
+        order.append(k)
+    for k in parents:
+        visit(k)
+    return order
