@@ -138,11 +138,12 @@ class LayoutSearch:
         return self.gensor.measure
 
     def _score(self, site: ConvSite, data_block: int, out_block: int) -> float:
-        return self._score_func(site.kernel(data_block, out_block))
+        name = f"layout conv {'x'.join(map(str, site.data))}*{'x'.join(map(str, site.weight))} {data_block}/{out_block}"
+        return self._score_func(site.kernel(data_block, out_block), name)
 
-    def _score_func(self, func) -> float:
+    def _score_func(self, func, name: str = "") -> float:
         """The best schedule's time (ms): measured where the target is timed when possible, else estimated."""
-        _, _, choice = self.gensor.schedule(func)
+        _, _, choice = self.gensor.schedule(func, name)
         if choice is None:
             return float("inf")
         times = [t for t in (choice.measured_ms, choice.rules_ms) if t is not None]
@@ -182,7 +183,7 @@ class LayoutSearch:
         rec = self.db.get(key, measured_only=True, kind="layout")
         if rec is not None:
             return MatmulDecision(rec["nt"], rec.get("scores", {}), True, reused=True)
-        scores = {str(nt): round(self._score_func(site.kernel(nt)), 4) for nt in widths}
+        scores = {str(nt): round(self._score_func(site.kernel(nt), f"layout {site.key()} n_t={nt}"), 4) for nt in widths}
         nt = int(min(scores, key=scores.get))
         self.db.put(key, {"nt": nt, "scores": scores, "measured": True}, "layout", self.gensor.target_key)
         return MatmulDecision(nt, scores, True)

@@ -43,6 +43,7 @@ class CpuSpace(Space):
         self.lanes = max(hw.lanes * 4 // self.elem, 1)
         self.vec = wl.vector_axis if wl.vector_axis >= 0 and wl.extents[wl.vector_axis] > 1 else -1
         self.v0 = 1
+        self._memo: dict[tuple, object] = {}     # pure functions of the tiles: the walk revisits states
         if self.vec >= 0:
             ext = wl.extents[self.vec]
             small = [d for d in divisors(ext) if d <= self.lanes]
@@ -94,14 +95,24 @@ class CpuSpace(Space):
                 out.append(row[k])
         return out
 
+    def _cached(self, key: tuple, compute):
+        value = self._memo.get(key)
+        if value is None:
+            value = self._memo[key] = compute()
+        return value
+
     def _in_bytes(self, tile: list[int]) -> int:
-        return sum(a.footprint(tile) * a.elem_bytes for a in self.wl.inputs)
+        t = tuple(tile)
+        return self._cached(("in", t), lambda: sum(a.footprint(t) * a.elem_bytes for a in self.wl.inputs))
 
     def _acc_bytes(self, tile: list[int]) -> int:
         return self.wl.output.footprint(tile) * 4
 
     def register_use(self, s: State) -> tuple[int, int, int]:
         """(accumulator vectors, vector operand loads, broadcast loads) of one micro-kernel step."""
+        return self._cached(("reg", s.tiles), lambda: self._register_use(s))
+
+    def _register_use(self, s: State) -> tuple[int, int, int]:
         t0 = self._tile(s, REG)
         acc = self.wl.output.footprint(t0)
         acc_vecs = math.ceil(acc / self.lanes) if self.vec >= 0 else acc
@@ -119,7 +130,7 @@ class CpuSpace(Space):
             acc, vl, bc = self.register_use(s)
             return (acc + vl + min(bc, 2)) * self.lanes * 4
         t = self._tile(s, k)
-        return self._in_bytes(t) + self._acc_bytes(t)
+        return self._in_bytes(t) + self._cached(("acc", tuple(t)), lambda: self._acc_bytes(t))
 
     def counts(self, s: State) -> tuple[int, int, int, int]:
         """(parallel tasks, reduction chunks, L1 tiles per task, register tiles per L1 tile)."""
@@ -132,6 +143,9 @@ class CpuSpace(Space):
 
     def traffic(self, s: State, k: int) -> float:
         """Bytes moved into level k's memory from the level below for the whole kernel."""
+        return self._cached(("traffic", s.tiles, k), lambda: self._traffic(s, k))
+
+    def _traffic(self, s: State, k: int) -> float:
         tasks, chunks, l1, regs = self.counts(s)
         if k == L2:
             return tasks * self._in_bytes(self._tile(s, L2, -1)) + self.wl.output.footprint(self.wl.extents) * self.elem
@@ -145,6 +159,9 @@ class CpuSpace(Space):
 
     # -- the walk's scores ------------------------------------------------------------------
     def valid(self, s: State) -> bool:
+        return self._cached(("valid", s.tiles), lambda: self._valid(s))
+
+    def _valid(self, s: State) -> bool:
         acc, vl, bc = self.register_use(s)
         if acc + vl + min(bc, 2) > self.hw.vector_registers:
             return False
@@ -160,6 +177,9 @@ class CpuSpace(Space):
 
     def estimate(self, s: State) -> float:
         """Seconds: max(compute, DRAM, L2) over the waves of parallel tasks, plus task overhead."""
+        return self._cached(("estimate", s.tiles), lambda: self._estimate(s))
+
+    def _estimate(self, s: State) -> float:
         hw = self.hw
         tasks, chunks, l1, regs = self.counts(s)
         acc, vl, bc = self.register_use(s)

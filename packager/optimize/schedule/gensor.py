@@ -24,7 +24,7 @@ from .database import TuningDatabase
 from .hardware import cpu_hardware
 from .measure import can_measure, time_candidates, where_measured
 from .plan import TilePlan
-from .reuse import ReusePool, Source, features, reuse_candidates, reuse_order, sketch_of, tree_order
+from .reuse import REUSE_TRIALS, ReusePool, Source, features, reuse_candidates, reuse_order, sketch_of, tree_order
 from .walk import construct
 from .workload import analyze, func_key
 
@@ -106,11 +106,11 @@ class GensorCpu:
             return None
         return sketch_of(wl), wl.extents
 
-    def schedule(self, func: tirx.PrimFunc, name: str = "", source: Source | None = None,
-                 scratch: bool = False) -> tuple[tirx.PrimFunc, str, Choice | None]:
+    def schedule(self, func: tirx.PrimFunc, name: str = "", source: Source | None = None
+                 ) -> tuple[tirx.PrimFunc, str, Choice | None]:
         """(scheduled kernel, rule name for the counts, the Gensor choice or None). With reuse on,
-        the kernel is tuned from `source`'s program, or (unless `scratch`) from the nearest
-        measured kernel of its sketch, else from scratch."""
+        the kernel is tuned from `source`'s program, or from the nearest measured kernel of its
+        sketch, else from scratch."""
         sch = s_tir.Schedule(func)
         try:
             anchor = self.rules.prepare_anchor(sch)
@@ -119,6 +119,7 @@ class GensorCpu:
             out, info = self.rules.schedule(func)
             return out, info.rule, None
         key = func_key(func, self.target_key)
+        name = name or f"kernel {key[:8]}"
         rec = self.db.get(key, measured_only=self.measure, kind="gensor-cpu")
         if rec is not None:
             self._remember(name, rec)
@@ -129,7 +130,7 @@ class GensorCpu:
         space = CpuSpace(wl, self.hw)
         ranked = construct(space, seed_of(key), restarts=RESTARTS)
         sketch = sketch_of(wl)
-        if self.pool is not None and source is None and not scratch:
+        if self.pool is not None and source is None:
             source = self.pool.nearest(sketch, wl.extents)
         if self.measure and source is not None:
             plans = [(est, space.to_plan(st)) for est, st in reuse_candidates(space, ranked, source)]
@@ -196,16 +197,21 @@ class GensorCpu:
 
 
 def _reuse_tree(g: GensorCpu, kernels: dict[str, tirx.PrimFunc]) -> dict[str, str | None]:
-    """ETO's reuse graph over the pass's Gensor kernels: kernel -> the kernel it reuses (None:
-    from scratch). A kernel the database already holds is a free root."""
-    nodes, known = {}, set()
+    """ETO's reuse graph over the pass's Gensor kernels: kernel -> the kernel of the pass it
+    reuses (None: a root). A root is free when the database holds the kernel, costs the reuse
+    tuner's trials when a measured kernel outside the pass (the layout search's, the database's)
+    is its source, and a scratch tuning's otherwise."""
+    nodes, root_cost = {}, {}
     for name, func in kernels.items():
         sk = g.sketch(func)
-        if sk is not None:
-            nodes[name] = sk
-            if g.db.get(func_key(func, g.target_key), measured_only=True, kind="gensor-cpu") is not None:
-                known.add(name)
-    return reuse_order(nodes, g.top_k + 1, known)
+        if sk is None:
+            continue
+        nodes[name] = sk
+        if g.db.get(func_key(func, g.target_key), measured_only=True, kind="gensor-cpu") is not None:
+            root_cost[name] = 0.0
+        elif g.pool.nearest(*sk) is not None:
+            root_cost[name] = float(REUSE_TRIALS)
+    return reuse_order(nodes, g.top_k + 1, root_cost)
 
 
 def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, database=None,
@@ -219,8 +225,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
     results = {}
     for name in tree_order(parents) + [n for n in kernels if n not in parents]:
         parent = parents.get(name)
-        results[name] = g.schedule(kernels[name], name, source=g.sources.get(parent) if parent else None,
-                                   scratch=name in parents and parent is None)
+        results[name] = g.schedule(kernels[name], name, source=g.sources.get(parent) if parent else None)
     out, per_kernel, counts = {}, {}, {}
     tally = {"scratch": [0, 0], "reused": [0, 0]}                  # kernels, programs timed
     for name in kernels:

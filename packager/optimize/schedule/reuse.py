@@ -145,17 +145,18 @@ def reuse_candidates(space: CpuSpace, ranked: list[tuple[float, State]], src: So
 
 
 def reuse_order(nodes: dict[str, tuple[str, tuple[int, ...]]], scratch_trials: int,
-                known: set[str] = frozenset()) -> dict[str, str | None]:
-    """kernel -> the kernel it reuses (None: tuned from scratch, or `known`: already measured),
-    from the minimum-cost arborescence over the reuse graph; `nodes` maps kernel -> (sketch,
-    extents). A reuse edge costs REUSE_TRIALS plus a tie-break by distance, the root edge
-    `scratch_trials` (0 for a known kernel)."""
+                root_cost: dict[str, float] | None = None) -> dict[str, str | None]:
+    """kernel -> the kernel it reuses (None: a root of the tree), from the minimum-cost
+    arborescence over the reuse graph; `nodes` maps kernel -> (sketch, extents). A reuse edge
+    costs REUSE_TRIALS plus a tie-break by distance, a root edge `scratch_trials` unless
+    `root_cost` says less (a kernel already measured, or one with a source outside the graph)."""
     import networkx as nx
 
+    root_cost = root_cost or {}
     g = nx.DiGraph()
-    g.add_node("")                                       # the root: tuning from scratch
+    g.add_node("")                                       # the root
     for a, (sk_a, ext_a) in nodes.items():
-        g.add_edge("", a, weight=0.0 if a in known else float(scratch_trials))
+        g.add_edge("", a, weight=root_cost.get(a, float(scratch_trials)))
         for b, (sk_b, ext_b) in nodes.items():
             if a != b and sk_a == sk_b and reusable(ext_a, ext_b):
                 g.add_edge(b, a, weight=REUSE_TRIALS + 1e-3 * distance(ext_a, ext_b))

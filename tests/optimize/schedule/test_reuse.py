@@ -110,8 +110,10 @@ def test_arborescence_roots_only_what_nothing_dominates():
     order = tree_order(parents)
     child = "a" if parents["a"] else "b"
     assert order.index(parents[child]) < order.index(child)
-    known = reuse_order({"a": ("s", big), "b": ("s", small)}, 7, known={"b"})
+    known = reuse_order({"a": ("s", big), "b": ("s", small)}, 7, root_cost={"b": 0.0})
     assert known == {"b": None, "a": "b"}                            # the database's kernel is the free root
+    outside = reuse_order({"a": ("s", big), "c": ("s", other)}, 7, root_cost={"a": REUSE_TRIALS, "c": REUSE_TRIALS})
+    assert outside == {"a": None, "c": None}          # both reuse sources outside the graph: no scratch root
 
 
 def test_reused_kernels_compute_the_same_with_fewer_programs_timed(tmp_path):
