@@ -119,7 +119,7 @@ def _measure(g: KernelGraph, groups: list[Group], merged: list, timer: FusionTim
     for grp, func in zip(groups, merged):
         parts = [(g.calls[i].prim, 1.0 if i == grp.anchor else 1.0 / max(len(g.consumers[i]), 1))
                  for i in grp.members if i in g.calls]
-        why, entry = timer.verdict(func, parts)
+        why, entry = timer.verdict(func, parts, "layout copies")
         if why:
             failed[_kind(grp), grp.anchor] = f"{g.calls[grp.anchor].name} with copies folded {_kind(grp)} {why}"
         else:

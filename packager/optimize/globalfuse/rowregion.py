@@ -113,7 +113,7 @@ def _refusal(g: KernelGraph, r: int, c: int, func, rules, timer, out: RowRegions
         return f"no row-region schedule: {_mismatch(rules.target, func)}"
     if timer is None:
         return ""
-    why, entry = timer.verdict(func, [(g.calls[r].prim, 1.0), (g.calls[c].prim, 1.0)])
+    why, entry = timer.verdict(func, [(g.calls[r].prim, 1.0), (g.calls[c].prim, 1.0)], "row region")
     if not why:
         out.measured.append({"kernel": g.calls[c].name, **entry})
     return why

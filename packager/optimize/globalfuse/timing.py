@@ -52,7 +52,8 @@ class FusionTimer:
         self.target_key = f"global-fusion/v{DECISIONS_VERSION}/{opt.scheduler}/{hw_key}"
         self.memo = StructMemo()
 
-    def compare(self, fused: tirx.PrimFunc, parts: list[tuple[tirx.PrimFunc, float]]) -> tuple[float | None, float | None]:
+    def compare(self, fused: tirx.PrimFunc, parts: list[tuple[tirx.PrimFunc, float]],
+                fusion: str = "") -> tuple[float | None, float | None]:
         """(seconds of the merged kernel, seconds of the parts together: each part's time x its
         weight, e.g. 1/readers for a copy the merged kernel shares with other readers), from the
         database when this merge was timed before."""
@@ -66,13 +67,14 @@ class FusionTimer:
         fused_s, part_s = times[0], times[1:]
         separate = None if None in part_s else sum(t * w for t, (_, w) in zip(part_s, parts))
         if fused_s is not None and separate is not None:
-            self.db.put(key, {"fused_s": fused_s, "separate_s": separate, "measured": True}, "global-fusion",
-                        self.target_key)
+            self.db.put(key, {"fused_s": fused_s, "separate_s": separate, "measured": True, "fusion": fusion},
+                        "global-fusion", self.target_key)
         return fused_s, separate
 
-    def verdict(self, fused: tirx.PrimFunc, parts: list[tuple[tirx.PrimFunc, float]]) -> tuple[str, dict | None]:
+    def verdict(self, fused: tirx.PrimFunc, parts: list[tuple[tirx.PrimFunc, float]],
+                fusion: str = "") -> tuple[str, dict | None]:
         """("", {fused_us, separate_us}) when the merged kernel pays (timing.pays), else (why, None)."""
-        fused_s, separate_s = self.compare(fused, parts)
+        fused_s, separate_s = self.compare(fused, parts, fusion)
         if fused_s is None or separate_s is None:
             return "could not be timed", None
         if not pays(fused_s, separate_s):

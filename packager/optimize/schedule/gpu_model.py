@@ -29,6 +29,7 @@ class GpuSpace(Space):
     def __init__(self, wl: Workload, hw: Hardware):
         self.wl, self.hw, self.extents = wl, hw, wl.extents
         self.spatial_points = prod(e for e, k in zip(wl.extents, wl.kinds) if k != REDUCE)
+        self._memo: dict[tuple, object] = {}
 
     def candidates(self, d: int, k: int, parent: int) -> tuple[int, ...]:
         if self.wl.extents[d] == 1 or (self.wl.kinds[d] == REDUCE and k == THREAD):
@@ -80,12 +81,25 @@ class GpuSpace(Space):
     def chunks(self, s: State) -> int:
         return prod(e // r[BLOCK] for e, r, k in zip(self.wl.extents, s.tiles, self.wl.kinds) if k == REDUCE)
 
+    def _cached(self, key: tuple, compute):
+        """Pure functions of a state, memoized per kernel: the walk revisits states."""
+        value = self._memo.get(key)
+        if value is None:
+            value = self._memo[key] = compute()
+        return value
+
     def smem_bytes(self, s: State) -> int:
+        return self._cached(("smem", s.tiles), lambda: self._smem_bytes(s))
+
+    def _smem_bytes(self, s: State) -> int:
         t = self._tile(s, BLOCK)
         return sum(a.footprint(t) * a.elem_bytes for a in self.wl.inputs)
 
     def registers(self, s: State) -> tuple[int, int]:
         """(accumulators, operand registers) of one thread."""
+        return self._cached(("regs", s.tiles), lambda: self._registers(s))
+
+    def _registers(self, s: State) -> tuple[int, int]:
         t = self._tile(s, THREAD)
         return self.wl.output.footprint(t), sum(a.footprint(t) for a in self.wl.inputs)
 
@@ -96,6 +110,9 @@ class GpuSpace(Space):
         return (acc + ops) * 4
 
     def traffic(self, s: State, k: int) -> float:
+        return self._cached(("traffic", s.tiles, k), lambda: self._traffic(s, k))
+
+    def _traffic(self, s: State, k: int) -> float:
         if k == BLOCK:
             t = self._tile(s, BLOCK, full_reduce=True)
             return self.blocks(s) * sum(a.footprint(t) * a.elem_bytes for a in self.wl.inputs) \
@@ -136,6 +153,9 @@ class GpuSpace(Space):
         return tiling_benefit(self.traffic(s, k), self.footprint(s, k), self.traffic(s2, k), self.footprint(s2, k))
 
     def estimate(self, s: State) -> float:
+        return self._cached(("estimate", s.tiles, s.vthreads), lambda: self._estimate(s))
+
+    def _estimate(self, s: State) -> float:
         hw = self.hw
         threads, blocks = self.threads(s), self.blocks(s)
         acc, ops = self.registers(s)
