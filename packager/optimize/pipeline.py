@@ -75,6 +75,7 @@ GLOBAL_FUSION = Pass("global_fusion", global_fusion, off="off in the spec: FuseO
                      needs_target=True, per_target=True)
 DERIVE = Pass("derive", None)
 
+
 def _reuse(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
     """ETO's reuse runs inside the passes that tune (layout candidates, schedule); this line says
     whether it can act for this target."""

@@ -1,5 +1,5 @@
-"""Timing a merged kernel against the kernels it replaces, where the target is timed (Souffle refuses a
-fusion that does not pay). Each side is scheduled as the schedule pass will schedule it."""
+"""Timing a merged kernel against the kernels it replaces, where the target is timed (Souffle
+refuses a fusion that does not pay). Each side is scheduled as the schedule pass will schedule it."""
 from __future__ import annotations
 
 from tvm import tirx
@@ -33,9 +33,10 @@ def fusion_timer(ctx) -> "FusionTimer | None":
 
 
 class FusionTimer:
-    """Times kernels where the target is timed (this machine or its RPC device) as the schedule pass will schedule them (Gensor's measured
-    choice or the rules; scheduled once per kernel structure). Each decision is recorded in the
-    tuning database, so a rebuild takes the same fusions (timings on a busy machine flip close calls)."""
+    """Times kernels where the target is timed (this machine or its RPC device) as the schedule
+    pass will schedule them (Gensor's measured choice or the rules; scheduled once per kernel
+    structure). Each decision is recorded in the tuning database, so a rebuild takes the same
+    fusions (timings on a busy machine flip close calls)."""
 
     def __init__(self, ctx):
         from ..schedule.database import TuningDatabase
@@ -46,7 +47,8 @@ class FusionTimer:
         opt = ctx.opt
         self.target = ctx.target
         self.db = TuningDatabase(opt.database)
-        self.gensor = GensorCpu(ctx.target, self.db, True, opt.top_k, opt.enabled("reuse")) if opt.scheduler == "gensor" else None
+        gensor = opt.scheduler == "gensor"
+        self.gensor = GensorCpu(ctx.target, self.db, True, opt.top_k, opt.enabled("reuse")) if gensor else None
         self.rules = CpuRules(ctx.target)
         hw_key = _target_key(ctx.target, cpu_hardware(ctx.target))
         self.target_key = f"global-fusion/v{DECISIONS_VERSION}/{opt.scheduler}/{hw_key}"

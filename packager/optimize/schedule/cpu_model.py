@@ -43,7 +43,6 @@ class CpuSpace(Space):
         self.lanes = max(hw.lanes * 4 // self.elem, 1)
         self.vec = wl.vector_axis if wl.vector_axis >= 0 and wl.extents[wl.vector_axis] > 1 else -1
         self.v0 = 1
-        self._memo: dict[tuple, object] = {}     # pure functions of the tiles: the walk revisits states
         if self.vec >= 0:
             ext = wl.extents[self.vec]
             small = [d for d in divisors(ext) if d <= self.lanes]
@@ -94,12 +93,6 @@ class CpuSpace(Space):
             else:
                 out.append(row[k])
         return out
-
-    def _cached(self, key: tuple, compute):
-        value = self._memo.get(key)
-        if value is None:
-            value = self._memo[key] = compute()
-        return value
 
     def _in_bytes(self, tile: list[int]) -> int:
         t = tuple(tile)

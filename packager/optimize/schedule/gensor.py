@@ -26,7 +26,7 @@ from .measure import can_measure, time_candidates, where_measured
 from .plan import TilePlan
 from .reuse import REUSE_TRIALS, ReusePool, Source, features, reuse_candidates, reuse_order, sketch_of, tree_order
 from .walk import construct
-from .workload import analyze, func_key
+from .workload import Workload, analyze, func_key
 
 RESTARTS = 12
 
@@ -97,25 +97,30 @@ class GensorCpu:
         self.pool = ReusePool(db, self.target_key) if reuse and self.measure else None
         self.sources: dict[str, Source] = {}          # this run's measured kernels by name
 
+    def workload(self, func: tirx.PrimFunc) -> Workload | None:
+        """The anchor's workload with the rules' vector iterator (what the plans and sketches are
+        of), None for a kernel without a tileable one-reduction anchor (the rules take it)."""
+        sch = s_tir.Schedule(func)
+        try:
+            anchor = self.rules.prepare_anchor(sch)
+            wl = analyze(sch, anchor.block, "")
+        except Exception:  # noqa: BLE001 - not a tileable one-reduction kernel (0-d output, ...)
+            return None
+        vec_name = anchor.vec[0].var.name if anchor.vec else None
+        return replace(wl, vector_axis=wl.axes.index(vec_name) if vec_name in wl.axes else -1)
+
     def sketch(self, func: tirx.PrimFunc) -> tuple[str, tuple[int, ...]] | None:
         """(sketch, extents) of a Gensor kernel, None for the kernels the rules take."""
-        try:
-            sch = s_tir.Schedule(func)
-            wl = analyze(sch, self.rules.prepare_anchor(sch).block, "")
-        except Exception:  # noqa: BLE001 - not a tileable one-reduction kernel
-            return None
-        return sketch_of(wl), wl.extents
+        wl = self.workload(func)
+        return (sketch_of(wl), wl.extents) if wl is not None else None
 
     def schedule(self, func: tirx.PrimFunc, name: str = "", source: Source | None = None
                  ) -> tuple[tirx.PrimFunc, str, Choice | None]:
         """(scheduled kernel, rule name for the counts, the Gensor choice or None). With reuse on,
         the kernel is tuned from `source`'s program, or from the nearest measured kernel of its
         sketch, else from scratch."""
-        sch = s_tir.Schedule(func)
-        try:
-            anchor = self.rules.prepare_anchor(sch)
-            wl = analyze(sch, anchor.block, "")
-        except Exception:  # noqa: BLE001 - not a tileable one-reduction kernel (0-d output, ...): the rules take it
+        wl = self.workload(func)
+        if wl is None:
             out, info = self.rules.schedule(func)
             return out, info.rule, None
         key = func_key(func, self.target_key)
@@ -125,8 +130,7 @@ class GensorCpu:
             self._remember(name, rec)
             choice = Choice.from_record(rec)
             return self._apply(func, choice), "gensor", choice
-        vec_name = anchor.vec[0].var.name if anchor.vec else None
-        wl = replace(wl, vector_axis=wl.axes.index(vec_name) if vec_name in wl.axes else -1, key=key)
+        wl = replace(wl, key=key)
         space = CpuSpace(wl, self.hw)
         ranked = construct(space, seed_of(key), restarts=RESTARTS)
         sketch = sketch_of(wl)

@@ -29,7 +29,6 @@ class GpuSpace(Space):
     def __init__(self, wl: Workload, hw: Hardware):
         self.wl, self.hw, self.extents = wl, hw, wl.extents
         self.spatial_points = prod(e for e, k in zip(wl.extents, wl.kinds) if k != REDUCE)
-        self._memo: dict[tuple, object] = {}
 
     def candidates(self, d: int, k: int, parent: int) -> tuple[int, ...]:
         if self.wl.extents[d] == 1 or (self.wl.kinds[d] == REDUCE and k == THREAD):
@@ -80,13 +79,6 @@ class GpuSpace(Space):
 
     def chunks(self, s: State) -> int:
         return prod(e // r[BLOCK] for e, r, k in zip(self.wl.extents, s.tiles, self.wl.kinds) if k == REDUCE)
-
-    def _cached(self, key: tuple, compute):
-        """Pure functions of a state, memoized per kernel: the walk revisits states."""
-        value = self._memo.get(key)
-        if value is None:
-            value = self._memo[key] = compute()
-        return value
 
     def smem_bytes(self, s: State) -> int:
         return self._cached(("smem", s.tiles), lambda: self._smem_bytes(s))

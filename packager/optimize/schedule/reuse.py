@@ -73,14 +73,21 @@ class Source:
                       rec["features"])
 
 
-def features(space: CpuSpace, plan: TilePlan) -> dict:
-    """ETO's B (parallel tasks) and M (total L1 footprint, bytes) of a CPU plan, and the sizes of
-    the iteration space and its reduction the reuse ranges are computed from."""
-    s = State(plan.tiles, len(plan.levels) - 1)
+def _b_and_m(space: CpuSpace, s: State) -> tuple[int, int]:
+    """ETO's B (parallel tasks) and M (total L1 footprint, bytes) of a CPU tile plan."""
     tasks = space.counts(s)[0]
-    wl = space.wl
-    return {"tasks": tasks, "l1_bytes": tasks * space.footprint(s, 1), "points": wl.points,
-            "reduce_points": prod(wl.extents[d] for d in wl.reduce())}
+    return tasks, tasks * space.footprint(s, 1)
+
+
+def _reduce_points(wl: Workload) -> int:
+    return prod(wl.extents[d] for d in wl.reduce())
+
+
+def features(space: CpuSpace, plan: TilePlan) -> dict:
+    """B and M of a measured plan, and the sizes of the iteration space and its reduction the
+    reuse ranges of a later kernel are computed from."""
+    tasks, l1_bytes = _b_and_m(space, State(plan.tiles, len(plan.levels) - 1))
+    return {"tasks": tasks, "l1_bytes": l1_bytes, "points": space.wl.points, "reduce_points": _reduce_points(space.wl)}
 
 
 class ReusePool:
@@ -121,10 +128,9 @@ def adapt(space: CpuSpace, plan: TilePlan) -> State | None:
 def in_ranges(space: CpuSpace, s: State, src: Source) -> bool:
     """ETO's Eqs. 1 and 3: B/B_src in [r1, r2] and M/M_src in [1, r2] (each as [min, max])."""
     wl, f0 = space.wl, src.features
-    r1 = f0["reduce_points"] / max(prod(wl.extents[d] for d in wl.reduce()), 1)
+    r1 = f0["reduce_points"] / max(_reduce_points(wl), 1)
     r2 = wl.points / f0["points"]
-    tasks = space.counts(s)[0]
-    m = tasks * space.footprint(s, 1)
+    tasks, m = _b_and_m(space, s)
     lo_b, hi_b = sorted((r1 * f0["tasks"], r2 * f0["tasks"]))
     lo_m, hi_m = sorted((f0["l1_bytes"], r2 * f0["l1_bytes"]))
     return lo_b <= tasks <= hi_b and lo_m <= m <= hi_m

@@ -66,6 +66,14 @@ class Space:
 
     def candidates(self, d: int, k: int, parent: int) -> tuple[int, ...]: ...
 
+    def _cached(self, key: tuple, compute):
+        """A pure function of a state, memoized per kernel's space: the walk revisits states."""
+        memo = self.__dict__.setdefault("_memo", {})
+        value = memo.get(key)
+        if value is None:
+            value = memo[key] = compute()
+        return value
+
     def tile_moves(self, s: State, d: int) -> list[tuple[str, int, State]]:
         """tile / invTile of iterator d at the current level: the next larger / smaller candidate
         among the divisors of the tile one level up (the extent at the outermost level)."""
