@@ -58,7 +58,7 @@ def compile_target(unit: Unit, t: Target, kernels: dict, opt: OptimizeSpec, w: P
     backend = backend_for(t)
     folder = unit.path(f"targets/{t.name}")
     key = graph_key(t, opt)
-    scheduled, passes = optimize_kernels(kernels, t, opt)
+    scheduled, passes = optimize_kernels(kernels, t, opt, log)
     passes = [p for p in unit.reports_by_key[key] if p.name in PER_TARGET_REPORTS] + passes
     compiled = backend.compile(scheduled, t, folder, w)
     weights = WeightStore()

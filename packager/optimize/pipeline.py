@@ -37,6 +37,7 @@ class PassContext:
     opt: OptimizeSpec
     layout_memo: ProfileMemo | None = None
     notes: dict[str, Any] = field(default_factory=dict)   # what an earlier pass leaves for a later one
+    log: Callable[[str], None] = print                     # progress of long passes (the tuner)
 
 
 @dataclass(frozen=True)
@@ -93,27 +94,40 @@ def _reuse(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassRepor
 
 
 REUSE = Pass("reuse", _reuse, off="off in the spec: every kernel tuned from scratch", needs_target=True)
-TUNING = Pass("tuning", None, switch=lambda opt: opt.level >= 3 or bool(opt.trials))
 NOT_IMPLEMENTED = {
     "derive": "EinNet derivation-based rewrites: not part of this version; skipped",
-    "tuning": "measured tuning (level 3 / tuning.trials) is not part of this version; skipped",
 }
 
+
+def _tuning(kernels: dict, ctx: PassContext) -> tuple[dict, PassReport]:
+    """The measured search (level 3) where the target's kernels can be timed; it leaves its
+    programs in the tuning database, which the schedule pass after it replays."""
+    from .schedule.tune import can_tune, tune_kernels
+
+    why = can_tune(ctx.target, ctx.opt)
+    if why is not None:
+        return kernels, PassReport("tuning", "disabled", why)
+    return tune_kernels(kernels, ctx.target, ctx.opt, ctx.log)
+
+
 # Kernel passes (kernel table -> kernel table), per target.
+TUNING = Pass("tuning", _tuning, off="level 2: Gensor's top-k timed per kernel, no search (level 3 or "
+              "optimize.tuning.trials / seconds search)",
+              switch=lambda opt: opt.tunes())
+
 SCHEDULE_CPU = Pass("schedule", schedule_cpu, off="off in the spec: kernels are TVM's naive loops")
 SCHEDULE_GPU = Pass("schedule", schedule_gpu, switch=lambda opt: True)   # reads the switch itself
 
 
 def graph_pipeline(layout: Pass) -> list[Pass]:
     """The graph passes every target kind runs, with its own layout pass."""
-    return [SIMPLIFY, FASTMATH, GLOBAL_FUSION_SIBLINGS, layout, LEGALIZE, FUSION, GLOBAL_FUSION, DERIVE, REUSE,
-            TUNING]
+    return [SIMPLIFY, FASTMATH, GLOBAL_FUSION_SIBLINGS, layout, LEGALIZE, FUSION, GLOBAL_FUSION, DERIVE, REUSE]
 
 
 # Per target kind (a backend's `kind`): its graph passes and its kernel passes, in order.
 PIPELINES: dict[str, tuple[list[Pass], list[Pass]]] = {
-    "cpu": (graph_pipeline(LAYOUT), [SCHEDULE_CPU]),
-    "cuda": (graph_pipeline(LAYOUT_KEEP_NCHW), [SCHEDULE_GPU]),
+    "cpu": (graph_pipeline(LAYOUT), [TUNING, SCHEDULE_CPU]),
+    "cuda": (graph_pipeline(LAYOUT_KEEP_NCHW), [TUNING, SCHEDULE_GPU]),
 }
 
 
@@ -157,6 +171,7 @@ def optimize_graph(mod: tvm.IRModule, opt: OptimizeSpec, target: Target | None =
     return run_passes(mod, graph_passes(target), PassContext(target, opt, layout_memo))
 
 
-def optimize_kernels(kernels: dict, target: Target, opt: OptimizeSpec) -> tuple[dict, list[PassReport]]:
+def optimize_kernels(kernels: dict, target: Target, opt: OptimizeSpec,
+                     log: Callable[[str], None] = print) -> tuple[dict, list[PassReport]]:
     """Per-target kernel passes (PrimFunc table in -> PrimFunc table out)."""
-    return run_passes(kernels, PIPELINES[target.kind][1], PassContext(target, opt))
+    return run_passes(kernels, PIPELINES[target.kind][1], PassContext(target, opt, log=log))

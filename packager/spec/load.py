@@ -289,13 +289,16 @@ def _optimize(r: _Reader, top: dict, base: Path) -> OptimizeSpec:
     scheduler = raw_opt.get("scheduler", "gensor")
     if scheduler not in ("gensor", "rules"):
         r.fail("optimize.scheduler", f"expected gensor or rules, got {scheduler!r}")
-    tuning = r.mapping(_section(raw_opt, "tuning", {}), "optimize.tuning", ("trials", "database", "measure", "top_k"))
+    tuning = r.mapping(_section(raw_opt, "tuning", {}), "optimize.tuning", ("trials", "seconds", "database", "measure", "top_k"))
     counts = {}
     for key, default in (("trials", 0), ("top_k", 6)):
         value = tuning.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             r.fail(f"optimize.tuning.{key}", f"expected a non-negative integer, got {value!r}")
         counts[key] = value
+    seconds = tuning.get("seconds", 0)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
+        r.fail("optimize.tuning.seconds", f"expected a non-negative number of seconds, got {seconds!r}")
     measure = tuning.get("measure", True)
     if not isinstance(measure, bool):
         r.fail("optimize.tuning.measure", f"expected true or false, got {measure!r}")
@@ -303,7 +306,8 @@ def _optimize(r: _Reader, top: dict, base: Path) -> OptimizeSpec:
     if db is not None and not isinstance(db, str):
         r.fail("optimize.tuning.database", "expected a folder path")
     db_path = _path(r, db, "optimize.tuning.database", base, resolve=False) if db else None
-    return OptimizeSpec(level, dict(passes), counts["trials"], db_path, scheduler, measure, counts["top_k"])
+    return OptimizeSpec(level, dict(passes), counts["trials"], db_path, scheduler, measure, counts["top_k"],
+                        float(seconds))
 
 
 def _onnxruntime(r: _Reader, top: dict) -> OrtSpec:

@@ -51,11 +51,16 @@ class TargetSpec:
 class OptimizeSpec:
     level: int = 2
     passes: dict[str, bool] = field(default_factory=dict)
-    trials: int = 0
+    trials: int = 0                    # measured tuning's budget per model in programs timed (0: level 3's default)
     database: Path | None = None
     scheduler: str = "gensor"          # "gensor" (construction-based) | "rules" (the spine's rule-based)
     measure: bool = True               # time the top-k schedules where the target runs (here or its rpc device)
     top_k: int = 6                     # candidates measured per kernel
+    seconds: float = 0.0               # measured tuning's budget per model in wall time (0: none)
+
+    def tunes(self) -> bool:
+        """Whether the measured tuner runs (level 3, or a budget given)."""
+        return self.level >= 3 or bool(self.trials) or bool(self.seconds)
 
     def enabled(self, name: str) -> bool:
         """Whether pass `name` runs: an explicit switch wins over the level's default."""

@@ -113,16 +113,21 @@ def _ort_peak_mb(model: Path, inputs: dict[str, np.ndarray], threads: int, tmp: 
 def _ablated(pkg: PackageInfo, pass_name: str, out: Path) -> tuple[PackageInfo, float]:
     """Rebuild `pkg` from its recorded spec with one pass switched off (`gensor`: the rule-based
     scheduler instead of the construction-based one; `reuse`: every kernel tuned from scratch into
-    a database of its own)."""
+    a database of its own; `tuning`: level 2, whose choices the database keeps beside level 3's)."""
     from ..build import build
 
-    if pass_name not in PASS_NAMES + ("gensor",):
-        raise UserError(f"--ablate {pass_name}: unknown pass; passes: {', '.join(PASS_NAMES)}, gensor")
+    if pass_name not in PASS_NAMES + ("gensor", "tuning"):
+        raise UserError(f"--ablate {pass_name}: unknown pass; passes: {', '.join(PASS_NAMES)}, gensor, tuning")
     raw = json.loads(json.dumps(pkg.manifest["spec"]))
     raw["model"] = pkg.manifest["source_model"]["path"]
     raw.pop("output", None)
     if pass_name == "gensor":
         raw.setdefault("optimize", {})["scheduler"] = "rules"
+    elif pass_name == "tuning":
+        opt = raw.setdefault("optimize", {})
+        opt["level"] = min(opt.get("level", 2), 2)
+        for key in ("trials", "seconds"):
+            opt.get("tuning", {}).pop(key, None)
     else:
         raw.setdefault("optimize", {}).setdefault("passes", {})[pass_name] = False
     if pass_name == "reuse":    # its own empty database: the shared one would replay the reused programs

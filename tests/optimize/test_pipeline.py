@@ -42,7 +42,8 @@ def test_pipeline_reports_unimplemented_passes_honestly(sample_root):
     _, reports = optimize_graph(mod, OptimizeSpec(level=3))
     status = {r.name: r.status for r in reports}
     assert status["simplify"] == status["fusion"] == "applied"
-    assert status["derive"] == status["tuning"] == "not implemented"
+    assert status["derive"] == "not implemented"
+    assert "tuning" not in status                  # a kernel pass: it runs per target (test below)
     assert status["layout"] == "disabled"          # layouts are chosen per target: none given here
     assert status["reuse"] == "disabled"           # reuse acts where a target's kernels are timed: none here
     assert status["global_fusion"] == "disabled"   # trial-scheduled per target: none given here
@@ -69,3 +70,24 @@ def test_reuse_says_where_it_can_act(sample_root):
     assert line["a100"].status == "disabled" and "GPU kernels are not timed" in line["a100"].summary
     _, (off,) = run_passes(mod, [REUSE], PassContext(None, OptimizeSpec(level=2, passes={"reuse": False})))
     assert off.status == "disabled" and "from scratch" in off.summary
+
+
+def test_tuning_says_where_it_can_act():
+    """The tuner is a kernel pass: off at level 2 with what level 2 does instead; at level 3
+    disabled, with the reason, for arm64 from this host, GPU targets and the rule-based scheduler."""
+    from packager.optimize.pipeline import PassContext, TUNING, run_passes
+    from packager.spec import TargetSpec
+    from packager.targets import resolve
+
+    def line(name: str, opt: OptimizeSpec):
+        _, (report,) = run_passes({}, [TUNING], PassContext(resolve(TargetSpec(name, {}, "t")), opt))
+        return report
+
+    off = line("x86-64", OptimizeSpec(level=2))
+    assert off.status == "disabled" and "level 2" in off.summary
+    arm = line("arm64", OptimizeSpec(level=3))
+    assert arm.status == "disabled" and "cannot be timed" in arm.summary
+    gpu = line("a100", OptimizeSpec(level=2, trials=10))
+    assert gpu.status == "disabled" and "GPU kernels are not timed" in gpu.summary
+    rules = line("x86-64", OptimizeSpec(level=3, scheduler="rules"))
+    assert rules.status == "disabled" and "gensor" in rules.summary

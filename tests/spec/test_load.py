@@ -61,6 +61,8 @@ def test_output_override_is_relative_to_cwd_not_spec(spec_dir, tmp_path):
     ("level: 1", "level: 7", ["optimize.level", "expected 0, 1, 2 or 3"]),
     ("{fusion: false}", "{fusion: maybe}", ["optimize.passes.fusion", "expected true or false"]),
     ("{fusion: false}", "{fuse: false}", ["optimize.passes.fuse", "did you mean 'fusion'"]),
+    ("trials: 0,", "trials: 0, seconds: -1,", ["optimize.tuning.seconds", "expected a non-negative number"]),
+    ("trials: 0,", "trials: 0, seconds: .inf,", ["optimize.tuning.seconds", "expected a non-negative number"]),
     ("- name: batch8", "- name: default", ["profiles[0].name", "duplicate profile name"]),
     ("{image: {shape: [8, 3, 64, 64]}}", "{img: {shape: [8, 3, 64, 64]}}", ["profiles[0].inputs.img", "unknown key"]),
     ("rtol: 1.0e-3", "rtol: -1", ["verify.rtol", "expected a number"]),

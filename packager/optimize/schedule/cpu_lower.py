@@ -3,7 +3,7 @@
 
     parallel for (spatial L2 tiles, fused)           one task per core-sized tile
       for (reduction chunks)                         operands of a chunk stay in L1
-        for (spatial L1 tiles) for (register tiles)
+        for (spatial L1 tiles) for (register tiles)  (order chunks-inner: L1 tiles, then chunks)
           for (reduction inside the chunk)
             register tile: unrolled rows x vectorized lanes (accumulators in registers)
       write back the task's accumulators through the element-wise epilogue
@@ -14,7 +14,7 @@ from tvm import s_tir
 
 from .rules_cpu import CpuRules
 from .tir_util import PARALLEL_MIN_WORK, Anchor
-from .plan import TilePlan
+from .plan import ORDERS, TilePlan
 
 
 def lower_cpu(sch: s_tir.Schedule, rules: CpuRules, anchor: Anchor, plan: TilePlan) -> int:
@@ -39,7 +39,8 @@ def lower_cpu(sch: s_tir.Schedule, rules: CpuRules, anchor: Anchor, plan: TilePl
         c, i = sch.split(lp, [plan.extents[d] // plan.tile(d, "L1"), plan.tile(d, "L1")])
         chunk.append(c)
         red_inner.append(i)
-    sch.reorder(*outer, *chunk, *mid, *inner, *red_inner, *reg, *([vec_inner] if vec_inner is not None else []))
+    middle = [*chunk, *mid] if plan.order == ORDERS[0] else [*mid, *chunk]
+    sch.reorder(*outer, *middle, *inner, *red_inner, *reg, *([vec_inner] if vec_inner is not None else []))
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     tasks = int(sch.get(fused).extent)
     par = tasks if anchor.work >= PARALLEL_MIN_WORK and tasks > 1 else 1

@@ -82,13 +82,20 @@ def _target_key(t: Target, hw) -> str:
     return key + (f"/rpc:{t.rpc.key}" if t.rpc is not None else "")
 
 
+def tuned_key(key: str) -> str:
+    """Where the measured tuner's program for a kernel is recorded: level 3 replays it, level 2
+    keeps its own choice under `key` (so `pack bench --ablate tuning` compares the two)."""
+    return key + "#tuned"
+
+
 def seed_of(key: str) -> int:
     return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
 
 
 class GensorCpu:
-    def __init__(self, target: Target, db: TuningDatabase, measure: bool, top_k: int, reuse: bool = False):
-        self.target, self.db = target, db
+    def __init__(self, target: Target, db: TuningDatabase, measure: bool, top_k: int, reuse: bool = False,
+                 tuned: bool = False):
+        self.target, self.db, self.tuned = target, db, tuned
         self.rules = CpuRules(target)
         self.hw = cpu_hardware(target)
         self.measure = measure and can_measure(target)
@@ -125,7 +132,8 @@ class GensorCpu:
             return out, info.rule, None
         key = func_key(func, self.target_key)
         name = name or f"kernel {key[:8]}"
-        rec = self.db.get(key, measured_only=self.measure, kind="gensor-cpu")
+        rec = self.tuned and self.db.get(tuned_key(key), measured_only=True, kind="gensor-cpu")
+        rec = rec or self.db.get(key, measured_only=self.measure, kind="gensor-cpu")
         if rec is not None:
             self._remember(name, rec)
             choice = Choice.from_record(rec)
@@ -219,11 +227,13 @@ def _reuse_tree(g: GensorCpu, kernels: dict[str, tirx.PrimFunc]) -> dict[str, st
 
 
 def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, database=None,
-                            measure: bool = True, top_k: int = 6, reuse: bool = False) -> tuple[dict, PassReport]:
+                            measure: bool = True, top_k: int = 6, reuse: bool = False, tuned: bool = False
+                            ) -> tuple[dict, PassReport]:
     """The `schedule` pass (scheduler: gensor) for one CPU target; with `reuse` (ETO) kernels are
-    tuned in the reuse tree's order, each non-root from its parent's program."""
+    tuned in the reuse tree's order, each non-root from its parent's program; with `tuned` (level
+    3) the measured tuner's programs are replayed where it recorded one."""
     db = TuningDatabase(database)
-    g = GensorCpu(target, db, measure, top_k, reuse)
+    g = GensorCpu(target, db, measure, top_k, reuse, tuned)
     parents = _reuse_tree(g, kernels) if g.pool is not None else {}
     t0 = time.perf_counter()
     results = {}

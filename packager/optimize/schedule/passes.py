@@ -19,7 +19,8 @@ Kernels = dict[str, tirx.PrimFunc]
 def schedule_cpu(kernels: Kernels, ctx) -> tuple[Kernels, PassReport]:
     opt = ctx.opt
     if opt.scheduler == "gensor":
-        return schedule_kernels_gensor(kernels, ctx.target, opt.database, opt.measure, opt.top_k, opt.enabled("reuse"))
+        return schedule_kernels_gensor(kernels, ctx.target, opt.database, opt.measure, opt.top_k, opt.enabled("reuse"),
+                                       opt.tunes())
     return schedule_kernels(kernels, ctx.target)
 
 

@@ -14,12 +14,16 @@ the block's order; each gets one tile size per memory level, outer level first:
   chunk at "block" and 1 at "thread".
 
 Every tile divides the tile above it (and the extent), so the schedule needs no predicates.
+``order`` (CPU) places the reduction chunk loop outside the L1 tiles (``chunks-outer``: a
+chunk's operands are reused by every L1 tile of the task) or inside them (``chunks-inner``: an L1
+tile's accumulators are finished before the next); the measured tuner searches it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 SPATIAL, REDUCE = "S", "R"
+ORDERS = ("chunks-outer", "chunks-inner")
 CPU_LEVELS = ("L2", "L1", "reg")
 GPU_LEVELS = ("block", "thread")
 
@@ -33,6 +37,7 @@ class TilePlan:
     levels: tuple[str, ...]
     vthreads: tuple[int, ...] = ()            # GPU: virtual threads per iterator (1 = none)
     vector_axis: int = -1                     # CPU: index of the vectorized iterator (-1: none)
+    order: str = ORDERS[0]                    # CPU: where the reduction chunk loop sits (ORDERS)
 
     def gpu_threads(self) -> int:
         """Threads per CUDA block: block tile over thread tile, over the spatial iterators."""
@@ -65,14 +70,16 @@ class TilePlan:
               for d, (a, k, t) in enumerate(zip(self.axes, self.kinds, self.tiles)) if k == SPATIAL and self.extents[d] > 1]
         rd = [f"{a} {'/'.join(map(str, t))}" for a, k, t, e in zip(self.axes, self.kinds, self.tiles, self.extents)
               if k == REDUCE and e > 1]
-        return " ".join(sp) + (" | " + " ".join(rd) if rd else "")
+        return (" ".join(sp) + (" | " + " ".join(rd) if rd else "")
+                + (f" ({self.order})" if self.order != ORDERS[0] else ""))
 
     def as_dict(self) -> dict:
         return {"axes": list(self.axes), "kinds": list(self.kinds), "extents": list(self.extents),
                 "tiles": [list(t) for t in self.tiles], "levels": list(self.levels),
-                "vthreads": list(self.vthreads), "vector_axis": self.vector_axis}
+                "vthreads": list(self.vthreads), "vector_axis": self.vector_axis, "order": self.order}
 
     @staticmethod
     def from_dict(d: dict) -> "TilePlan":
         return TilePlan(tuple(d["axes"]), tuple(d["kinds"]), tuple(d["extents"]), tuple(tuple(t) for t in d["tiles"]),
-                        tuple(d["levels"]), tuple(d.get("vthreads", ())), d.get("vector_axis", -1))
+                        tuple(d["levels"]), tuple(d.get("vthreads", ())), d.get("vector_axis", -1),
+                        d.get("order", ORDERS[0]))

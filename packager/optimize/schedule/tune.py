@@ -1,0 +1,300 @@
+"""Measured tuning (`optimize.level: 3`, or a budget in `optimize.tuning.trials` / `seconds`):
+a search over Gensor's CPU space per kernel, every candidate timed where the target runs.
+
+It starts where level 2 ends (Gensor's measured choice per kernel, ETO reuse included) and
+spends a per-model budget in rounds. A round of one kernel:
+
+1. parents: the kernel's fastest measured programs (the level-2 choice first);
+2. children: each parent mutated once or twice: one iterator's tile at one level moved to a
+   neighbouring divisor (the levels under it repaired), or the reduction chunk loop moved
+   inside / outside the L1 tiles (TilePlan.order); invalid (over a cache or the registers) and
+   already-measured children are dropped;
+3. the batch: the children the cost model ranks best plus a few random ones (the model is
+   wrong often enough that a search led only by it stalls);
+4. the batch is compiled in one module and timed in one run next to the kernel's current best:
+   a child replaces it only when faster in that same run (a noisy neighbour slows both).
+
+The budget goes round by round to the kernel with the most time to gain, Ansor's task
+scheduler simplified: weight = current best time x 0.5^(rounds without a gain); a kernel whose
+space is exhausted leaves the queue. Every kernel the tuner considered is recorded with its
+`tuned` trials, so a rebuild with the same database replays the same programs (deterministic
+given the database) and only kernels never tuned are searched again.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+from tvm import tirx
+
+from ...targets import Target
+from ..base import PassReport
+from .cpu_model import CpuSpace
+from .database import TuningDatabase
+from .gensor import RESTARTS, Choice, GensorCpu, schedule_kernels_gensor, seed_of, tuned_key
+from .measure import can_measure, time_candidates, where_measured
+from .plan import ORDERS, REDUCE, TilePlan
+from .walk import State, construct
+from .workload import func_key
+
+TRIALS_PER_KERNEL = 24      # level 3's default budget: this many programs per tunable kernel
+BATCH, RANDOM = 8, 2        # programs timed per round, of which picked at random
+CHILDREN = 64               # mutants drawn per round before the cost model ranks them
+PARENTS = 4
+GAIN = 0.98                 # a child must be 2% faster than the best in the same run
+
+
+@dataclass
+class Task:
+    """One kernel's search: its space, what was measured, and the best program so far."""
+
+    name: str
+    func: tirx.PrimFunc
+    key: str
+    space: CpuSpace
+    record: dict
+    best: TilePlan | None                 # None: the rule-based schedule is the best
+    best_s: float
+    start_s: float
+    measured: dict[TilePlan, float] = field(default_factory=dict)
+    trials: int = 0
+    stale_rounds: int = 0
+    exhausted: bool = False
+    seeds: list[TilePlan] = field(default_factory=list)   # Gensor's best-estimated plans (the population)
+
+    def weight(self) -> float:
+        return 0.0 if self.exhausted else self.best_s * 0.5 ** self.stale_rounds
+
+
+@dataclass
+class Budget:
+    trials: int                 # programs to time for the whole model (0: no limit)
+    seconds: float              # wall time for the whole model (0: no limit)
+
+    def room(self, used: int) -> int:
+        """Programs a round may still time."""
+        return min(BATCH, self.trials - used) if self.trials else BATCH
+
+    def left(self, used: int, t0: float) -> bool:
+        return ((not self.trials or used < self.trials)
+                and (not self.seconds or time.perf_counter() - t0 < self.seconds))
+
+    def describe(self) -> str:
+        parts = ([f"{self.trials} programs"] if self.trials else []) + ([f"{self.seconds:g} s"] if self.seconds else [])
+        return " / ".join(parts)
+
+
+def mutate(space: CpuSpace, plan: TilePlan, rng: np.random.Generator) -> TilePlan:
+    """One or two random moves: a tile to a neighbouring candidate, or the chunk loop's order."""
+    tiles = [list(r) for r in plan.tiles]
+    order = plan.order
+    for _ in range(1 + int(rng.random() < 0.4)):
+        if rng.random() < 0.15 and any(k == REDUCE and e > 1 for k, e in zip(space.wl.kinds, space.extents)):
+            order = ORDERS[1 - ORDERS.index(order)]
+            continue
+        sites = [(d, k) for d in range(len(tiles)) for k in range(len(tiles[d]))
+                 if len(space.candidates(d, k, space.extents[d] if k == 0 else tiles[d][k - 1])) > 1]
+        if not sites:
+            break
+        d, k = sites[rng.integers(len(sites))]
+        cands = space.candidates(d, k, space.extents[d] if k == 0 else tiles[d][k - 1])
+        i = cands.index(tiles[d][k]) if tiles[d][k] in cands else 0
+        step = int(rng.choice([-1, 1])) if rng.random() < 0.8 else int(rng.integers(-len(cands), len(cands)))
+        tiles[d][k] = cands[min(max(i + step, 0), len(cands) - 1)]
+        _repair(space, tiles, d)
+    return replace(plan, tiles=tuple(tuple(r) for r in tiles), order=order)
+
+
+def _repair(space: CpuSpace, tiles: list[list[int]], d: int) -> None:
+    """Each level's tile of iterator d becomes the candidate nearest to it that divides the one above."""
+    parent = space.extents[d]
+    for k, t in enumerate(tiles[d]):
+        cands = space.candidates(d, k, parent)
+        if t not in cands:
+            tiles[d][k] = min(cands, key=lambda c: (abs(math.log(c / t)), c))
+        parent = tiles[d][k]
+
+
+def _state(plan: TilePlan) -> State:
+    return State(plan.tiles, len(plan.levels) - 1)
+
+
+class Tuner:
+    def __init__(self, g: GensorCpu, budget: Budget, log: Callable[[str], None]):
+        self.g, self.budget, self.log = g, budget, log
+        self.used, self.t0 = 0, time.perf_counter()
+
+    def task(self, name: str, func: tirx.PrimFunc) -> Task | None:
+        """The kernel's search from its level-2 record; None when it is not a Gensor kernel, was
+        tuned before (the database replays it) or level 2 could not time it."""
+        wl = self.g.workload(func)
+        if wl is None:
+            return None
+        key = func_key(func, self.g.target_key)
+        rec = self.g.db.get(key, measured_only=True, kind="gensor-cpu")
+        if rec is None or self.g.db.get(tuned_key(key), kind="gensor-cpu") is not None:
+            return None
+        choice = Choice.from_record(rec)
+        best_ms = choice.measured_ms if choice.source == "gensor" else choice.rules_ms
+        if best_ms is None or choice.plan is None:
+            return None
+        space = CpuSpace(replace(wl, key=key), self.g.hw)
+        best = choice.plan if choice.source == "gensor" else None
+        t = Task(name, func, key, space, rec, best, best_ms / 1e3, best_ms / 1e3)
+        t.measured[choice.plan] = choice.measured_ms / 1e3 if choice.measured_ms else math.inf
+        ranked = construct(space, seed_of(key), restarts=RESTARTS)
+        t.seeds = [space.to_plan(st) for _, st in ranked[:PARENTS]]   # Gensor's population
+        return t
+
+    def round(self, t: Task) -> None:
+        """Mutate, rank, time one batch next to the best; keep a faster child."""
+        rng = np.random.default_rng(seed_of(t.key) + t.trials)
+        parents = sorted(t.measured, key=lambda p: t.measured[p])[:PARENTS] + t.seeds
+        children: dict[TilePlan, float] = {}
+        for i in range(CHILDREN):
+            child = mutate(t.space, parents[i % len(parents)], rng)
+            if child not in t.measured and child not in children and t.space.valid(_state(child)):
+                children[child] = t.space.estimate(_state(child))
+        if not children:
+            t.exhausted = True
+            return
+        ranked = sorted(children, key=lambda p: (children[p], p.tiles, p.order))
+        size = self.budget.room(self.used)
+        random = min(RANDOM, size // 4)
+        pick, rest = ranked[:size - random], ranked[size - random:]
+        pick += [rest[i] for i in sorted(rng.choice(len(rest), min(random, len(rest)), replace=False))]
+        lowered = []
+        for p in pick:
+            try:
+                lowered.append((p, self.g._lower(t.func, p)))
+            except Exception:  # noqa: BLE001 - a plan the schedule primitives refuse is skipped
+                t.measured[p] = math.inf
+        if not lowered:
+            t.stale_rounds += 1
+            return
+        baseline, _ = self.g.rules.schedule(t.func)
+        incumbent = [self.g._lower(t.func, t.best)] if t.best is not None else []
+        times = time_candidates([baseline] + incumbent + [f for _, f in lowered], self.g.target,
+                                time_first=t.best is None)
+        best_now = times[1] if t.best is not None else times[0]
+        best_now = best_now if best_now is not None else t.best_s
+        self.used += len(lowered)
+        t.trials += len(lowered)
+        for (p, _), s in zip(lowered, times[1 + len(incumbent):]):
+            t.measured[p] = s if s is not None else math.inf
+        fastest = min(lowered, key=lambda x: t.measured[x[0]])[0]
+        if t.measured[fastest] < GAIN * best_now:
+            t.best, t.best_s, t.stale_rounds = fastest, t.measured[fastest], 0
+        else:
+            t.best_s = min(t.best_s, best_now)
+            t.stale_rounds += 1
+
+    def run(self, tasks: list[Task]) -> None:
+        """Rounds to the heaviest kernel until the budget is spent or every space is exhausted."""
+        progress = Progress(self.log, self.budget, len(tasks))
+        while tasks and self.budget.left(self.used, self.t0):
+            t = max(tasks, key=lambda x: (x.weight(), x.name))
+            if t.weight() <= 0:
+                break
+            self.round(t)
+            progress.update(self.used, t)
+        progress.done(self.used)
+
+    def record(self, t: Task) -> None:
+        """The kernel's tuned program into the database (the rules' schedule when none beat it)."""
+        rec = {k: v for k, v in t.record.items() if k != "meta"}
+        rec["tuned"] = t.trials
+        if t.best is not None:
+            rec.update(source="gensor", plan=t.best.as_dict(), measured_ms=t.best_s * 1e3)
+        self.g.db.put(tuned_key(t.key), rec, "gensor-cpu", self.g.target_key)
+
+
+class Progress:
+    """Where the budget stands: a live bar on a terminal, a line per tenth of it otherwise."""
+
+    def __init__(self, log: Callable[[str], None], budget: Budget, kernels: int):
+        self.log, self.budget, self.t0, self.next = log, budget, time.perf_counter(), 0.1
+        self.bar = None
+        if log is print and sys.stdout.isatty() and budget.trials:
+            from rich.progress import Progress as Bar
+            self.bar = Bar(transient=True)
+            self.bar.start()
+            self.row = self.bar.add_task(f"tuning {kernels} kernels", total=budget.trials)
+
+    def update(self, used: int, t: Task) -> None:
+        if self.bar is not None:
+            self.bar.update(self.row, completed=used, description=f"tuning {t.name}: {t.best_s * 1e3:.3f} ms")
+            return
+        spent = self._fraction(used)
+        if spent >= self.next:
+            self.next = math.floor(spent * 10 + 1) / 10
+            self.log(f"    tuning: {used} programs timed, {time.perf_counter() - self.t0:.0f} s "
+                     f"({spent:.0%} of {self.budget.describe()}); {t.name} {t.best_s * 1e3:.3f} ms")
+
+    def _fraction(self, used: int) -> float:
+        parts = ([used / self.budget.trials] if self.budget.trials else []) + (
+            [(time.perf_counter() - self.t0) / self.budget.seconds] if self.budget.seconds else [])
+        return max(parts or [0.0])
+
+    def done(self, used: int) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def budget_of(opt, kernels: int) -> Budget:
+    """The spec's budget; level 3 without one times TRIALS_PER_KERNEL programs per kernel."""
+    if opt.trials or opt.seconds:
+        return Budget(opt.trials, opt.seconds)
+    return Budget(TRIALS_PER_KERNEL * kernels, 0.0)
+
+
+def tune_kernels(kernels: dict[str, tirx.PrimFunc], target: Target, opt, log: Callable[[str], None] = print
+                 ) -> tuple[dict, PassReport]:
+    """The `tuning` kernel pass: level 2's choices (into the database), then the measured search;
+    the kernels are returned as they came (the schedule pass replays the database's programs)."""
+    t0 = time.perf_counter()
+    schedule_kernels_gensor(kernels, target, opt.database, True, opt.top_k, opt.enabled("reuse"))
+    g = GensorCpu(target, TuningDatabase(opt.database), True, opt.top_k)
+    names = [n for n, f in kernels.items() if g.workload(f) is not None]
+    tuner = Tuner(g, Budget(0, 0.0), log)
+    tasks = [t for t in (tuner.task(n, kernels[n]) for n in names) if t is not None]
+    tuner.budget = budget_of(opt, len(tasks))
+    tuner.run(tasks)
+    for t in tasks:
+        tuner.record(t)
+    g.db.save()
+    return kernels, _report(tasks, len(names), tuner, target, time.perf_counter() - t0)
+
+
+def _report(tasks: list[Task], gensor: int, tuner: Tuner, target: Target, seconds: float) -> PassReport:
+    gained = sorted((t for t in tasks if t.best_s < t.start_s), key=lambda t: t.best_s - t.start_s)
+    before, after = sum(t.start_s for t in tasks), sum(t.best_s for t in tasks)
+    summary = (f"{len(tasks)} of {gensor} Gensor kernels searched ({gensor - len(tasks)} tuned earlier or not timed "
+               f"at level 2, from the database), {tuner.used} programs timed on {where_measured(target)} "
+               f"(budget {tuner.budget.describe()}); {len(gained)} faster than level 2")
+    if tasks:
+        summary += f", their sum {before * 1e3:.2f} -> {after * 1e3:.2f} ms"
+    if gained:
+        summary += "; most: " + ", ".join(f"{t.name} {t.start_s * 1e3:.3f} -> {t.best_s * 1e3:.3f} ms"
+                                          for t in gained[:3])
+    summary += f"; {seconds:.1f} s"
+    details = {"budget": {"trials": tuner.budget.trials, "seconds": tuner.budget.seconds}, "timed": tuner.used,
+               "kernels": {t.name: {"level2_ms": t.start_s * 1e3, "tuned_ms": t.best_s * 1e3, "trials": t.trials,
+                                    "plan": t.best.describe() if t.best else "rules",
+                                    "exhausted": t.exhausted} for t in tasks}}
+    return PassReport("tuning", "applied", summary, details)
+
+
+def can_tune(target: Target, opt) -> str | None:
+    """Why the tuner cannot run for this target and spec (None: it can)."""
+    if target.kind != "cpu":
+        return "GPU kernels are not timed at build time (no GPU on the build host); Gensor's analytical choice stands"
+    if opt.scheduler != "gensor" or not opt.enabled("schedule"):
+        return "the tuner searches Gensor's space: needs optimize.scheduler gensor and the schedule pass"
+    if not (opt.measure and can_measure(target)):
+        return "the target's kernels cannot be timed (not this machine, no rpc device, or tuning.measure is off)"
+    return None
