@@ -31,6 +31,9 @@ def _log(msg: str) -> None:
     print(msg, flush=True)
 
 
+_log.live_progress = True      # long passes may draw a live bar when stdout is a terminal
+
+
 def handle_errors(fn):
     """Turn packager errors into one line + exit code; anything else is an internal error."""
 

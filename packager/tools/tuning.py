@@ -40,7 +40,7 @@ class Filter:
 
 
 def summary(db: TuningDatabase, which: Filter) -> list[str]:
-    """One line per (kind, target): records, measured, stale."""
+    """One line per (kind, target): records, measured, stale, tuned (level 3)."""
     rows: Counter = Counter()
     for rec in db.records.values():
         if which.matches(rec):
@@ -49,10 +49,12 @@ def summary(db: TuningDatabase, which: Filter) -> list[str]:
             rows[key + ("records",)] += 1
             rows[key + ("measured",)] += bool(rec.get("measured"))
             rows[key + ("stale",)] += stale(rec)
+            rows[key + ("tuned",)] += "tuned" in rec
     groups = sorted({k[:2] for k in rows})
     lines = [f"{db.path}: {sum(rows[g + ('records',)] for g in groups)} record(s)"]
     lines += [f"  {kind:14s} {target:40s} {rows[(kind, target, 'records')]:6d} records, "
               f"{rows[(kind, target, 'measured')]} measured, {rows[(kind, target, 'stale')]} stale"
+              + (f", {rows[(kind, target, 'tuned')]} by the level-3 tuner" if rows[(kind, target, 'tuned')] else "")
               for kind, target in groups]
     return lines
 

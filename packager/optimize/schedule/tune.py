@@ -16,7 +16,12 @@ spends a per-model budget in rounds. A round of one kernel:
 
 The budget goes round by round to the kernel with the most time to gain, Ansor's task
 scheduler simplified: weight = current best time x 0.5^(rounds without a gain); a kernel whose
-space is exhausted leaves the queue. Every kernel the tuner considered is recorded with its
+space is exhausted leaves the queue.
+
+With ETO's reuse on, the level-2 reuse tree decides again: a kernel that reused its parent's
+program at level 2 waits until the parent's search has settled, then starts from the parent's
+tuned program adapted to its extents (timed first) and gets a quarter of a kernel's share of the
+budget (ETO: re-search the tile factors around the source's program instead of a full search). Every kernel the tuner considered is recorded with its
 `tuned` trials, so a rebuild with the same database replays the same programs (deterministic
 given the database) and only kernels never tuned are searched again.
 """
@@ -38,6 +43,7 @@ from .database import TuningDatabase
 from .gensor import RESTARTS, Choice, GensorCpu, schedule_kernels_gensor, seed_of, tuned_key
 from .measure import can_measure, time_candidates, where_measured
 from .plan import ORDERS, REDUCE, TilePlan
+from .reuse import adapt, features
 from .walk import State, construct
 from .workload import func_key
 
@@ -65,9 +71,19 @@ class Task:
     stale_rounds: int = 0
     exhausted: bool = False
     seeds: list[TilePlan] = field(default_factory=list)   # Gensor's best-estimated plans (the population)
+    parent: "Task | None" = None          # ETO reuse: the kernel whose tuned program it starts from
+    cap: int = 0                          # most programs it may time (0: no cap)
+    adapted: bool = False                 # the parent's tuned program was tried
+
+    def open(self) -> bool:
+        return not self.exhausted and not (self.cap and self.trials >= self.cap)
+
+    def settled(self, share: int) -> bool:
+        """The search has had its share, run out, or stopped gaining: children may start from it."""
+        return not self.open() or self.trials >= share or self.stale_rounds >= 2
 
     def weight(self) -> float:
-        return 0.0 if self.exhausted else self.best_s * 0.5 ** self.stale_rounds
+        return self.best_s * 0.5 ** self.stale_rounds if self.open() else 0.0
 
 
 @dataclass
@@ -154,16 +170,17 @@ class Tuner:
         """Mutate, rank, time one batch next to the best; keep a faster child."""
         rng = np.random.default_rng(seed_of(t.key) + t.trials)
         parents = sorted(t.measured, key=lambda p: t.measured[p])[:PARENTS] + t.seeds
+        forced = self._from_parent(t)
         children: dict[TilePlan, float] = {}
         for i in range(CHILDREN):
             child = mutate(t.space, parents[i % len(parents)], rng)
             if child not in t.measured and child not in children and t.space.valid(_state(child)):
                 children[child] = t.space.estimate(_state(child))
-        if not children:
+        if not children and not forced:
             t.exhausted = True
             return
-        ranked = sorted(children, key=lambda p: (children[p], p.tiles, p.order))
-        size = self.budget.room(self.used)
+        ranked = forced + sorted((c for c in children if c not in forced), key=lambda p: (children[p], p.tiles, p.order))
+        size = min(self.budget.room(self.used), t.cap - t.trials if t.cap else BATCH)
         random = min(RANDOM, size // 4)
         pick, rest = ranked[:size - random], ranked[size - random:]
         pick += [rest[i] for i in sorted(rng.choice(len(rest), min(random, len(rest)), replace=False))]
@@ -193,12 +210,24 @@ class Tuner:
             t.best_s = min(t.best_s, best_now)
             t.stale_rounds += 1
 
-    def run(self, tasks: list[Task]) -> None:
-        """Rounds to the heaviest kernel until the budget is spent or every space is exhausted."""
+    def _from_parent(self, t: Task) -> list[TilePlan]:
+        """Once: the reuse parent's tuned program adapted to t's extents (when it differs from
+        what t already timed)."""
+        if t.parent is None or t.adapted or t.parent.best is None:
+            return []
+        t.adapted = True
+        state = adapt(t.space, t.parent.best)
+        plan = replace(t.space.to_plan(state), order=t.parent.best.order) if state is not None else None
+        return [plan] if plan is not None and plan not in t.measured else []
+
+    def run(self, tasks: list[Task], share: int) -> None:
+        """Rounds to the heaviest kernel (whose reuse parent, if any, has settled) until the budget
+        is spent or no kernel is open."""
         progress = Progress(self.log, self.budget, len(tasks))
-        while tasks and self.budget.left(self.used, self.t0):
-            t = max(tasks, key=lambda x: (x.weight(), x.name))
-            if t.weight() <= 0:
+        while self.budget.left(self.used, self.t0):
+            ready = [x for x in tasks if x.open() and (x.parent is None or x.parent.settled(share))]
+            t = max(ready, key=lambda x: (x.weight(), x.name), default=None)
+            if t is None:
                 break
             self.round(t)
             progress.update(self.used, t)
@@ -208,29 +237,33 @@ class Tuner:
         """The kernel's tuned program into the database (the rules' schedule when none beat it)."""
         rec = {k: v for k, v in t.record.items() if k != "meta"}
         rec["tuned"] = t.trials
+        if t.parent is not None:
+            rec["reused_from"] = t.parent.name
         if t.best is not None:
-            rec.update(source="gensor", plan=t.best.as_dict(), measured_ms=t.best_s * 1e3)
+            rec.update(source="gensor", plan=t.best.as_dict(), measured_ms=t.best_s * 1e3,
+                       features=features(t.space, t.best))
         self.g.db.put(tuned_key(t.key), rec, "gensor-cpu", self.g.target_key)
 
 
 class Progress:
-    """Where the budget stands: a live bar on a terminal, a line per tenth of it otherwise."""
+    """Where the budget stands: a live bar when the log goes to a terminal (a log function marks
+    that with `live_progress = True`, as the CLI's does), a line per tenth of the budget otherwise."""
 
     def __init__(self, log: Callable[[str], None], budget: Budget, kernels: int):
         self.log, self.budget, self.t0, self.next = log, budget, time.perf_counter(), 0.1
         self.bar = None
-        if log is print and sys.stdout.isatty() and budget.trials:
+        if getattr(log, "live_progress", False) and sys.stdout.isatty():
             from rich.progress import Progress as Bar
             self.bar = Bar(transient=True)
             self.bar.start()
-            self.row = self.bar.add_task(f"tuning {kernels} kernels", total=budget.trials)
+            self.row = self.bar.add_task(f"tuning {kernels} kernels", total=1.0)
 
     def update(self, used: int, t: Task) -> None:
-        if self.bar is not None:
-            self.bar.update(self.row, completed=used, description=f"tuning {t.name}: {t.best_s * 1e3:.3f} ms")
-            return
         spent = self._fraction(used)
-        if spent >= self.next:
+        if self.bar is not None:
+            self.bar.update(self.row, completed=spent, description=f"tuning: {used} programs timed; "
+                            f"{t.name} {t.best_s * 1e3:.3f} ms")
+        elif spent >= self.next:
             self.next = math.floor(spent * 10 + 1) / 10
             self.log(f"    tuning: {used} programs timed, {time.perf_counter() - self.t0:.0f} s "
                      f"({spent:.0%} of {self.budget.describe()}); {t.name} {t.best_s * 1e3:.3f} ms")
@@ -238,18 +271,23 @@ class Progress:
     def _fraction(self, used: int) -> float:
         parts = ([used / self.budget.trials] if self.budget.trials else []) + (
             [(time.perf_counter() - self.t0) / self.budget.seconds] if self.budget.seconds else [])
-        return max(parts or [0.0])
+        return min(max(parts or [0.0]), 1.0)
 
     def done(self, used: int) -> None:
         if self.bar is not None:
             self.bar.stop()
 
 
-def budget_of(opt, kernels: int) -> Budget:
-    """The spec's budget; level 3 without one times TRIALS_PER_KERNEL programs per kernel."""
+def budget_of(opt, scratch: int, reused: int = 0) -> Budget:
+    """The spec's budget; level 3 without one times TRIALS_PER_KERNEL programs per kernel
+    searched from scratch and a quarter of that per kernel that starts from its reuse parent."""
     if opt.trials or opt.seconds:
         return Budget(opt.trials, opt.seconds)
-    return Budget(TRIALS_PER_KERNEL * kernels, 0.0)
+    return Budget(TRIALS_PER_KERNEL * scratch + _reuse_cap(TRIALS_PER_KERNEL) * reused, 0.0)
+
+
+def _reuse_cap(share: int) -> int:
+    return max(share // 4, 1)
 
 
 def tune_kernels(kernels: dict[str, tirx.PrimFunc], target: Target, opt, log: Callable[[str], None] = print
@@ -257,17 +295,24 @@ def tune_kernels(kernels: dict[str, tirx.PrimFunc], target: Target, opt, log: Ca
     """The `tuning` kernel pass: level 2's choices (into the database), then the measured search;
     the kernels are returned as they came (the schedule pass replays the database's programs)."""
     t0 = time.perf_counter()
-    schedule_kernels_gensor(kernels, target, opt.database, True, opt.top_k, opt.enabled("reuse"))
+    _, level2 = schedule_kernels_gensor(kernels, target, opt.database, True, opt.top_k, opt.enabled("reuse"))
     g = GensorCpu(target, TuningDatabase(opt.database), True, opt.top_k)
     names = [n for n, f in kernels.items() if g.workload(f) is not None]
     tuner = Tuner(g, Budget(0, 0.0), log)
-    tasks = [t for t in (tuner.task(n, kernels[n]) for n in names) if t is not None]
-    tuner.budget = budget_of(opt, len(tasks))
-    tuner.run(tasks)
-    for t in tasks:
+    tasks = {t.name: t for t in (tuner.task(n, kernels[n]) for n in names) if t is not None}
+    for name, parent in level2.details["reuse"]["tree"].items():
+        if name in tasks and parent in tasks:
+            tasks[name].parent = tasks[parent]
+    reused = [t for t in tasks.values() if t.parent is not None]
+    tuner.budget = budget_of(opt, len(tasks) - len(reused), len(reused))
+    share = tuner.budget.trials // max(len(tasks), 1) if opt.trials else TRIALS_PER_KERNEL
+    for t in reused:
+        t.cap = _reuse_cap(share)
+    tuner.run(list(tasks.values()), share)
+    for t in tasks.values():
         tuner.record(t)
     g.db.save()
-    return kernels, _report(tasks, len(names), tuner, target, time.perf_counter() - t0)
+    return kernels, _report(list(tasks.values()), len(names), tuner, target, time.perf_counter() - t0)
 
 
 def _report(tasks: list[Task], gensor: int, tuner: Tuner, target: Target, seconds: float) -> PassReport:
@@ -278,6 +323,11 @@ def _report(tasks: list[Task], gensor: int, tuner: Tuner, target: Target, second
                f"(budget {tuner.budget.describe()}); {len(gained)} faster than level 2")
     if tasks:
         summary += f", their sum {before * 1e3:.2f} -> {after * 1e3:.2f} ms"
+    if any(t.parent for t in tasks):
+        reused = [t for t in tasks if t.parent]
+        summary += (f"; ETO reuse: {len(tasks) - len(reused)} searched from scratch "
+                    f"({sum(t.trials for t in tasks if not t.parent)} programs), {len(reused)} from their reuse "
+                    f"parent's tuned program ({sum(t.trials for t in reused)} programs, at most {reused[0].cap} each)")
     if gained:
         summary += "; most: " + ", ".join(f"{t.name} {t.start_s * 1e3:.3f} -> {t.best_s * 1e3:.3f} ms"
                                           for t in gained[:3])
@@ -285,6 +335,7 @@ def _report(tasks: list[Task], gensor: int, tuner: Tuner, target: Target, second
     details = {"budget": {"trials": tuner.budget.trials, "seconds": tuner.budget.seconds}, "timed": tuner.used,
                "kernels": {t.name: {"level2_ms": t.start_s * 1e3, "tuned_ms": t.best_s * 1e3, "trials": t.trials,
                                     "plan": t.best.describe() if t.best else "rules",
+                                    "reused_from": t.parent.name if t.parent else None,
                                     "exhausted": t.exhausted} for t in tasks}}
     return PassReport("tuning", "applied", summary, details)
 

@@ -16,7 +16,7 @@ from packager.optimize.schedule.gensor import GensorCpu, schedule_kernels_gensor
 from packager.optimize.schedule.cpu_lower import lower_cpu
 from packager.optimize.schedule.hardware import cpu_hardware
 from packager.optimize.schedule.plan import ORDERS
-from packager.optimize.schedule.tune import BATCH, Budget, budget_of, mutate, tune_kernels
+from packager.optimize.schedule.tune import BATCH, TRIALS_PER_KERNEL, Budget, budget_of, mutate, tune_kernels
 from packager.optimize.schedule.walk import construct
 from packager.optimize.schedule.workload import func_key
 from packager.spec import OptimizeSpec
@@ -57,7 +57,7 @@ def test_chunks_inner_order_computes_the_same(func):
 def test_tuner_keeps_the_budget_and_records_beside_level_two(tmp_path):
     target = host_target()
     kernels = {"big": matmul(128, 256, 128), "small": matmul(32, 64, 32)}
-    opt = OptimizeSpec(level=3, trials=20, database=tmp_path, top_k=2)
+    opt = OptimizeSpec(level=3, passes={"reuse": False}, trials=20, database=tmp_path, top_k=2)
     out, report = tune_kernels(kernels, target, opt, log=lambda _m: None)
     assert out is kernels and report.status == "applied"
     d = report.details
@@ -86,8 +86,31 @@ def test_tuner_keeps_the_budget_and_records_beside_level_two(tmp_path):
             np.testing.assert_allclose(run_kernel(sched[name], target, args), want, rtol=1e-4, atol=1e-4)
 
 
+def test_reuse_children_start_from_the_parents_tuned_program(tmp_path):
+    """ETO in the tuner: kernels that reused a program at level 2 wait for their parent, time its
+    tuned program adapted first, and stay within a quarter of a kernel's share."""
+    target = host_target()
+    kernels = {"m1": matmul(128, 256, 128), "m2": matmul(64, 256, 128), "m3": matmul(128, 128, 128)}
+    opt = OptimizeSpec(level=3, database=tmp_path, top_k=2)
+    _, report = tune_kernels(kernels, target, opt, log=lambda _m: None)
+    d = report.details["kernels"]
+    children = [n for n in d if d[n]["reused_from"]]
+    assert len(children) == 2 and "ETO reuse: 1 searched from scratch" in report.summary
+    for n in children:
+        assert 1 <= d[n]["trials"] <= TRIALS_PER_KERNEL // 4
+    root = next(n for n in d if not d[n]["reused_from"])
+    assert d[root]["trials"] >= TRIALS_PER_KERNEL // 2
+    assert report.details["budget"]["trials"] == TRIALS_PER_KERNEL + 2 * (TRIALS_PER_KERNEL // 4)
+    out, _ = schedule_kernels_gensor(kernels, target, tmp_path, True, 2, reuse=True, tuned=True)
+    for name, func in kernels.items():
+        args = random_args(func)
+        np.testing.assert_allclose(run_kernel(out[name], target, args), run_kernel(func, target, args),
+                                   rtol=1e-4, atol=1e-4)
+
+
 def test_budget_in_seconds_and_level_three_default():
-    assert budget_of(OptimizeSpec(level=3), 5) == Budget(120, 0.0)
+    assert budget_of(OptimizeSpec(level=3), 5) == Budget(5 * TRIALS_PER_KERNEL, 0.0)
+    assert budget_of(OptimizeSpec(level=3), 1, 4) == Budget(TRIALS_PER_KERNEL + 4 * (TRIALS_PER_KERNEL // 4), 0.0)
     assert budget_of(OptimizeSpec(level=2, seconds=30.0), 5) == Budget(0, 30.0)
     b = Budget(0, 1e-9)
     assert not b.left(0, 0.0) and Budget(10, 0).room(7) == 3
