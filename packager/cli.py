@@ -112,7 +112,7 @@ def bench(package: Path = typer.Argument(..., help="package folder, or a spec to
           iters: int = typer.Option(50, help="timed runs per round"),
           rounds: int = typer.Option(5, help="interleaved rounds"),
           warmup: int = typer.Option(5, help="untimed runs before each round"),
-          ablate: Optional[List[str]] = typer.Option(None, "--ablate", help="also rebuild with this pass off (gensor: rule-based scheduler)"),
+          ablate: Optional[List[str]] = typer.Option(None, "--ablate", help="also rebuild with this pass off (gensor: rule-based scheduler; tuning: level 2)"),
           top: int = typer.Option(5, help="slowest kernels to show"),
           json_out: Optional[Path] = typer.Option(None, "--json", help="write the report as JSON")):
     """Time the package against onnxruntime (CPU EP), side by side; per-kernel roofline."""

@@ -91,12 +91,15 @@ def features(space: CpuSpace, plan: TilePlan) -> dict:
 
 
 class ReusePool:
-    """Measured sources by sketch: this build's kernels, and the database's records of the target."""
+    """Measured sources by sketch: this build's kernels, and the database's records of the target
+    (with `tuned_only`, the level-3 tuner's programs only)."""
 
-    def __init__(self, db, target_key: str):
+    def __init__(self, db, target_key: str, tuned_only: bool = False):
         self.by_sketch: dict[str, list[Source]] = {}
         for key, rec in db.records.items():
             meta = rec.get("meta") or {}
+            if tuned_only and "tuned" not in rec:
+                continue
             if meta.get("kind") == "gensor-cpu" and meta.get("target") == target_key:
                 src = Source.from_record(rec.get("kernel") or f"database:{key[:8]}", rec)
                 if src is not None:

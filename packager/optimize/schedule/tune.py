@@ -21,7 +21,9 @@ space is exhausted leaves the queue.
 With ETO's reuse on, the level-2 reuse tree decides again: a kernel that reused its parent's
 program at level 2 waits until the parent's search has settled, then starts from the parent's
 tuned program adapted to its extents (timed first) and gets a quarter of a kernel's share of the
-budget (ETO: re-search the tile factors around the source's program instead of a full search). Every kernel the tuner considered is recorded with its
+budget (ETO: re-search the tile factors around the source's program instead of a full search).
+A kernel without a parent in the model does the same from the nearest tuned program of its
+sketch in the database (another model's: cross-model reuse). Every kernel the tuner considered is recorded with its
 `tuned` trials, so a rebuild with the same database replays the same programs (deterministic
 given the database) and only kernels never tuned are searched again.
 """
@@ -43,7 +45,7 @@ from .database import TuningDatabase
 from .gensor import RESTARTS, Choice, GensorCpu, schedule_kernels_gensor, seed_of, tuned_key
 from .measure import can_measure, time_candidates, where_measured
 from .plan import ORDERS, REDUCE, TilePlan
-from .reuse import adapt, features
+from .reuse import ReusePool, Source, adapt, features
 from .walk import State, construct
 from .workload import func_key
 
@@ -72,6 +74,7 @@ class Task:
     exhausted: bool = False
     seeds: list[TilePlan] = field(default_factory=list)   # Gensor's best-estimated plans (the population)
     parent: "Task | None" = None          # ETO reuse: the kernel whose tuned program it starts from
+    source: Source | None = None          # ... or another model's tuned program (the database's)
     cap: int = 0                          # most programs it may time (0: no cap)
     adapted: bool = False                 # the parent's tuned program was tried
 
@@ -211,13 +214,14 @@ class Tuner:
             t.stale_rounds += 1
 
     def _from_parent(self, t: Task) -> list[TilePlan]:
-        """Once: the reuse parent's tuned program adapted to t's extents (when it differs from
-        what t already timed)."""
-        if t.parent is None or t.adapted or t.parent.best is None:
+        """Once: the reuse parent's (or another model's) tuned program adapted to t's extents
+        (unless t already timed it)."""
+        src = t.parent.best if t.parent is not None else t.source.plan if t.source is not None else None
+        if src is None or t.adapted:
             return []
         t.adapted = True
-        state = adapt(t.space, t.parent.best)
-        plan = replace(t.space.to_plan(state), order=t.parent.best.order) if state is not None else None
+        state = adapt(t.space, src)
+        plan = replace(t.space.to_plan(state), order=src.order) if state is not None else None
         return [plan] if plan is not None and plan not in t.measured else []
 
     def run(self, tasks: list[Task], share: int) -> None:
@@ -237,8 +241,8 @@ class Tuner:
         """The kernel's tuned program into the database (the rules' schedule when none beat it)."""
         rec = {k: v for k, v in t.record.items() if k != "meta"}
         rec["tuned"] = t.trials
-        if t.parent is not None:
-            rec["reused_from"] = t.parent.name
+        if t.parent is not None or t.source is not None:
+            rec["reused_from"] = t.parent.name if t.parent is not None else t.source.name
         if t.best is not None:
             rec.update(source="gensor", plan=t.best.as_dict(), measured_ms=t.best_s * 1e3,
                        features=features(t.space, t.best))
@@ -303,7 +307,12 @@ def tune_kernels(kernels: dict[str, tirx.PrimFunc], target: Target, opt, log: Ca
     for name, parent in level2.details["reuse"]["tree"].items():
         if name in tasks and parent in tasks:
             tasks[name].parent = tasks[parent]
-    reused = [t for t in tasks.values() if t.parent is not None]
+    if opt.enabled("reuse"):                     # across models: the database's tuned programs
+        others = ReusePool(g.db, g.target_key, tuned_only=True)
+        for t in tasks.values():
+            if t.parent is None and t.record.get("sketch"):
+                t.source = others.nearest(t.record["sketch"], t.space.extents)
+    reused = [t for t in tasks.values() if t.parent is not None or t.source is not None]
     tuner.budget = budget_of(opt, len(tasks) - len(reused), len(reused))
     share = tuner.budget.trials // max(len(tasks), 1) if opt.trials else TRIALS_PER_KERNEL
     for t in reused:
@@ -323,11 +332,13 @@ def _report(tasks: list[Task], gensor: int, tuner: Tuner, target: Target, second
                f"(budget {tuner.budget.describe()}); {len(gained)} faster than level 2")
     if tasks:
         summary += f", their sum {before * 1e3:.2f} -> {after * 1e3:.2f} ms"
-    if any(t.parent for t in tasks):
-        reused = [t for t in tasks if t.parent]
+    reused = [t for t in tasks if t.parent or t.source]
+    if reused:
+        others = sum(t.source is not None for t in reused)
         summary += (f"; ETO reuse: {len(tasks) - len(reused)} searched from scratch "
-                    f"({sum(t.trials for t in tasks if not t.parent)} programs), {len(reused)} from their reuse "
-                    f"parent's tuned program ({sum(t.trials for t in reused)} programs, at most {reused[0].cap} each)")
+                    f"({sum(t.trials for t in tasks if t not in reused)} programs), {len(reused)} from a tuned "
+                    f"program ({len(reused) - others} of this model, {others} of another model in the database; "
+                    f"{sum(t.trials for t in reused)} programs, at most {reused[0].cap} each)")
     if gained:
         summary += "; most: " + ", ".join(f"{t.name} {t.start_s * 1e3:.3f} -> {t.best_s * 1e3:.3f} ms"
                                           for t in gained[:3])
@@ -335,7 +346,7 @@ def _report(tasks: list[Task], gensor: int, tuner: Tuner, target: Target, second
     details = {"budget": {"trials": tuner.budget.trials, "seconds": tuner.budget.seconds}, "timed": tuner.used,
                "kernels": {t.name: {"level2_ms": t.start_s * 1e3, "tuned_ms": t.best_s * 1e3, "trials": t.trials,
                                     "plan": t.best.describe() if t.best else "rules",
-                                    "reused_from": t.parent.name if t.parent else None,
+                                    "reused_from": t.parent.name if t.parent else t.source.name if t.source else None,
                                     "exhausted": t.exhausted} for t in tasks}}
     return PassReport("tuning", "applied", summary, details)
 

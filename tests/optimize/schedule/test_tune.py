@@ -114,3 +114,16 @@ def test_budget_in_seconds_and_level_three_default():
     assert budget_of(OptimizeSpec(level=2, seconds=30.0), 5) == Budget(0, 30.0)
     b = Budget(0, 1e-9)
     assert not b.left(0, 0.0) and Budget(10, 0).room(7) == 3
+
+
+def test_a_second_model_starts_from_the_first_ones_tuned_program(tmp_path):
+    """Cross-model reuse in the tuner: a kernel with no parent in its model starts from the
+    database's nearest tuned program of its sketch, within the reuse cap."""
+    target = host_target()
+    opt = OptimizeSpec(level=3, database=tmp_path, top_k=2)
+    tune_kernels({"first": matmul(128, 256, 128)}, target, opt, log=lambda _m: None)
+    _, report = tune_kernels({"second": matmul(96, 256, 64)}, target, opt, log=lambda _m: None)
+    k = report.details["kernels"]["second"]
+    assert k["reused_from"] == "first" and 1 <= k["trials"] <= TRIALS_PER_KERNEL // 4
+    assert "1 of another model in the database" in report.summary
+    assert report.details["timed"] == k["trials"]
