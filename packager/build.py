@@ -14,6 +14,7 @@ import hashlib
 import json
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -36,6 +37,7 @@ from .frontend import (bind_profiles, check_configurations, check_operators, loa
 from .frontend.opset import check_conversion
 from .frontend.lowering import describe_lowered
 from .frontend.units import split_units
+from .optimize.schedule.measure import TALLY
 from .spec import Spec
 from .targets import host_arch, resolve_all
 
@@ -62,6 +64,7 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
     `bundle_runtime` the package holds only its compiled targets (for tools that bring the
     runtime themselves, like the conformance runner)."""
     t_start, st = time.perf_counter(), Stages(log)
+    timed_before = replace(TALLY)
     log(f"pack build {spec.name}: {spec.model.name} -> {spec.output}")
     model, dtypes, targets = st.run("check spec and model", check_inputs, spec, only_targets)
     if model.conversion is not None:
@@ -94,8 +97,10 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
         runtime, ort_libs = bundle_runtimes(w, runtimes) if bundle_runtime else ({}, {})
         w.write_text("README.md", package_readme(spec, model, targets, ort_libs, split is not None))
         ort_note = "" if ort_libs or not bundle_runtime else f"custom-op library not built: {ort_headers()[1]}"
+        measured = {"programs": TALLY.programs - timed_before.programs,
+                    "seconds": round(TALLY.seconds - timed_before.seconds, 3)}
         w.write_json("build_report.json", build_report(spec, model, units, split, st.times,
-                                                       time.perf_counter() - t_start, ort_note, refs.summary()))
+                                                       time.perf_counter() - t_start, ort_note, refs.summary(), measured))
         root_sha = w.write_manifest(package_manifest(spec, model, dtypes, units, split, targets,
                                                      _package_id(spec, model_sha), model_sha, runtime, ort_libs)
                                     | _reference_entry("", stored))
@@ -104,7 +109,9 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
         onnx.save(wrapper_for(model, units, split, ids, pins, types), str(w.path(WRAPPER_MODEL)))
         out = w.finish()
     _log_passes(log, units, ort_note)
-    log(f"wrote {out} ({time.perf_counter() - t_start:.1f} s)")
+    timed = (f"; {measured['programs']} candidate programs timed, {measured['seconds']:.1f} s of it"
+             if measured["programs"] else "")
+    log(f"wrote {out} ({time.perf_counter() - t_start:.1f} s{timed})")
     return out
 
 

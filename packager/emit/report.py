@@ -9,7 +9,7 @@ from ..spec import PASS_NAMES, Spec
 
 
 def build_report(spec: Spec, model, units: list[Unit], split: Partition | None, stage_times: dict[str, float],
-                 seconds: float, ort_note: str, reference: str = "") -> dict:
+                 seconds: float, ort_note: str, reference: str = "", measured: dict | None = None) -> dict:
     return {
         "package": spec.name, "packager_version": __version__, "model": str(spec.model),
         "optimize": {"level": spec.optimize.level, "passes": {p: spec.optimize.enabled(p) for p in PASS_NAMES}},
@@ -18,7 +18,8 @@ def build_report(spec: Spec, model, units: list[Unit], split: Partition | None, 
         "targets": [dict(r, part=u.name) if u.name else r for u in units for r in u.target_reports],
         "onnxruntime": offload_report(model, split, units) | ({"note": ort_note} if ort_note else {}),
         "reference": reference,
-        "stages_seconds": stage_times, "seconds": round(seconds, 3)}
+        "stages_seconds": stage_times, "seconds": round(seconds, 3),
+        "measured": measured or {"programs": 0, "seconds": 0.0}}
 
 
 def _opset(model) -> dict:

@@ -41,6 +41,7 @@ class Variant:
     pkg: PackageInfo
     target: dict | None
     build_s: float
+    timed: int | None = None                                          # candidate programs its build timed
     times: dict[str, list[float]] = field(default_factory=dict)      # profile -> ms per run
     peak_mb: float | None = None
 
@@ -140,9 +141,11 @@ def _ablated(pkg: PackageInfo, pass_name: str, out: Path) -> tuple[PackageInfo, 
     return open_package(path), time.perf_counter() - t0
 
 
-def _build_seconds(pkg: PackageInfo) -> float:
+def _build_facts(pkg: PackageInfo) -> tuple[float, int | None]:
+    """(build seconds, candidate programs timed by the build) from its report."""
     report = pkg.root / pkg.manifest.get("build_report", "build_report.json")
-    return json.loads(report.read_text()).get("seconds", float("nan")) if report.is_file() else float("nan")
+    r = json.loads(report.read_text()) if report.is_file() else {}
+    return r.get("seconds", float("nan")), (r.get("measured") or {}).get("programs")
 
 
 def kernel_roofline(pkg: PackageInfo, target: dict, steps: list[dict], threads: int, top: int) -> list[dict]:
@@ -181,14 +184,15 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
         path = build(load_spec(path), log=lambda _m: None)
     pkg = open_package(path)
     model_path = find_model(pkg, model)
-    base = Variant("ours", pkg, _pick_target(pkg, target), _build_seconds(pkg))
+    base = Variant("ours", pkg, _pick_target(pkg, target), *_build_facts(pkg))
     with tempfile.TemporaryDirectory(prefix="pack-bench-") as tmpdir:
         tmp = Path(tmpdir)
         variants = [base]
         for p in ablate or []:
             log(f"  rebuilding without pass '{p}' ...")
             apkg, seconds = _ablated(pkg, p, tmp / f"ablate-{p}")
-            variants.append(Variant(f"no {p}", apkg, _pick_target(apkg, base.target and base.target["name"]), seconds))
+            variants.append(Variant(f"no {p}", apkg, _pick_target(apkg, base.target and base.target["name"]), seconds,
+                                    _build_facts(apkg)[1]))
         on_gpu = bool(base.target) and backend_for(base.target).reference_on_gpu()
         reference = ort_session(str(model_path), threads, cuda=on_gpu)
         wrappers = {id(v): ort_session(str(v.pkg.root / v.pkg.manifest["ort"]["model"]), threads,
@@ -232,6 +236,7 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
         for v in variants:
             ours = _percentiles(v.times[name])
             entry["variants"].append({"variant": v.label, **ours, "peak_mb": v.peak_mb, "build_s": v.build_s,
+                                      "build_programs_timed": v.timed,
                                       "ratio_median": ours["median_ms"] / ort["median_ms"]})
         report["profiles"].append(entry)
     _print(report, log)
@@ -241,13 +246,14 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
 def _print(report: dict, log) -> None:
     log(f"pack bench {report['package']} [{report['target']}] vs {report['reference']}, {report['threads']} thread(s), "
         f"{report['rounds']} rounds x {report['iters']} runs, interleaved")
-    log(f"  {'profile':10s} {'variant':12s} {'median':>10s} {'p90':>9s} {'vs ORT':>7s} {'peak MB':>8s} {'build s':>8s}")
+    log(f"  {'profile':10s} {'variant':12s} {'median':>10s} {'p90':>9s} {'vs ORT':>7s} {'peak MB':>8s} {'build s':>8s} {'timed':>6s}")
     for p in report["profiles"]:
         o = p["onnxruntime"]
         for v in p["variants"]:
             peak = f"{v['peak_mb']:.0f}" if v["peak_mb"] else "-"
             log(f"  {p['profile']:10s} {v['variant']:12s} {v['median_ms']:8.3f}ms {v['p90_ms']:7.3f}ms "
-                f"{v['ratio_median']:6.2f}x {peak:>8s} {v['build_s']:8.1f}")
+                f"{v['ratio_median']:6.2f}x {peak:>8s} {v['build_s']:8.1f} "
+                f"{v['build_programs_timed'] if v['build_programs_timed'] is not None else '-':>6}")
         log(f"  {p['profile']:10s} {'onnxruntime':12s} {o['median_ms']:8.3f}ms {o['p90_ms']:7.3f}ms {'1.00x':>7s} "
             f"{o['peak_mb']:8.0f}")
         if p["kernels"]:

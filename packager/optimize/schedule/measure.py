@@ -8,6 +8,9 @@ must match; a candidate that disagrees is dropped (and reported) rather than tru
 """
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
 import numpy as np
 import tvm
 from tvm import tirx
@@ -15,6 +18,22 @@ from tvm import tirx
 from ...targets import Target, can_run_here
 
 MIN_SECONDS = 0.02            # each timing repeat runs the kernel at least this long
+
+
+@dataclass
+class Tally:
+    """Programs this process compiled and timed, and the seconds that took (a build reports
+    the difference over its run: what tuning cost)."""
+
+    programs: int = 0
+    seconds: float = 0.0
+
+    def add(self, programs: int, since: float) -> None:
+        self.programs += programs
+        self.seconds += time.perf_counter() - since
+
+
+TALLY = Tally()
 
 
 def can_measure(target: Target) -> bool:
@@ -60,6 +79,7 @@ def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3,
                     time_first: bool = True) -> list[float | None]:
     """Seconds per run for each candidate (None: wrong result or failed), same order. The first
     is the correctness reference; with `time_first` off it is only run (its time is None)."""
+    t0 = time.perf_counter()
     lib, dev = _load(_build(funcs, target, "c"), target)
     rng = np.random.default_rng(0)
     args = _args(funcs[0], rng, dev)
@@ -81,6 +101,7 @@ def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3,
             continue
         ev = lib.time_evaluator(f"c{i}", dev, number=_runs_per_repeat(lib, f"c{i}", dev, args), repeat=repeat)
         times.append(min(ev(*args).results))
+    TALLY.add(len(funcs) - (0 if time_first else 1), t0)
     return times
 
 
@@ -90,6 +111,7 @@ def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3
     alternation for `rounds` rounds and the minimum kept per kernel: on a machine whose
     neighbours slow it for seconds at a time, kernels compared with each other (a merged kernel
     and the kernels it replaces) see the same slow and quiet periods. None: failed to run."""
+    t0 = time.perf_counter()
     lib, dev = _load(_build(funcs, target, "k"), target)
     rng = np.random.default_rng(0)
     args = [_args(f, rng, dev) for f in funcs]
@@ -106,4 +128,5 @@ def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3
             if best[i] is not None:
                 ev = lib.time_evaluator(f"k{i}", dev, number=number[i], repeat=repeat)
                 best[i] = min(best[i], min(ev(*args[i]).results))
+    TALLY.add(len(funcs), t0)
     return best

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tvm import te
 
 from support.kernel_cases import host_target
-from packager.optimize.schedule.measure import time_interleaved
+from packager.optimize.schedule.measure import TALLY, time_candidates, time_interleaved
 from packager.optimize.schedule.rules_cpu import CpuRules
 
 
@@ -22,5 +22,17 @@ def test_interleaved_times_follow_the_work():
     target = host_target()
     rules = CpuRules(target)
     small, big = (rules.schedule(_matmul(n))[0] for n in (32, 128))
+    before = TALLY.programs
     t_big, t_small = time_interleaved([big, small], target, rounds=2, repeat=1)
     assert 0 < t_small < t_big
+    assert TALLY.programs == before + 2
+
+
+def test_the_tally_counts_timed_candidates_only():
+    """The build report's `measured.programs`: an untimed correctness reference is not counted."""
+    target = host_target()
+    f = CpuRules(target).schedule(_matmul(32))[0]
+    before, seconds = TALLY.programs, TALLY.seconds
+    times = time_candidates([f, f, f], target, repeat=1, time_first=False)
+    assert times[0] is None and all(t > 0 for t in times[1:])
+    assert TALLY.programs == before + 2 and TALLY.seconds > seconds
