@@ -23,9 +23,11 @@ program at level 2 waits until the parent's search has settled, then starts from
 tuned program adapted to its extents (timed first) and gets a quarter of a kernel's share of the
 budget (ETO: re-search the tile factors around the source's program instead of a full search).
 A kernel without a parent in the model does the same from the nearest tuned program of its
-sketch in the database (another model's: cross-model reuse). Every kernel the tuner considered is recorded with its
-`tuned` trials, so a rebuild with the same database replays the same programs (deterministic
-given the database) and only kernels never tuned are searched again.
+sketch in the database (another model's: cross-model reuse).
+
+Every kernel the tuner considered is recorded with its `tuned` trials beside level 2's record, so
+a rebuild with the same database replays the same programs (deterministic given the database)
+and only kernels never tuned are searched again.
 """
 from __future__ import annotations
 
@@ -321,7 +323,12 @@ def tune_kernels(kernels: dict[str, tirx.PrimFunc], target: Target, opt, log: Ca
     for t in tasks.values():
         tuner.record(t)
     g.db.save()
-    return kernels, _report(list(tasks.values()), len(names), tuner, target, time.perf_counter() - t0)
+    report = _report(list(tasks.values()), len(names), tuner, target, time.perf_counter() - t0)
+    (ns, ts), (nr, tr) = level2.details["reuse"]["scratch"], level2.details["reuse"]["reused"]
+    report.summary = (f"level 2 first ({ts + tr} programs timed: {ns} kernels from scratch, {nr} from another's "
+                      f"program); then " + report.summary)
+    report.details["level2"] = level2.details
+    return kernels, report
 
 
 def _report(tasks: list[Task], gensor: int, tuner: Tuner, target: Target, seconds: float) -> PassReport:
