@@ -12,7 +12,9 @@ spends a per-model budget in rounds. A round of one kernel:
 3. the batch: the children the cost model ranks best plus a few random ones (the model is
    wrong often enough that a search led only by it stalls);
 4. the batch is compiled in one module and timed in one run next to the kernel's current best:
-   a child replaces it only when faster in that same run (a noisy neighbour slows both).
+   a child replaces it only when 2% faster than the best's fastest time so far, this run's
+   included (noise only slows a run, so the fastest time seen is the best estimate of a
+   program's speed, and a noisy run of the incumbent cannot let a slower program in).
 
 The budget goes round by round to the kernel with the most time to gain, Ansor's task
 scheduler simplified: weight = current best time x 0.5^(rounds without a gain); a kernel whose
@@ -55,7 +57,7 @@ TRIALS_PER_KERNEL = 24      # level 3's default budget: this many programs per t
 BATCH, RANDOM = 8, 2        # programs timed per round, of which picked at random
 CHILDREN = 64               # mutants drawn per round before the cost model ranks them
 PARENTS = 4
-GAIN = 0.98                 # a child must be 2% faster than the best in the same run
+GAIN = 0.98                 # a child must be 2% faster than the best's fastest time
 
 
 @dataclass
@@ -203,16 +205,15 @@ class Tuner:
         times = time_candidates([baseline] + incumbent + [f for _, f in lowered], self.g.target,
                                 time_first=t.best is None)
         best_now = times[1] if t.best is not None else times[0]
-        best_now = best_now if best_now is not None else t.best_s
+        t.best_s = min(t.best_s, best_now if best_now is not None else math.inf)
         self.used += len(lowered)
         t.trials += len(lowered)
         for (p, _), s in zip(lowered, times[1 + len(incumbent):]):
             t.measured[p] = s if s is not None else math.inf
         fastest = min(lowered, key=lambda x: t.measured[x[0]])[0]
-        if t.measured[fastest] < GAIN * best_now:
+        if t.measured[fastest] < GAIN * t.best_s:
             t.best, t.best_s, t.stale_rounds = fastest, t.measured[fastest], 0
         else:
-            t.best_s = min(t.best_s, best_now)
             t.stale_rounds += 1
 
     def _from_parent(self, t: Task) -> list[TilePlan]:
