@@ -111,8 +111,8 @@ def _tuning(kernels: dict, ctx: PassContext) -> tuple[dict, PassReport]:
 
 
 # Kernel passes (kernel table -> kernel table), per target.
-TUNING = Pass("tuning", _tuning, off="level 2: Gensor's top-k timed per kernel, no search (level 3 or "
-              "optimize.tuning.trials / seconds search)",
+TUNING = Pass("tuning", _tuning, off="off below level 3 without optimize.tuning.trials / seconds: no measured "
+              "search beyond Gensor's top-k per kernel",
               switch=lambda opt: opt.tunes())
 
 SCHEDULE_CPU = Pass("schedule", schedule_cpu, off="off in the spec: kernels are TVM's naive loops")
