@@ -59,7 +59,7 @@ class Pass:
 SIMPLIFY = Pass("simplify", lambda mod, ctx: simplify(mod), off="off in the spec")
 FASTMATH = Pass("fastmath", lambda mod, ctx: fastmath(mod), off="off in the spec: exact libm exp/erf/tanh")
 LAYOUT = Pass("layout", lambda mod, ctx: alter_layouts(mod, ctx.target, ctx.opt.database, ctx.opt.measure,
-                                                      memo=ctx.layout_memo, reuse=ctx.opt.enabled("reuse")),
+                                                      memo=ctx.layout_memo),
               off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True, per_target=True)
 LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
                         off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True)
@@ -89,11 +89,13 @@ def _reuse(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassRepor
         return mod, PassReport("reuse", "disabled", "nothing to reuse: the target's kernels are not timed "
                                "(not this machine, no rpc device, or tuning.measure is off)")
     return mod, PassReport("reuse", "applied", "ETO: a Gensor kernel is tuned from the program of the nearest "
-                           "measured kernel with its sketch (this build's or the tuning database's); the layout "
-                           "and schedule lines give sources and programs timed")
+                           "measured kernel with its sketch (this build's or the tuning database's); the schedule "
+                           "and tuning lines give sources and programs timed (layout candidates are scored from "
+                           "scratch)")
 
 
-REUSE = Pass("reuse", _reuse, off="off in the spec: every kernel tuned from scratch", needs_target=True)
+REUSE = Pass("reuse", _reuse, off="off (the default below level 3; optimize.passes.reuse turns it on): every kernel "
+             "tuned from scratch", needs_target=True)
 NOT_IMPLEMENTED = {
     "derive": "EinNet derivation-based rewrites: not part of this version; skipped",
 }

@@ -63,13 +63,14 @@ def test_reuse_says_where_it_can_act(sample_root):
     line = {}
     for name in ("x86-64", "arm64", "a100"):
         target = resolve(TargetSpec(name, {}, "t"))
-        _, (report,) = run_passes(mod, [REUSE], PassContext(target, OptimizeSpec(level=2)))
+        _, (report,) = run_passes(mod, [REUSE], PassContext(target, OptimizeSpec(level=3)))
         line[name] = report
     assert line["x86-64"].status == ("applied" if can_run_here(resolve(TargetSpec("x86-64", {}, "t"))) else "disabled")
     assert line["arm64"].status == "disabled" and "not timed" in line["arm64"].summary
     assert line["a100"].status == "disabled" and "GPU kernels are not timed" in line["a100"].summary
-    _, (off,) = run_passes(mod, [REUSE], PassContext(None, OptimizeSpec(level=2, passes={"reuse": False})))
+    _, (off,) = run_passes(mod, [REUSE], PassContext(None, OptimizeSpec(level=3, passes={"reuse": False})))
     assert off.status == "disabled" and "from scratch" in off.summary
+    assert not OptimizeSpec(level=2).enabled("reuse") and OptimizeSpec(level=3).enabled("reuse")
 
 
 def test_tuning_says_where_it_can_act():

@@ -243,14 +243,14 @@ def keep_nchw(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, PassRepo
 
 
 def alter_layouts(mod: tvm.IRModule, target: Target, database=None,
-                  measure: bool = True, search=None, memo: ProfileMemo | None = None,
-                  reuse: bool = False) -> tuple[tvm.IRModule, PassReport]:
+                  measure: bool = True, search=None, memo: ProfileMemo | None = None
+                  ) -> tuple[tvm.IRModule, PassReport]:
     """Relax (NCHW) in -> Relax with per-conv packed layouts, propagated conversions and packed
     matmul weights out. `search` (tests) replaces the joint search: anything with
     decide(site, incoming), decide_matmul(site), save() and `measuring`. `memo` carries the
     first shape profile's choices to the others."""
     mod, clips = clip_as_ops(mod)
-    search = search or LayoutSearch(target, database, measure, reuse)
+    search = search or LayoutSearch(target, database, measure)
     if memo is not None:
         search = memo.wrap(search)
     decisions = decide_layouts(mod, search)

@@ -125,9 +125,11 @@ def candidates(site: ConvSite, incoming: int, lanes: int, allowed_out: tuple[int
 class LayoutSearch:
     """Scores layout candidates with Gensor (same database, same hardware model)."""
 
-    def __init__(self, target: Target, database, measure: bool, reuse: bool = False):
+    def __init__(self, target: Target, database, measure: bool):
         self.db = TuningDatabase(database)
-        self.gensor = GensorCpu(target, self.db, measure, SEARCH_TOP_K, reuse)
+        # No ETO reuse here: candidates are compared with each other, and a reused program's
+        # quality (not the layout's) decided between them; from scratch costs the same 3 programs.
+        self.gensor = GensorCpu(target, self.db, measure, SEARCH_TOP_K)
         self.lanes = target.vector_lanes_f32
         hw = self.gensor.hw
         dram = hw.level("DRAM").bandwidth * hw.cores * hw.ghz * 1e9          # bytes / s

@@ -20,12 +20,13 @@ The budget goes round by round to the kernel with the most time to gain, Ansor's
 scheduler simplified: weight = current best time x 0.5^(rounds without a gain); a kernel whose
 space is exhausted leaves the queue.
 
-With ETO's reuse on, the level-2 reuse tree decides again: a kernel that reused its parent's
-program at level 2 waits until the parent's search has settled, then starts from the parent's
-tuned program adapted to its extents (timed first) and gets a quarter of a kernel's share of the
-budget (ETO: re-search the tile factors around the source's program instead of a full search).
-A kernel without a parent in the model does the same from the nearest tuned program of its
-sketch in the database (another model's: cross-model reuse).
+With ETO's reuse on, the tuner builds its own reuse graph over the kernels it searches (sketch
+and Definition 2 as in reuse.py; a root costs a full share, a reuse edge the reuse cap) and
+takes the minimum-cost arborescence: a non-root kernel waits until its parent's search has
+settled, then starts from the parent's tuned program adapted to its extents (timed first) and
+gets a quarter of a kernel's share of the budget (ETO: re-search the tile factors around the
+source's program instead of a full search). A root that the database holds a tuned program of
+its sketch for (another model's: cross-model reuse) does the same from that program.
 
 Every kernel the tuner considered is recorded with its `tuned` trials beside level 2's record, so
 a rebuild with the same database replays the same programs (deterministic given the database)
@@ -49,7 +50,7 @@ from .database import TuningDatabase
 from .gensor import RESTARTS, Choice, GensorCpu, schedule_kernels_gensor, seed_of, tuned_key
 from .measure import can_measure, time_candidates, where_measured
 from .plan import ORDERS, REDUCE, TilePlan
-from .reuse import ReusePool, Source, adapt, features
+from .reuse import ReusePool, Source, adapt, features, reuse_order
 from .walk import State, construct
 from .workload import func_key
 
@@ -307,14 +308,8 @@ def tune_kernels(kernels: dict[str, tirx.PrimFunc], target: Target, opt, log: Ca
     names = [n for n, f in kernels.items() if g.workload(f) is not None]
     tuner = Tuner(g, Budget(0, 0.0), log)
     tasks = {t.name: t for t in (tuner.task(n, kernels[n]) for n in names) if t is not None}
-    for name, parent in level2.details["reuse"]["tree"].items():
-        if name in tasks and parent in tasks:
-            tasks[name].parent = tasks[parent]
-    if opt.enabled("reuse"):                     # across models: the database's tuned programs
-        others = ReusePool(g.db, g.target_key, tuned_only=True)
-        for t in tasks.values():
-            if t.parent is None and t.record.get("sketch"):
-                t.source = others.nearest(t.record["sketch"], t.space.extents)
+    if opt.enabled("reuse"):
+        _reuse_tree(g, tasks)
     reused = [t for t in tasks.values() if t.parent is not None or t.source is not None]
     tuner.budget = budget_of(opt, len(tasks) - len(reused), len(reused))
     share = tuner.budget.trials // max(len(tasks), 1) if opt.trials else TRIALS_PER_KERNEL
@@ -330,6 +325,20 @@ def tune_kernels(kernels: dict[str, tirx.PrimFunc], target: Target, opt, log: Ca
                       f"program); then " + report.summary)
     report.details["level2"] = level2.details
     return kernels, report
+
+
+def _reuse_tree(g: GensorCpu, tasks: dict[str, Task]) -> None:
+    """ETO's arborescence over the kernels to search: a root is searched with a full share, or
+    starts from the database's nearest tuned program of its sketch (another model's) at the
+    reuse cap; every other kernel starts from its parent's tuned program."""
+    others = ReusePool(g.db, g.target_key, tuned_only=True)
+    nodes = {n: (t.record["sketch"], t.space.extents) for n, t in tasks.items() if t.record.get("sketch")}
+    for n, (sketch, extents) in nodes.items():
+        tasks[n].source = others.nearest(sketch, extents)
+    outside = {n: float(_reuse_cap(TRIALS_PER_KERNEL)) for n in nodes if tasks[n].source is not None}
+    for name, parent in reuse_order(nodes, TRIALS_PER_KERNEL, outside).items():
+        if parent is not None:
+            tasks[name].parent, tasks[name].source = tasks[parent], None
 
 
 def _report(tasks: list[Task], gensor: int, tuner: Tuner, target: Target, seconds: float) -> PassReport:

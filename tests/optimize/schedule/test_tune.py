@@ -87,8 +87,9 @@ def test_tuner_keeps_the_budget_and_records_beside_level_two(tmp_path):
 
 
 def test_reuse_children_start_from_the_parents_tuned_program(tmp_path):
-    """ETO in the tuner: kernels that reused a program at level 2 wait for their parent, time its
-    tuned program adapted first, and stay within a quarter of a kernel's share."""
+    """ETO in the tuner: the arborescence over the searched kernels has one root; the others wait
+    for their parent, time its tuned program adapted first, and stay within a quarter of a
+    kernel's share."""
     target = host_target()
     kernels = {"m1": matmul(128, 256, 128), "m2": matmul(64, 256, 128), "m3": matmul(128, 128, 128)}
     opt = OptimizeSpec(level=3, database=tmp_path, top_k=2)
