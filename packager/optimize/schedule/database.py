@@ -24,9 +24,11 @@ from ...cache import cache_dir, filling, locked
 VERSION = 2
 # The rules version of each record kind: bump one when its decisions change for the same workload.
 RULES = {
-    "gensor-cpu": 1,        # CPU tile plans (schedule/gensor.py)
+    "gensor-cpu": 2,        # CPU tile plans (schedule/gensor.py); 2: level 2 without ETO reuse by default (a
+                            # reused program alone was often kept), plans carry the chunk loop order
     "gensor-gpu": 2,        # GPU tile plans (schedule/gensor_gpu.py); 2: walk seeded by kernel structure
-    "layout": 1,            # ALT layout and panel decisions (layout/search.py)
+    "layout": 2,            # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
+                            # scratch (reused programs decided between layouts)
     "global-fusion": 3,     # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
                             # with a predicated last row tile; 3 = reduction loops split at a folded
                             # reshape's period, merged kernel and parts timed in alternation
