@@ -18,9 +18,12 @@ is tuned from that kernel's program instead of from scratch.
 * Reuse graph (ETO Section 6): within one schedule pass, every kernel is a node; the root's edge
   costs a scratch tuning's trials, a reuse edge the reuse tuner's; the minimum-cost arborescence
   (Edmonds, networkx) says which kernels are tuned from scratch and which reuses which, and the
-  kernels are tuned in its order. Kernels tuned on demand (layout candidates) take the nearest
-  measured source already known: this build's or the tuning database's (across models).
-  ETO's bridge operators are not built: a kernel no source dominates is tuned from scratch.
+  kernels are tuned in its order. Kernels tuned on demand (global fusion's timing) take the
+  nearest measured source already known: this build's or the tuning database's (across models).
+  The level-3 tuner (tune.py) builds the same graph over the kernels it searches. Layout
+  candidates never reuse (they are compared with each other). ETO's bridge operators are not
+  built: a kernel no source dominates is tuned from scratch.
+* On by default at level 3 only: level 2's top-k with reuse swung latency between cold builds.
 """
 from __future__ import annotations
 
