@@ -173,7 +173,7 @@ class GensorCpu:
         lowered = []
         for est, plan in plans:
             try:
-                lowered.append((est, plan, self._lower(func, plan)))
+                lowered.append((est, plan, self.lower(func, plan)))
             except Exception:  # noqa: BLE001 - a plan the schedule primitives refuse is skipped
                 continue
         if not lowered:
@@ -193,7 +193,7 @@ class GensorCpu:
             return Choice("rules", plan, est * 1e3, t * 1e3, rules_s * 1e3, n, trials=trials)
         return Choice("gensor", plan, est * 1e3, t * 1e3, rules_s * 1e3 if rules_s else None, n, trials=trials)
 
-    def _lower(self, func: tirx.PrimFunc, plan: TilePlan) -> tirx.PrimFunc:
+    def lower(self, func: tirx.PrimFunc, plan: TilePlan) -> tirx.PrimFunc:
         sch = s_tir.Schedule(func)
         anchor = self.rules.prepare_anchor(sch)
         lower_cpu(sch, self.rules, anchor, plan)
@@ -202,7 +202,7 @@ class GensorCpu:
     def _apply(self, func: tirx.PrimFunc, choice: Choice) -> tirx.PrimFunc:
         if choice.source == "gensor" and choice.plan is not None:
             try:
-                return self._lower(func, choice.plan)
+                return self.lower(func, choice.plan)
             except Exception:  # noqa: BLE001 - a stale database record: fall back to the rules
                 choice.source = "rules"
         return self.rules.schedule(func)[0]

@@ -52,7 +52,7 @@ from .measure import can_measure, time_candidates, where_measured
 from .plan import ORDERS, REDUCE, TilePlan
 from .reuse import ReusePool, Source, adapt, features, reuse_order
 from .walk import State, construct
-from .workload import func_key
+from .workload import Workload, func_key
 
 TRIALS_PER_KERNEL = 24      # level 3's default budget: this many programs per tunable kernel
 BATCH, RANDOM = 8, 2        # programs timed per round, of which picked at random
@@ -78,6 +78,8 @@ class Task:
     stale_rounds: int = 0
     exhausted: bool = False
     seeds: list[TilePlan] = field(default_factory=list)   # Gensor's best-estimated plans (the population)
+    baseline: tirx.PrimFunc | None = None # the rule-based schedule: every round's correctness reference
+    best_func: tirx.PrimFunc | None = None  # `best` lowered, timed again in every round
     parent: "Task | None" = None          # ETO reuse: the kernel whose tuned program it starts from
     source: Source | None = None          # ... or another model's tuned program (the database's)
     cap: int = 0                          # most programs it may time (0: no cap)
@@ -152,12 +154,9 @@ class Tuner:
         self.g, self.budget, self.log = g, budget, log
         self.used, self.t0 = 0, time.perf_counter()
 
-    def task(self, name: str, func: tirx.PrimFunc) -> Task | None:
-        """The kernel's search from its level-2 record; None when it is not a Gensor kernel, was
-        tuned before (the database replays it) or level 2 could not time it."""
-        wl = self.g.workload(func)
-        if wl is None:
-            return None
+    def task(self, name: str, func: tirx.PrimFunc, wl: Workload) -> Task | None:
+        """The search of a Gensor kernel (`wl` its workload) from its level-2 record; None when
+        it was tuned before (the database replays it) or level 2 could not time it."""
         key = func_key(func, self.g.target_key)
         rec = self.g.db.get(key, measured_only=True, kind="gensor-cpu")
         if rec is None or self.g.db.get(tuned_key(key), kind="gensor-cpu") is not None:
@@ -168,7 +167,8 @@ class Tuner:
             return None
         space = CpuSpace(replace(wl, key=key), self.g.hw)
         best = choice.plan if choice.source == "gensor" else None
-        t = Task(name, func, key, space, rec, best, best_ms / 1e3, best_ms / 1e3)
+        t = Task(name, func, key, space, rec, best, best_ms / 1e3, best_ms / 1e3,
+                 baseline=self.g.rules.schedule(func)[0], best_func=self.g.lower(func, best) if best else None)
         t.measured[choice.plan] = choice.measured_ms / 1e3 if choice.measured_ms else math.inf
         ranked = construct(space, seed_of(key), restarts=RESTARTS)
         t.seeds = [space.to_plan(st) for _, st in ranked[:PARENTS]]   # Gensor's population
@@ -195,15 +195,14 @@ class Tuner:
         lowered = []
         for p in pick:
             try:
-                lowered.append((p, self.g._lower(t.func, p)))
+                lowered.append((p, self.g.lower(t.func, p)))
             except Exception:  # noqa: BLE001 - a plan the schedule primitives refuse is skipped
                 t.measured[p] = math.inf
         if not lowered:
             t.stale_rounds += 1
             return
-        baseline, _ = self.g.rules.schedule(t.func)
-        incumbent = [self.g._lower(t.func, t.best)] if t.best is not None else []
-        times = time_candidates([baseline] + incumbent + [f for _, f in lowered], self.g.target,
+        incumbent = [t.best_func] if t.best is not None else []
+        times = time_candidates([t.baseline] + incumbent + [f for _, f in lowered], self.g.target,
                                 time_first=t.best is None)
         best_now = times[1] if t.best is not None else times[0]
         t.best_s = min(t.best_s, best_now if best_now is not None else math.inf)
@@ -211,9 +210,9 @@ class Tuner:
         t.trials += len(lowered)
         for (p, _), s in zip(lowered, times[1 + len(incumbent):]):
             t.measured[p] = s if s is not None else math.inf
-        fastest = min(lowered, key=lambda x: t.measured[x[0]])[0]
+        fastest, fastest_func = min(lowered, key=lambda x: t.measured[x[0]])
         if t.measured[fastest] < GAIN * t.best_s:
-            t.best, t.best_s, t.stale_rounds = fastest, t.measured[fastest], 0
+            t.best, t.best_func, t.best_s, t.stale_rounds = fastest, fastest_func, t.measured[fastest], 0
         else:
             t.stale_rounds += 1
 
@@ -239,7 +238,7 @@ class Tuner:
                 break
             self.round(t)
             progress.update(self.used, t)
-        progress.done(self.used)
+        progress.done()
 
     def record(self, t: Task) -> None:
         """The kernel's tuned program into the database (the rules' schedule when none beat it)."""
@@ -281,7 +280,7 @@ class Progress:
             [(time.perf_counter() - self.t0) / self.budget.seconds] if self.budget.seconds else [])
         return min(max(parts or [0.0]), 1.0)
 
-    def done(self, used: int) -> None:
+    def done(self) -> None:
         if self.bar is not None:
             self.bar.stop()
 
@@ -305,9 +304,9 @@ def tune_kernels(kernels: dict[str, tirx.PrimFunc], target: Target, opt, log: Ca
     t0 = time.perf_counter()
     _, level2 = schedule_kernels_gensor(kernels, target, opt.database, True, opt.top_k, opt.enabled("reuse"))
     g = GensorCpu(target, TuningDatabase(opt.database), True, opt.top_k)
-    names = [n for n, f in kernels.items() if g.workload(f) is not None]
+    workloads = {n: wl for n, f in kernels.items() if (wl := g.workload(f)) is not None}
     tuner = Tuner(g, Budget(0, 0.0), log)
-    tasks = {t.name: t for t in (tuner.task(n, kernels[n]) for n in names) if t is not None}
+    tasks = {t.name: t for t in (tuner.task(n, kernels[n], wl) for n, wl in workloads.items()) if t is not None}
     if opt.enabled("reuse"):
         _reuse_tree(g, tasks)
     reused = [t for t in tasks.values() if t.parent is not None or t.source is not None]
@@ -319,7 +318,7 @@ def tune_kernels(kernels: dict[str, tirx.PrimFunc], target: Target, opt, log: Ca
     for t in tasks.values():
         tuner.record(t)
     g.db.save()
-    report = _report(list(tasks.values()), len(names), tuner, target, time.perf_counter() - t0)
+    report = _report(list(tasks.values()), len(workloads), tuner, target, time.perf_counter() - t0)
     (ns, ts), (nr, tr) = level2.details["reuse"]["scratch"], level2.details["reuse"]["reused"]
     report.summary = (f"level 2 first ({ts + tr} programs timed: {ns} kernels from scratch, {nr} from another's "
                       f"program); then " + report.summary)
