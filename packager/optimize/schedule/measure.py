@@ -1,9 +1,9 @@
 """Timing candidate schedules of one kernel on this machine (CPU targets that run here) or on the
 target's RPC device (`targets[i].rpc`, see rpc.py).
 
-All candidates are compiled into one module (one LLVM run) and timed back to back on the same
-random inputs with TVM's time evaluator: the minimum over repeats, so a noisy neighbour costs
-a repeat, not the choice. The first candidate's output is the reference every other candidate
+All candidates are compiled into one module (one LLVM run) and timed in interleaved rounds on
+the same random inputs with TVM's time evaluator: the minimum over repeats, so a noisy
+neighbour costs a repeat, not the choice. The first candidate's output is the reference every other candidate
 must match; a candidate that disagrees is dropped (and reported) rather than trusted.
 """
 from __future__ import annotations
@@ -17,7 +17,8 @@ from tvm import tirx
 
 from ...targets import Target, can_run_here
 
-MIN_SECONDS = 0.02            # each timing repeat runs the kernel at least this long
+MIN_SECONDS = 0.01            # each timing repeat runs the kernel at least this long
+PRUNE = 1.25                  # a candidate this much slower than the fastest gets no more repeats
 
 
 @dataclass
@@ -78,14 +79,19 @@ def _runs_per_repeat(lib, name: str, dev, args: list) -> int:
 def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3,
                     time_first: bool = True) -> list[float | None]:
     """Seconds per run for each candidate (None: wrong result or failed), same order. The first
-    is the correctness reference; with `time_first` off it is only run (its time is None)."""
+    is the correctness reference; with `time_first` off it is only run (its time is None).
+
+    Timing is interleaved rounds with early pruning: every correct candidate gets one repeat,
+    then only those within PRUNE of the fastest so far get the next; a pruned candidate keeps its
+    (upper-bound) time. The winner still gets `repeat` repeats, spread over the whole call so a
+    noisy second hits every close candidate alike, and the clearly slower ones cost one repeat."""
     t0 = time.perf_counter()
     lib, dev = _load(_build(funcs, target, "c"), target)
     rng = np.random.default_rng(0)
     args = _args(funcs[0], rng, dev)
     inputs = [a.numpy() for a in args]
     ref = None
-    times: list[float | None] = []
+    correct: list[int] = []
     for i in range(len(funcs)):
         for a, x in zip(args, inputs):
             a.copyfrom(x)
@@ -94,15 +100,27 @@ def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3,
         if ref is None:
             ref = out
             if not time_first:
-                times.append(None)
                 continue
         elif not np.allclose(out, ref, rtol=1e-4, atol=1e-4):
-            times.append(None)
             continue
-        ev = lib.time_evaluator(f"c{i}", dev, number=_runs_per_repeat(lib, f"c{i}", dev, args), repeat=repeat)
-        times.append(min(ev(*args).results))
+        correct.append(i)
+    best = _timed_rounds(lib, dev, args, correct, repeat)
     TALLY.add(len(funcs) - (0 if time_first else 1), t0)
-    return times
+    return [best.get(i) for i in range(len(funcs))]
+
+
+def _timed_rounds(lib, dev, args: list, which: list[int], rounds: int) -> dict[int, float]:
+    """Fastest repeat per candidate over interleaved rounds, pruning the clearly slower ones."""
+    number = {i: _runs_per_repeat(lib, f"c{i}", dev, args) for i in which}
+    best = {i: float("inf") for i in which}
+    alive = list(which)
+    for _ in range(rounds):
+        for i in alive:
+            ev = lib.time_evaluator(f"c{i}", dev, number=number[i], repeat=1)
+            best[i] = min(best[i], min(ev(*args).results))
+        fastest = min(best.values(), default=0.0)
+        alive = [i for i in alive if best[i] <= PRUNE * fastest]
+    return best
 
 
 def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3,

@@ -36,3 +36,33 @@ def test_the_tally_counts_timed_candidates_only():
     times = time_candidates([f, f, f], target, repeat=1, time_first=False)
     assert times[0] is None and all(t > 0 for t in times[1:])
     assert TALLY.programs == before + 2 and TALLY.seconds > seconds
+
+
+class _FakeLib:
+    """Kernel i takes SECONDS[i] per run; records how many repeats each kernel was timed."""
+
+    SECONDS = {0: 1.0, 1: 1.1, 2: 2.0, 3: 1.3}
+
+    def __init__(self):
+        self.repeats: dict[int, int] = {}
+
+    def time_evaluator(self, name, dev, number=1, repeat=1, min_repeat_ms=0):
+        i = int(name[1:])
+
+        def run(*args):
+            self.repeats[i] = self.repeats.get(i, 0) + repeat
+            return type("R", (), {"results": [self.SECONDS[i]] * repeat, "mean": self.SECONDS[i]})()
+        return run
+
+
+def test_clearly_slower_candidates_get_one_repeat():
+    """Candidates more than PRUNE x the fastest after a round are not timed again; the close ones
+    get every round (the first extra call per kernel sizes the repeat)."""
+    from packager.optimize.schedule.measure import PRUNE, _timed_rounds
+    lib = _FakeLib()
+    best = _timed_rounds(lib, None, [], [0, 1, 2, 3], rounds=3)
+    assert best == lib.SECONDS
+    slow = [i for i, s in lib.SECONDS.items() if s > PRUNE * 1.0]
+    assert slow == [2, 3]
+    assert all(lib.repeats[i] == 1 + 3 for i in (0, 1))         # sizing run + 3 rounds
+    assert all(lib.repeats[i] == 1 + 1 for i in slow)            # sizing run + 1 round
