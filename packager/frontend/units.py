@@ -11,7 +11,7 @@ from .model import LoadedModel, profile_shapes
 from .partition import Partition, part_loaded, partition, tensor_types
 
 # Graph passes whose result depends on the target: reported with each target's kernel passes.
-PER_TARGET_REPORTS = ("layout", "global_fusion")
+PER_TARGET_REPORTS = ("derive", "layout", "global_fusion")
 
 if TYPE_CHECKING:
     from ..codegen.graph import Graph

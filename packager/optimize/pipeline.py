@@ -74,7 +74,22 @@ FUSION = Pass("fusion", lambda mod, ctx: fuse(mod), off="off in the spec: one ke
 GLOBAL_FUSION_SIBLINGS = Pass("global_fusion", combine_siblings)
 GLOBAL_FUSION = Pass("global_fusion", global_fusion, off="off in the spec: FuseOps groups only",
                      needs_target=True, per_target=True)
-DERIVE = Pass("derive", None)
+
+
+def _derive(mod: tvm.IRModule, ctx: PassContext):
+    """EinNet's derivations (derive/graph.py), timed where the target's candidates are timed."""
+    from .derive.graph import derive_graph
+    from .schedule.measure import can_measure
+
+    if ctx.target.kind != "cpu":
+        return mod, PassReport("derive", "disabled", "CPU targets only in this version (a derived program is "
+                               "taken only when timed faster, and GPU kernels are not timed at build time)")
+    return derive_graph(mod, ctx.target, ctx.opt.database, ctx.opt.measure and can_measure(ctx.target))
+
+
+# Before layout packing, so a derived matmul's constant weight is packed like any matmul's.
+DERIVE = Pass("derive", _derive, off="off in the spec: no derivation-based rewrites", needs_target=True,
+              per_target=True)
 
 
 def _reuse(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
@@ -96,9 +111,7 @@ def _reuse(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassRepor
 
 REUSE = Pass("reuse", _reuse, off="off (the default below level 3; optimize.passes.reuse turns it on): every kernel "
              "tuned from scratch", needs_target=True)
-NOT_IMPLEMENTED = {
-    "derive": "EinNet derivation-based rewrites: not part of this version; skipped",
-}
+NOT_IMPLEMENTED: dict[str, str] = {}          # pass name -> why, for a spec switch with no pass behind it
 
 
 def _tuning(kernels: dict, ctx: PassContext) -> tuple[dict, PassReport]:
@@ -123,7 +136,7 @@ SCHEDULE_GPU = Pass("schedule", schedule_gpu, switch=lambda opt: True)   # reads
 
 def graph_pipeline(layout: Pass) -> list[Pass]:
     """The graph passes every target kind runs, with its own layout pass."""
-    return [SIMPLIFY, FASTMATH, GLOBAL_FUSION_SIBLINGS, layout, LEGALIZE, FUSION, GLOBAL_FUSION, DERIVE, REUSE]
+    return [SIMPLIFY, FASTMATH, GLOBAL_FUSION_SIBLINGS, DERIVE, layout, LEGALIZE, FUSION, GLOBAL_FUSION, REUSE]
 
 
 # Per target kind (a backend's `kind`): its graph passes and its kernel passes, in order.

@@ -1,7 +1,8 @@
 """The zoo's networks in plain PyTorch (no torchvision: there is no CPU build of it here).
 
 Architectures follow the reference designs (torchvision ResNet/MobileNetV2, ViT-Tiny/16,
-BERT-base, also in Hugging Face's layout with an attention mask, GPT-2 small); weights are random
+BERT-base, also in Hugging Face's layout with an attention mask, GPT-2 small, EinNet's InfoGAN
+generator with ConvTranspose layers); weights are random
 with a fixed seed, since the zoo measures speed and numerical agreement, not accuracy.
 """
 from __future__ import annotations
@@ -261,6 +262,29 @@ class GPT2(nn.Module):
     def forward(self, input_ids):
         x = self.ln(self.blocks(self.tok(input_ids) + self.pos(self.positions)))
         return x @ self.tok.weight.t()                     # tied LM head
+
+
+# ---------------------------------------------------------------------------- InfoGAN generator
+class InfoGAN(nn.Module):
+    """EinNet's InfoGAN generator (its repository: a [1, 228, 1, 1] code through five
+    ConvTranspose layers, channels 448, 256, 128, 64, 3, kernel 2 then 4 with stride 2 and pad 1),
+    BatchNorm + ReLU between them and Tanh last: the case for the `derive` pass."""
+
+    def __init__(self, code: int = 228):
+        super().__init__()
+        layers, ch = [nn.ConvTranspose2d(code, 448, 2, 1, 0), nn.ReLU()], 448
+        for out in (256, 128, 64):
+            layers += [nn.ConvTranspose2d(ch, out, 4, 2, 1), nn.BatchNorm2d(out), nn.ReLU()]
+            ch = out
+        layers += [nn.ConvTranspose2d(ch, 3, 4, 2, 1), nn.Tanh()]
+        self.net = nn.Sequential(*layers)
+        for m in self.modules():              # non-trivial running statistics, as after training
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, z):
+        return self.net(z)
 
 
 def init_transformer(m: nn.Module) -> nn.Module:

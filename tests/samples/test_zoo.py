@@ -1,5 +1,6 @@
 """The benchmark zoo builds for x86-64 and matches onnxruntime (`pack verify`) for every model; the
-small Hugging-Face-layout BERT (separate Q/K/V, attention mask) also for arm64 under qemu."""
+small Hugging-Face-layout BERT (separate Q/K/V, attention mask) and the InfoGAN generator (the derive
+pass's ConvTransposes) also for arm64 under qemu."""
 from __future__ import annotations
 
 import json
@@ -58,3 +59,26 @@ def test_bert_hf_mini_builds_and_verifies_on_x86_and_arm64(tmp_path):
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("  ")]
     assert {ln.split()[0] for ln in lines} == {"x86-64", "arm64", "onnxruntime"}, r.stdout
     assert all(" ok " in ln for ln in lines), r.stdout
+
+
+def test_infogan_conv_transposes_are_derived_and_verify_on_x86_and_arm64(tmp_path):
+    """EinNet's InfoGAN generator: the derive pass rewrites its stride-2 ConvTransposes (timed on
+    x86-64, estimated for arm64) and both targets still match onnxruntime."""
+    if not HAS_QEMU:
+        pytest.skip("qemu-aarch64 not installed")
+    r = subprocess.run([sys.executable, str(REPO / "samples" / "zoo" / "make_zoo.py"), "infogan", "--out",
+                        str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    spec = tmp_path / "infogan" / "spec.yaml"
+    spec.write_text(spec.read_text().replace("targets: [x86-64]\n", "targets: [x86-64, arm64]\n"))
+    r = run_pack("build", spec)
+    assert r.returncode == 0, r.stderr
+    pkg = tmp_path / "infogan" / "dist" / "infogan"
+    report = json.loads((pkg / "build_report.json").read_text())
+    for t in report["targets"]:
+        derive = {p["pass"]: p for p in t["kernel_passes"]}["derive"]
+        assert len(derive["details"]["sites"]) == 5, t["name"]
+        assert any(s["taken"] for s in derive["details"]["sites"]), derive["summary"]
+    r = run_pack("verify", pkg)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "all 3 target/profile runs match onnxruntime" in r.stdout

@@ -9,7 +9,9 @@ no single stride per group: EinNet's StrideMismatch).
 Gensor tiles a group of several iterators as it is, so such a scope is instantiated without
 EinNet's converging merges; its distance (iterators beyond one per group) is what a library
 call's single m/n/k would still need, and what the search reports. A scope whose flops per element moved is under 4 is
-an eOperator (OffsetReduce, layout transforms): generated as a TE compute, never matched.
+an eOperator (OffsetReduce, layout transforms): generated as a TE compute, never matched; so is
+a scope whose body is one read (a sum of one tensor's elements: at most one add per read, even
+where its summation also runs over padding).
 """
 from __future__ import annotations
 
@@ -83,8 +85,8 @@ def instantiate(s: Scope, original: Scope | None = None) -> list[Piece]:
     d = matmul_distance(s)
     if s is original:
         kind = "original"
-    elif intensity(s) < EOP_INTENSITY:
-        kind = "eop"
+    elif intensity(s) < EOP_INTENSITY or isinstance(s.body, Access):
+        kind = "eop"                      # memory-bound, or a plain (offset) reduction of one tensor
     elif d < math.inf:
         kind = "matmul"
     else:

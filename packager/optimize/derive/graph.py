@@ -1,0 +1,248 @@
+"""The `derive` pass: EinNet's derivations applied to the Relax graph where they pay off.
+
+Per operator site (this version: ConvTranspose, the case where TVM's lowering wastes most work:
+it convolves a zero-inserted input, so a stride-2 layer does 4x the multiply-adds it needs):
+1. the operator's canonical expression (operators.py);
+2. the derivation search (search.py) and the candidates in GEMM layout (layout.py);
+3. the best candidate by the roofline estimate against the operator as TVM lowers it; a
+   candidate estimated ESTIMATE_MARGIN x slower is refused without timing (the operator's own
+   kernel is often far from its roofline, so a close estimate is timed, not trusted);
+4. measured on this machine (or the target's RPC device) against the operator's own kernel,
+   both scheduled by Gensor; taken only when faster;
+5. emitted: GEMM scopes as relax.matmul over reshapes (the weight re-laid at build time), every
+   other scope as an eOperator kernel (TE), so layout packing, fusion and Gensor see them as
+   ordinary ops.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ...targets import Target
+from ..base import PassReport
+from ..relax_util import is_const, rewrite_functions
+from ..schedule.hardware import cpu_hardware
+from .codegen import compute, scopes_in_order, tensors_of
+from .cost import estimate_ms
+from .expr import Scope, Tensor
+from .layout import Relaid, gemm_order, to_gemm_layout
+from .match import operands
+from .operators import conv_transpose2d
+from .search import MAX_DEPTH, derive
+
+CONV_T = "relax.nn.conv2d_transpose"
+SEARCH_SECONDS = 20.0
+ESTIMATE_MARGIN = 1.5
+
+
+@dataclass
+class Site:
+    """One operator the pass looked at, and what it decided."""
+
+    op: str
+    shape: str
+    taken: bool = False
+    why: str = ""
+    states: int = 0
+    pruned: int = 0
+    candidates: int = 0
+    steps: list[str] = field(default_factory=list)
+    original_ms: float | None = None       # measured (or estimated) time of the operator's own kernel
+    derived_ms: float | None = None
+    measured: bool = False
+    program: Scope | None = None
+    relaid: dict[str, Relaid] = field(default_factory=dict)
+
+    def record(self) -> dict:
+        r = {k: getattr(self, k) for k in ("op", "shape", "taken", "why", "states", "pruned", "candidates", "steps",
+                                           "measured")}
+        r.update(original_ms=_round(self.original_ms), derived_ms=_round(self.derived_ms))
+        return r
+
+
+def _round(x: float | None) -> float | None:
+    return round(x, 4) if x is not None else None
+
+
+def conv_transpose_expr(call: relax.Call) -> tuple[Scope | None, str]:
+    """The call's expression, or None and why this version leaves it alone."""
+    a = call.attrs
+    if not is_const(call.args[1]):
+        return None, "weight is not a constant"
+    if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "IOHW", "NCHW"):
+        return None, f"layouts {a.data_layout}/{a.kernel_layout}/{a.out_layout}"
+    if int(a.groups) != 1 or any(int(d) != 1 for d in a.dilation) or any(int(p) for p in a.output_padding):
+        return None, "groups, dilation or output padding (not derived in this version)"
+    try:
+        data = tuple(int(d) for d in call.args[0].ty.shape)
+        weight = tuple(int(d) for d in call.args[1].ty.shape)
+    except (TypeError, AttributeError):
+        return None, "symbolic shape"
+    if str(call.args[0].ty.dtype) != "float32":
+        return None, f"dtype {call.args[0].ty.dtype}"
+    pads = tuple(int(p) for p in a.padding)
+    return conv_transpose2d(data, weight, tuple(int(s) for s in a.strides), pads), ""
+
+
+def original_estimate_ms(expr: Scope, weight: tuple[int, ...], hw) -> float:
+    """TVM's conv2d_transpose: a direct conv over the zero-inserted input, R x S multiply-adds per
+    output point and input channel."""
+    n, f, ho, wo = expr.shape
+    c, _, r, s = weight
+    flops = 2 * n * f * ho * wo * c * r * s
+    data = math.prod(expr.body.a.source.shape)
+    bytes_ = 4 * (data + math.prod(weight) + n * f * ho * wo)
+    peak = hw.flops_per_cycle * hw.cores * hw.ghz * 1e9
+    dram = hw.level("DRAM").bandwidth * hw.cores * hw.ghz * 1e9
+    return max(flops / peak, bytes_ / dram) * 1e3
+
+
+def decide(call: relax.Call, target: Target, database, measure: bool, seconds: float = SEARCH_SECONDS) -> Site:
+    expr, why = conv_transpose_expr(call)
+    site = Site("ConvTranspose", " * ".join("x".join(str(int(d)) if isinstance(d, (int, tvm.tirx.IntImm)) else str(d)
+                                                      for d in arg.ty.shape) for arg in call.args[:2]))
+    if expr is None:
+        site.why = why
+        return site
+    result = derive(expr, MAX_DEPTH, seconds=seconds)
+    site.states, site.pruned, site.candidates = result.states, result.pruned, len(result.candidates)
+    hw = cpu_hardware(target)
+    best = None
+    for cand in result.candidates:
+        program, relaid = to_gemm_layout(cand.program, {"W"})
+        if not _emittable(program):
+            continue
+        est = estimate_ms(program, hw)
+        if best is None or est < best[0] or (est == best[0] and len(cand.steps) < len(best[1].steps)):
+            best = (est, cand, program, relaid)
+    if best is None:
+        site.why = f"no candidate lowers to matmul + eOperators ({len(result.candidates)} found)"
+        return site
+    est, cand, program, relaid = best
+    site.steps, site.program, site.relaid = cand.steps, program, relaid
+    weight = tuple(int(d) for d in call.args[1].ty.shape)
+    site.original_ms, site.derived_ms = original_estimate_ms(expr, weight, hw), est
+    if est >= site.original_ms * (ESTIMATE_MARGIN if measure else 1.0):
+        site.why = "estimated slower" if measure else "estimated no faster (not measured)"
+        return site
+    if measure:
+        from .timing import time_against_original
+        site.original_ms, site.derived_ms = time_against_original(call, program, relaid, target, database)
+        site.measured = True
+        if site.derived_ms >= site.original_ms:
+            site.why = "measured no faster"
+            return site
+    site.taken, site.why = True, "measured faster" if measure else "estimated faster (not measured)"
+    return site
+
+
+def _emittable(program: Scope) -> bool:
+    """Every matmul-class scope is in GEMM layout with permutation reads (else it would lower as a
+    generic TE kernel, which the search did not price)."""
+    from .match import instantiate
+    return all(p.kind != "matmul" or gemm_order(p.scope) is not None for p in instantiate(program))
+
+
+@relax.expr_functor.mutator
+class _Emit(relax.PyExprMutator):
+    """Replaces each taken site's call by its derived program."""
+
+    def __init__(self, mod: tvm.IRModule, taken: dict):
+        super().__init__(mod)
+        self.taken = taken
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        site = self.taken.get(_key(call))
+        if site is None:
+            return call
+        return emit(self.builder_, site.program, site.relaid, call.args[0], call.args[1].value.numpy())
+
+
+def emit(bb, program: Scope, relaid: dict[str, Relaid], data, weight: np.ndarray):
+    """The program as Relax: GEMM scopes as matmul, the rest as TE kernels; returns the result."""
+    values = {"X": data, "W": relax.const(weight)}
+    values.update({name: relax.const(np.ascontiguousarray(np.transpose(weight, r.perm))) for name, r in relaid.items()})
+    order = scopes_in_order(program)
+    for i, s in enumerate(order):
+        gemm = gemm_order(s)
+        if gemm is not None:
+            expr = _matmul(bb, s, gemm, values)
+        else:
+            sources = tensors_of(s)
+            expr = bb.call_te(lambda *ts, s=s, sources=sources: compute(s, dict(zip(sources, ts)), "float32"),
+                              *[values[_name(src)] if isinstance(src, Tensor) else values[src] for src in sources],
+                              primfunc_name_hint="derived")
+        values[s] = bb.emit(expr) if i < len(order) - 1 else expr
+    return values[program]
+
+
+def _name(t: Tensor) -> str:
+    return t.name
+
+
+def _matmul(bb, s: Scope, gemm, values: dict):
+    batch, m, n, k = gemm
+    ext = s.iters()
+    size = lambda names: math.prod(ext[x].extent for x in names)      # noqa: E731
+    lead = [size(batch)] if batch else []
+    a, b = operands(s)
+    va = values[_name(a.source)] if isinstance(a.source, Tensor) else values[a.source]
+    vb = values[_name(b.source)] if isinstance(b.source, Tensor) else values[b.source]
+    a2 = bb.emit(relax.op.reshape(va, [*lead, size(m), size(k)]))
+    b2 = bb.emit(relax.op.reshape(vb, [*lead, size(k), size(n)]))
+    mm = bb.emit(relax.op.matmul(a2, b2))
+    return relax.op.reshape(mm, list(s.shape))
+
+
+def _key(call: relax.Call) -> str | None:
+    """Sites with the same weight and input shape are one decision (and one rewrite each)."""
+    if getattr(call.op, "name", None) != CONV_T or not is_const(call.args[1]):
+        return None
+    return hashlib.sha1(call.args[1].value.numpy().tobytes()).hexdigest() + str(call.args[0].ty.shape)
+
+
+def derive_graph(mod: tvm.IRModule, target: Target, database, measure: bool,
+                 seconds: float = SEARCH_SECONDS) -> tuple[tvm.IRModule, PassReport]:
+    decided: dict[str, Site] = {}
+    sites: list[Site] = []
+
+    def visit(e):
+        if isinstance(e, relax.Call) and getattr(e.op, "name", None) == CONV_T:
+            key = _key(e)
+            if key is not None and key in decided:
+                return
+            site = decide(e, target, database, measure, seconds)
+            sites.append(site)
+            if key is not None:
+                decided[key] = site
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    taken = {k: s for k, s in decided.items() if s.taken}
+    if taken:
+        mod = rewrite_functions(_Emit(mod, taken), mod)
+    return mod, _report(sites)
+
+
+def _report(sites: list[Site]) -> PassReport:
+    if not sites:
+        return PassReport("derive", "applied", "no ConvTranspose in the model (this version derives ConvTranspose only)",
+                          {"sites": []})
+    n_taken = sum(s.taken for s in sites)
+    parts = []
+    for s in sites:
+        gain = (f"{s.original_ms:.3f} -> {s.derived_ms:.3f} ms {'measured' if s.measured else 'est.'}"
+                if s.derived_ms is not None else "")
+        parts.append(f"{s.op} {s.shape}: {'taken' if s.taken else 'refused'} ({s.why}{'; ' + gain if gain else ''})")
+    states, pruned = sum(s.states for s in sites), sum(s.pruned for s in sites)
+    rate = f"{pruned / states:.0%}" if states else "0%"
+    summary = (f"{n_taken} of {len(sites)} operator(s) rewritten (Matmul + eOperators); search: {states} states, "
+               f"{rate} pruned by fingerprint; " + "; ".join(parts))
+    return PassReport("derive", "applied", summary, {"sites": [s.record() for s in sites]})

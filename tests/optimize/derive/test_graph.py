@@ -1,0 +1,91 @@
+"""The derive pass on a Relax graph: a ConvTranspose is replaced by its derived Matmul +
+eOperators when that is timed (or, for a target that does not run here, estimated) faster, and
+the rewritten graph computes what the original did; sites this version does not derive are
+refused with the reason."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from support.kernel_cases import host_target
+from packager.optimize.derive.graph import derive_graph
+from packager.spec import TargetSpec
+from packager.targets import resolve
+
+torch = pytest.importorskip("torch")
+
+
+def _relax(net, shape):
+    from tvm.relax.frontend.onnx import from_onnx
+    import io
+    import onnx
+    buf = io.BytesIO()
+    torch.onnx.export(net.eval(), torch.randn(shape), buf, dynamo=False, opset_version=17, input_names=["x"])
+    return from_onnx(onnx.load_from_string(buf.getvalue()), shape_dict={"x": list(shape)}, keep_params_in_input=False)
+
+
+def _run(mod, x):
+    ex = tvm.compile(mod, target="llvm")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def _ops(mod):
+    names = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: names.append(getattr(getattr(e, "op", None), "name", None)))
+    return names
+
+
+def _generator():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.ConvTranspose2d(16, 8, 4, 2, 1), torch.nn.ReLU(),
+                               torch.nn.ConvTranspose2d(8, 4, 4, 2, 1))
+
+
+def test_stride2_conv_transposes_are_derived_and_compute_the_same(tmp_path):
+    """arm64 does not run here: the decision is the roofline estimate (4x fewer multiply-adds)."""
+    arm = resolve(TargetSpec("arm64", {}, "t"))
+    mod = _relax(_generator(), (1, 16, 5, 5))
+    out, report = derive_graph(mod, arm, tmp_path, measure=False)
+    sites = report.details["sites"]
+    assert [s["taken"] for s in sites] == [True, True] and all(not s["measured"] for s in sites)
+    assert all(s["derived_ms"] < s["original_ms"] for s in sites)
+    assert "relax.nn.conv2d_transpose" not in _ops(out) and "relax.matmul" in _ops(out)
+    x = np.random.default_rng(0).standard_normal((1, 16, 5, 5)).astype("float32")
+    want = _generator()(torch.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(_run(out, x), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_run(mod, x), want, rtol=1e-4, atol=1e-4)
+    assert "2 of 2 operator(s) rewritten" in report.summary and "pruned by fingerprint" in report.summary
+
+
+def test_measured_decisions_name_both_times(tmp_path):
+    """InfoGAN's third and fourth layers' shapes (tiny ones are refused on the estimate alone)."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.ConvTranspose2d(256, 128, 4, 2, 1), torch.nn.ConvTranspose2d(128, 64, 4, 2, 1))
+    out, report = derive_graph(_relax(net, (1, 256, 4, 4)), host_target(), tmp_path, measure=True)
+    sites = report.details["sites"]
+    assert len(sites) == 2
+    for s in sites:
+        assert s["original_ms"] > 0 and s["derived_ms"] > 0
+        if not s["measured"]:                   # estimated 1.5x slower: not worth timing
+            assert not s["taken"] and s["why"] == "estimated slower"
+            continue
+        assert s["taken"] == (s["derived_ms"] < s["original_ms"])
+        assert s["why"] == ("measured faster" if s["taken"] else "measured no faster")
+    assert any(s["measured"] for s in sites)
+
+
+def test_sites_this_version_does_not_derive_are_refused_with_the_reason(tmp_path):
+    arm = resolve(TargetSpec("arm64", {}, "t"))
+    grouped = torch.nn.ConvTranspose2d(8, 8, 4, 2, 1, groups=2)
+    _, report = derive_graph(_relax(grouped, (1, 8, 4, 4)), arm, tmp_path, measure=False)
+    (site,) = report.details["sites"]
+    assert not site["taken"] and "groups" in site["why"]
+    stride1 = torch.nn.ConvTranspose2d(8, 8, 2, 1, 0)         # no zero insertion: nothing to save
+    _, report = derive_graph(_relax(stride1, (1, 8, 1, 1)), arm, tmp_path, measure=False)
+    (site,) = report.details["sites"]
+    assert not site["taken"] and site["why"] == "estimated no faster (not measured)"
+    _, report = derive_graph(_relax(torch.nn.Conv2d(3, 4, 3), (1, 3, 8, 8)), arm, tmp_path, measure=False)
+    assert report.details["sites"] == [] and "no ConvTranspose" in report.summary
