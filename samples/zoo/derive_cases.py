@@ -1,0 +1,93 @@
+"""EinNet's per-case study (its Table 3) as a kernel table measured on this machine: each case's
+operator as the packager builds it without derive vs the derived program the search finds (in
+GEMM layout, every scope scheduled by Gensor and timed in alternation with the original).
+
+    python samples/zoo/derive_cases.py [--database DIR]
+
+Conv3x3: the original is the packed-layout conv the layout pass picks (ALT + Gensor, measured);
+ConvTranspose: TVM's conv2d_transpose (TOPI, zero-inserted input) scheduled by Gensor.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from packager.optimize.derive.cost import estimate_ms
+from packager.optimize.derive.layout import to_gemm_layout
+from packager.optimize.derive.match import instantiate
+from packager.optimize.derive.operators import conv2d, conv_transpose2d
+from packager.optimize.derive.search import MAX_DEPTH, derive
+from packager.optimize.schedule.database import TuningDatabase
+from packager.optimize.schedule.gensor import GensorCpu
+from packager.optimize.schedule.hardware import cpu_hardware
+from packager.optimize.schedule.measure import time_interleaved
+from packager.spec import TargetSpec
+from packager.targets import resolve
+
+CASES = {   # name: (kind, data NCHW, weight, stride, pad); EinNet Table 3's shapes
+    "Conv3x3 [1,512,7,7]": ("conv", (1, 512, 7, 7), (512, 512, 3, 3), 1, 1),
+    "ConvTranspose [16,448,2,2]": ("convT", (16, 448, 2, 2), (448, 256, 4, 4), 2, 1),
+    "ConvTranspose [1,256,4,4] (InfoGAN layer 3)": ("convT", (1, 256, 4, 4), (256, 128, 4, 4), 2, 1),
+}
+
+
+def best_program(expr, hw):
+    """The search's cheapest candidate by the roofline estimate, in GEMM layout."""
+    result = derive(expr, MAX_DEPTH, seconds=60)
+    best = None
+    for c in result.candidates:
+        program, relaid = to_gemm_layout(c.program, {"W"})
+        if any(p.kind == "none" for p in instantiate(program)):
+            continue
+        est = estimate_ms(program, hw)
+        if best is None or est < best[0]:
+            best = (est, program, c.steps)
+    return result, best
+
+
+def original_kernel(kind, data, weight, stride, pad, target, database):
+    """(the packager's kernel for the operator without derive, its time if already measured)."""
+    if kind == "conv":
+        from packager.optimize.layout.search import ConvSite, LayoutSearch
+        site = ConvSite(data, weight, (stride, stride), (pad,) * 4, (1, 1), 1, "float32")
+        d = LayoutSearch(target, database, True).decide(site, target.vector_lanes_f32)
+        return site.kernel(d.data_block, d.out_block), d.layouts()
+    from tvm import te, topi
+    x = te.placeholder(data, "float32", "x")
+    w = te.placeholder(weight, "float32", "w")
+    y = topi.nn.conv2d_transpose_nchw(x, w, [stride] * 2, [pad] * 4, "float32", [0, 0])
+    return te.create_prim_func([x, w, y]), "NCHW (TOPI conv2d_transpose)"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--database", default=None, help="tuning database folder (default: the user's)")
+    args = ap.parse_args()
+    target = resolve(TargetSpec("x86-64", {}, "x86-64"))
+    hw = cpu_hardware(target)
+    g = GensorCpu(target, TuningDatabase(args.database), True, 6)
+    for name, (kind, data, weight, stride, pad) in CASES.items():
+        expr = (conv2d(data, weight, (stride,) * 2, (pad,) * 4) if kind == "conv"
+                else conv_transpose2d(data, weight, (stride,) * 2, (pad,) * 4))
+        t0 = time.perf_counter()
+        result, best = best_program(expr, hw)
+        search_s = time.perf_counter() - t0
+        original, layout = original_kernel(kind, data, weight, stride, pad, target, args.database)
+        from packager.optimize.derive.codegen import kernels
+        est, program, steps = best
+        pieces = kernels(program)
+        funcs = [g.schedule(original, f"{name} original")[0]] + [g.schedule(k.func, f"{name} {k.output}")[0]
+                                                                   for k in pieces]
+        times = [t * 1e3 for t in time_interleaved(funcs, target)]
+        kinds = {p.scope: p.kind for p in instantiate(program)}
+        print(json.dumps({"case": name, "original": layout, "original_ms": round(times[0], 4),
+                          "derived_ms": round(sum(times[1:]), 4), "speedup": round(times[0] / sum(times[1:]), 2),
+                          "pieces_ms": {f"{k.output} ({kinds[k.scope]})": round(t, 4) for k, t in zip(pieces, times[1:])},
+                          "derivation": steps, "search": {"states": result.states, "pruned": result.pruned,
+                                                          "candidates": len(result.candidates),
+                                                          "seconds": round(search_s, 2)}}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
