@@ -31,7 +31,7 @@ from .codegen import compute, scopes_in_order, tensors_of
 from .cost import estimate_ms
 from .expr import Scope, Tensor
 from .layout import Relaid, gemm_order, to_gemm_layout
-from .match import operands
+from .match import instantiate, operands
 from .operators import conv_transpose2d
 from .search import MAX_DEPTH, derive
 
@@ -104,8 +104,7 @@ def original_estimate_ms(expr: Scope, weight: tuple[int, ...], hw) -> float:
 
 def decide(call: relax.Call, target: Target, database, measure: bool, seconds: float = SEARCH_SECONDS) -> Site:
     expr, why = conv_transpose_expr(call)
-    site = Site("ConvTranspose", " * ".join("x".join(str(int(d)) if isinstance(d, (int, tvm.tirx.IntImm)) else str(d)
-                                                      for d in arg.ty.shape) for arg in call.args[:2]))
+    site = Site("ConvTranspose", " * ".join(_shape_text(arg) for arg in call.args[:2]))
     if expr is None:
         site.why = why
         return site
@@ -141,10 +140,13 @@ def decide(call: relax.Call, target: Target, database, measure: bool, seconds: f
     return site
 
 
+def _shape_text(arg) -> str:
+    return "x".join(str(int(d)) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in arg.ty.shape)
+
+
 def _emittable(program: Scope) -> bool:
     """Every matmul-class scope is in GEMM layout with permutation reads (else it would lower as a
     generic TE kernel, which the search did not price)."""
-    from .match import instantiate
     return all(p.kind != "matmul" or gemm_order(p.scope) is not None for p in instantiate(program))
 
 
@@ -176,14 +178,15 @@ def emit(bb, program: Scope, relaid: dict[str, Relaid], data, weight: np.ndarray
         else:
             sources = tensors_of(s)
             expr = bb.call_te(lambda *ts, s=s, sources=sources: compute(s, dict(zip(sources, ts)), "float32"),
-                              *[values[_name(src)] if isinstance(src, Tensor) else values[src] for src in sources],
+                              *[_value(values, src) for src in sources],
                               primfunc_name_hint="derived")
         values[s] = bb.emit(expr) if i < len(order) - 1 else expr
     return values[program]
 
 
-def _name(t: Tensor) -> str:
-    return t.name
+def _value(values: dict, src):
+    """The Relax value of a tensor (by name) or of an emitted scope."""
+    return values[src.name] if isinstance(src, Tensor) else values[src]
 
 
 def _matmul(bb, s: Scope, gemm, values: dict):
@@ -192,10 +195,8 @@ def _matmul(bb, s: Scope, gemm, values: dict):
     size = lambda names: math.prod(ext[x].extent for x in names)      # noqa: E731
     lead = [size(batch)] if batch else []
     a, b = operands(s)
-    va = values[_name(a.source)] if isinstance(a.source, Tensor) else values[a.source]
-    vb = values[_name(b.source)] if isinstance(b.source, Tensor) else values[b.source]
-    a2 = bb.emit(relax.op.reshape(va, [*lead, size(m), size(k)]))
-    b2 = bb.emit(relax.op.reshape(vb, [*lead, size(k), size(n)]))
+    a2 = bb.emit(relax.op.reshape(_value(values, a.source), [*lead, size(m), size(k)]))
+    b2 = bb.emit(relax.op.reshape(_value(values, b.source), [*lead, size(k), size(n)]))
     mm = bb.emit(relax.op.matmul(a2, b2))
     return relax.op.reshape(mm, list(s.shape))
 

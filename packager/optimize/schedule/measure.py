@@ -3,8 +3,9 @@ target's RPC device (`targets[i].rpc`, see rpc.py).
 
 All candidates are compiled into one module (one LLVM run) and timed in interleaved rounds on
 the same random inputs with TVM's time evaluator: the minimum over repeats, so a noisy
-neighbour costs a repeat, not the choice. The first candidate's output is the reference every other candidate
-must match; a candidate that disagrees is dropped (and reported) rather than trusted.
+neighbour costs a repeat, not the choice. The first candidate's output is the reference every
+other candidate must match; a candidate that disagrees is dropped (and reported) rather than
+trusted.
 """
 from __future__ import annotations
 
