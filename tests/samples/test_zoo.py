@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,17 +38,24 @@ def test_zoo_model_builds_and_verifies(zoo, name):
     shutil.rmtree(zoo / name)                                 # keep the CI disk footprint small
 
 
-def test_bert_hf_mini_builds_and_verifies_on_x86_and_arm64(tmp_path):
-    """Two int64 inputs, the mask pinned by the spec (verify would feed it random 0..3 otherwise)."""
+def _spec_for_x86_and_arm64(name: str, folder: Path) -> Path:
+    """Export a zoo model into folder and add arm64 to its spec's targets."""
     if not HAS_QEMU:
         pytest.skip("qemu-aarch64 not installed")
-    r = subprocess.run([sys.executable, str(REPO / "samples" / "zoo" / "make_zoo.py"), "bert_hf_mini", "--out",
-                        str(tmp_path)], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, str(REPO / "samples" / "zoo" / "make_zoo.py"), name, "--out", str(folder)],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    spec = tmp_path / "bert_hf_mini" / "spec.yaml"
+    spec = folder / name / "spec.yaml"
     text = spec.read_text()
-    assert "attention_mask: [1, 1, " in text and text.count("targets: [x86-64]\n") == 1
+    assert text.count("targets: [x86-64]\n") == 1
     spec.write_text(text.replace("targets: [x86-64]\n", "targets: [x86-64, arm64]\n"))
+    return spec
+
+
+def test_bert_hf_mini_builds_and_verifies_on_x86_and_arm64(tmp_path):
+    """Two int64 inputs, the mask pinned by the spec (verify would feed it random 0..3 otherwise)."""
+    spec = _spec_for_x86_and_arm64("bert_hf_mini", tmp_path)
+    assert "attention_mask: [1, 1, " in spec.read_text()
     r = run_pack("build", spec)
     assert r.returncode == 0, r.stderr
     assert "left unscheduled" not in r.stdout
@@ -64,13 +72,7 @@ def test_bert_hf_mini_builds_and_verifies_on_x86_and_arm64(tmp_path):
 def test_infogan_conv_transposes_are_derived_and_verify_on_x86_and_arm64(tmp_path):
     """EinNet's InfoGAN generator: the derive pass rewrites its stride-2 ConvTransposes (timed on
     x86-64, estimated for arm64) and both targets still match onnxruntime."""
-    if not HAS_QEMU:
-        pytest.skip("qemu-aarch64 not installed")
-    r = subprocess.run([sys.executable, str(REPO / "samples" / "zoo" / "make_zoo.py"), "infogan", "--out",
-                        str(tmp_path)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    spec = tmp_path / "infogan" / "spec.yaml"
-    spec.write_text(spec.read_text().replace("targets: [x86-64]\n", "targets: [x86-64, arm64]\n"))
+    spec = _spec_for_x86_and_arm64("infogan", tmp_path)
     r = run_pack("build", spec)
     assert r.returncode == 0, r.stderr
     pkg = tmp_path / "infogan" / "dist" / "infogan"
