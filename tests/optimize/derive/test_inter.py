@@ -1,0 +1,54 @@
+"""Inter-expression rules: R7 merges sibling matmuls on a shared input into one matmul on the
+concatenated weights (EinNet's Fig. 3a) and R6 splits an expression; every old output's values
+are where the rule says, and expressions that differ in more than one tensor are not merged."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from packager.optimize.derive.expr import Iter, Tensor, mul, read, scope
+from packager.optimize.derive.inter import merge, split
+from packager.optimize.derive.interp import evaluate
+from packager.optimize.derive.match import instantiate, matmul_distance
+from packager.optimize.derive.operators import matmul
+
+
+def _mm(m, k, n, a="A", b="B"):
+    return matmul(m, k, n, a=a, b=b)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 5), st.integers(1, 5), st.integers(1, 5), st.integers(0, 2**16))
+def test_sibling_matmuls_merge_into_one(m, k, n1, n2, seed):
+    rng = np.random.default_rng(seed)
+    inputs = {"A": rng.standard_normal((m, k)), "B1": rng.standard_normal((k, n1)), "B2": rng.standard_normal((k, n2))}
+    outputs = {"y1": _mm(m, k, n1, b="B1"), "y2": _mm(m, k, n2, b="B2")}
+    (name, merged, where), = list(merge(outputs))
+    (single,) = merged.values()
+    assert name == "R7 merge y1 + y2 along n"
+    value = evaluate(single, inputs)
+    for old, (new, pos, (lo, hi)) in where.items():
+        assert pos == 1 and new == "y1+y2"
+        np.testing.assert_allclose(value[:, lo:hi], evaluate(outputs[old], inputs), atol=1e-12)
+    assert matmul_distance(single) == 0                          # one matmul, weights concatenated
+    assert [p.kind for p in instantiate(single)][0] == "eop"    # the concatenation (weights only)
+
+
+def test_expressions_that_differ_in_two_tensors_or_their_math_are_not_merged():
+    assert list(merge({"y1": _mm(3, 4, 5, a="A1", b="B1"), "y2": _mm(3, 4, 5, a="A2", b="B2")})) == []
+    A, B1, B2 = Tensor("A", (3, 4)), Tensor("B1", (4, 5)), Tensor("B2", (4, 5))
+    its = [Iter("m", 0, 3), Iter("n", 0, 5)]
+    plain = scope(its, [Iter("k", 0, 4)], mul(read(A, "m", "k"), read(B1, "k", "n")))
+    transposed = scope(its, [Iter("k", 0, 4)], mul(read(A, "m", "k"), read(B2, "n", "k")))   # other index
+    assert list(merge({"y1": plain, "y2": transposed})) == []
+
+
+def test_split_pieces_hold_the_original_values():
+    rng = np.random.default_rng(0)
+    inputs = {"A": rng.standard_normal((5, 3)), "B": rng.standard_normal((3, 4))}
+    y = _mm(5, 3, 4)
+    want = evaluate(y, inputs)
+    for name, outputs, where in split({"y": y}):
+        pos, (first, second) = where["y"]
+        halves = [evaluate(outputs[first], inputs), evaluate(outputs[second], inputs)]
+        np.testing.assert_allclose(np.concatenate(halves, axis=pos), want, atol=1e-12)
