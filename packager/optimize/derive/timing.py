@@ -1,7 +1,8 @@
 """Timing a derived program against the operator it replaces, on the machine the target's
 candidates are timed on: the operator as TVM lowers it (TOPI's compute, what LegalizeOps emits)
-and every scope of the derived program, each scheduled by Gensor (top-k + rules, measured), timed
-in alternation so both see the same machine."""
+and every scope of the derived program as the packager will build it (a GEMM on a constant weight
+as the layout pass's matmul at its measured panel width, the rest as generated), each scheduled
+by Gensor (top-k + rules, measured), timed in alternation so both see the same machine."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,9 +12,14 @@ from ...targets import Target
 from ..schedule.database import TuningDatabase
 from ..schedule.gensor import GensorCpu
 from ..schedule.measure import time_interleaved
-from .codegen import kernels
-from .expr import Scope
-from .layout import Relaid
+import math
+
+from ..layout.matmul import MatmulSite
+from ..layout.search import LayoutSearch
+from .codegen import Kernel, kernels
+from .expr import Scope, Tensor
+from .layout import Relaid, gemm_order
+from .match import operands
 
 
 def original_conv_transpose(call: relax.Call):
@@ -29,9 +35,24 @@ def time_against_original(call: relax.Call, program: Scope, relaid: dict[str, Re
                           database) -> tuple[float, float]:
     """(original ms, derived ms: the sum of its kernels)."""
     g = GensorCpu(target, TuningDatabase(database), True, 6)
+    search = LayoutSearch(target, database, True)
     funcs = [g.schedule(original_conv_transpose(call), "derive: original")[0]]
-    funcs += [g.schedule(k.func, f"derive: {k.output}")[0] for k in kernels(program)]
+    funcs += [g.schedule(as_built(k, relaid, search), f"derive: {k.output}")[0] for k in kernels(program)]
     times = time_interleaved(funcs, target)
     if any(t is None for t in times):
         return float("inf"), float("inf")
     return times[0] * 1e3, float(np.sum(times[1:])) * 1e3
+
+
+def as_built(k: Kernel, relaid: dict[str, Relaid], search: LayoutSearch):
+    """A GEMM on the (re-laid) weight as the layout pass will build it; other scopes as they are."""
+    gemm = gemm_order(k.scope)
+    if gemm is None or gemm[0]:
+        return k.func
+    _, b = operands(k.scope)
+    if not (isinstance(b.source, Tensor) and (b.source.name == "W" or b.source.name in relaid)):
+        return k.func
+    ext = k.scope.iters()
+    m, n, kk = (math.prod(ext[x].extent for x in names) for names in gemm[1:])
+    site = MatmulSite((m, kk), n, "float32")
+    return site.kernel(search.decide_matmul(site).nt)
