@@ -2,7 +2,7 @@
 
 Architectures follow the reference designs (torchvision ResNet/MobileNetV2, ViT-Tiny/16,
 BERT-base, also in Hugging Face's layout with an attention mask, GPT-2 small, EinNet's InfoGAN
-generator with ConvTranspose layers); weights are random
+generator with ConvTranspose layers, CSRNet's dilated back-end); weights are random
 with a fixed seed, since the zoo measures speed and numerical agreement, not accuracy.
 """
 from __future__ import annotations
@@ -285,6 +285,24 @@ class InfoGAN(nn.Module):
 
     def forward(self, z):
         return self.net(z)
+
+
+# ---------------------------------------------------------------------------- CSRNet back-end
+class CSRNetBlock(nn.Module):
+    """CSRNet's back-end (3x3 convs with dilation 2 and ReLU, then a 1x1 conv to one density
+    map), narrowed to `width` channels: the dilated-conv case of EinNet's evaluation."""
+
+    def __init__(self, width: int = 64):
+        super().__init__()
+        layers, ch = [], width
+        for out in (width, width, width // 2):
+            layers += [nn.Conv2d(ch, out, 3, padding=2, dilation=2), nn.ReLU()]
+            ch = out
+        layers.append(nn.Conv2d(ch, 1, 1))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x)
 
 
 def init_transformer(m: nn.Module) -> nn.Module:

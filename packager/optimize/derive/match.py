@@ -59,6 +59,15 @@ def matmul_distance(s: Scope) -> float:
     return sum(len(g[k]) - 1 for k in ("m", "n", "k")) + max(len(g.get("batch", [])) - 1, 0)
 
 
+def conv_like(s: Scope) -> bool:
+    """A unit-stride, non-dilated conv: the matmul groups, but an operand dimension may add
+    iterators of different groups (h + r), each with coefficient 1."""
+    g = groups(s)
+    if g is None or g.get("other") or not all(g.get(k) for k in ("m", "n", "k")):
+        return False
+    return all(i.affine and all(c == 1 for _, c in i.terms) for a in operands(s) for i in a.index)
+
+
 def intensity(s: Scope) -> float:
     """Flops per element read or written (each distinct tensor counted once at its full size):
     a product of f factors costs f - 1 multiplies per point, plus one add per point if summed."""
@@ -73,7 +82,7 @@ class Piece:
     """One scope of a derived program and how it would be instantiated."""
 
     scope: Scope
-    kind: str                 # matmul | eop | original | none
+    kind: str                 # matmul | conv | eop | original | none
     distance: float
 
 
@@ -89,6 +98,8 @@ def instantiate(s: Scope, original: Scope | None = None) -> list[Piece]:
         kind = "eop"                      # memory-bound, or a plain (offset) reduction of one tensor
     elif d < math.inf:
         kind = "matmul"
+    elif conv_like(s):
+        kind = "conv"
     else:
         kind = "none"
     return out + [Piece(s, kind, d)]

@@ -42,12 +42,13 @@ class SearchResult:
 
 
 def _remaining(pieces: list[Piece]) -> float:
-    return sum(0 if p.kind in ("eop", "original") else p.distance for p in pieces)
+    return sum(0 if p.kind in ("eop", "original", "conv") else p.distance for p in pieces)
 
 
 def derive(expr: Scope, max_depth: int = MAX_DEPTH, seconds: float = 60.0, rules=INTRA,
-           max_candidates: int = 1000) -> SearchResult:
-    """Every instantiable program found within depth and budget (the original excluded)."""
+           max_candidates: int = 1000, accept: tuple[str, ...] = ("matmul", "eop")) -> SearchResult:
+    """Every program found within depth and budget whose scopes all instantiate as one of
+    `accept` (the original excluded)."""
     result = SearchResult()
     # fingerprint -> (canonical text, depth first seen): a state met again no deeper is dropped;
     # one met shallower than before is explored again (its subtree reaches further from there)
@@ -75,7 +76,7 @@ def derive(expr: Scope, max_depth: int = MAX_DEPTH, seconds: float = 60.0, rules
             pieces = instantiate(child)
             if old is not None and fp in found and old[0] == text:
                 found[fp].steps = [*steps, name]          # the shorter derivation of a known candidate
-            elif old is None and all(p.kind in ("matmul", "eop") for p in pieces):
+            elif old is None and all(p.kind in accept for p in pieces):
                 found[fp] = Candidate(child, [*steps, name], pieces)
                 result.candidates.append(found[fp])
             children.append((_remaining(pieces), len(children), name, child))
