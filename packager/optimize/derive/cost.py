@@ -16,7 +16,7 @@ from ..schedule.hardware import Hardware, cpu_hardware
 from ..schedule.measure import time_interleaved
 from .codegen import kernels, scopes_in_order, tensors_of
 from .expr import Scope
-from .match import factors
+from .match import factors, instantiate
 from .search import Candidate
 
 BYTES = 4                       # float32
@@ -57,7 +57,6 @@ class Measured:
 
 def measure(program: Scope, target: Target, database=None, top_k: int = 6) -> Measured:
     """Each scope as a kernel, scheduled by Gensor (measured), then timed in alternation."""
-    from .match import instantiate
     g = GensorCpu(target, TuningDatabase(database), True, top_k)
     ks = kernels(program)
     funcs = [g.schedule(k.func, f"derived {k.output}")[0] for k in ks]

@@ -8,7 +8,8 @@ and no operand dimension mixes groups (a conv's `h + r` has the same signatures 
 no single stride per group: EinNet's StrideMismatch).
 Gensor tiles a group of several iterators as it is, so such a scope is instantiated without
 EinNet's converging merges; its distance (iterators beyond one per group) is what a library
-call's single m/n/k would still need, and what the search reports. A scope whose flops per element moved is under 4 is
+call's single m/n/k would still need, and what the search reports. A scope that adds iterators
+of different groups in one dimension with unit steps (a plain conv's h + r) is of the conv class. A scope whose flops per element moved is under 4 is
 an eOperator (OffsetReduce, layout transforms): generated as a TE compute, never matched; so is
 a scope whose body is one read (a sum of one tensor's elements: at most one add per read, even
 where its summation also runs over padding).
@@ -82,19 +83,17 @@ class Piece:
     """One scope of a derived program and how it would be instantiated."""
 
     scope: Scope
-    kind: str                 # matmul | conv | eop | original | none
+    kind: str                 # matmul | conv | eop | none
     distance: float
 
 
-def instantiate(s: Scope, original: Scope | None = None) -> list[Piece]:
+def instantiate(s: Scope) -> list[Piece]:
     """Every scope of the program (nested ones first) with its instantiation."""
     out: list[Piece] = []
     for inner in {a.source for a in accesses(s.body) if isinstance(a.source, Scope)}:
         out += instantiate(inner)
     d = matmul_distance(s)
-    if s is original:
-        kind = "original"
-    elif intensity(s) < EOP_INTENSITY or isinstance(s.body, Access):
+    if intensity(s) < EOP_INTENSITY or isinstance(s.body, Access):
         kind = "eop"                      # memory-bound, or a plain (offset) reduction of one tensor
     elif d < math.inf:
         kind = "matmul"

@@ -1,7 +1,8 @@
 """The derivation search (EinNet §6): an explorative depth-first search over the rules to a
 maximum depth (7 by default), with fingerprints dropping states already seen (§6.2) and a time
-budget per subprogram. A state is a candidate when every scope in it instantiates (matmul
-class or memory-bound eOperator, match.py); the candidates are what the cost model ranks.
+budget per subprogram. A state is a candidate when every scope in it instantiates as one of the
+accepted kinds (by default matmul class or memory-bound eOperator, match.py); the candidates are
+what the cost model ranks.
 
 Children are visited in order of how far their scopes are from instantiating (the summed
 matmul distance of the non-eOperator scopes): a distance-ordered depth-first search, not yet
@@ -42,7 +43,7 @@ class SearchResult:
 
 
 def _remaining(pieces: list[Piece]) -> float:
-    return sum(0 if p.kind in ("eop", "original", "conv") else p.distance for p in pieces)
+    return sum(0 if p.kind in ("eop", "conv") else p.distance for p in pieces)
 
 
 def derive(expr: Scope, max_depth: int = MAX_DEPTH, seconds: float = 60.0, rules=INTRA,
