@@ -26,7 +26,7 @@ from tvm import relax
 from ...targets import Target
 from ..base import PassReport
 from ..relax_util import is_const, rewrite_functions
-from ..schedule.hardware import cpu_hardware
+from ..schedule.hardware import cpu_hardware, gpu_hardware
 from .codegen import compute, scopes_in_order, tensors_of
 from .cost import estimate_ms
 from .expr import Scope, Tensor
@@ -110,7 +110,7 @@ def decide(call: relax.Call, target: Target, database, measure: bool, seconds: f
         return site
     result = derive(expr, MAX_DEPTH, seconds=seconds)
     site.states, site.pruned, site.candidates = result.states, result.pruned, len(result.candidates)
-    hw = cpu_hardware(target)
+    hw = cpu_hardware(target) if target.kind == "cpu" else gpu_hardware(target)
     best = None
     for cand in result.candidates:
         program, relaid = to_gemm_layout(cand.program, {"W"})
@@ -239,7 +239,7 @@ def _report(sites: list[Site]) -> PassReport:
     n_taken = sum(s.taken for s in sites)
     parts = []
     for s in sites:
-        gain = (f"{s.original_ms:.3f} -> {s.derived_ms:.3f} ms {'measured' if s.measured else 'est.'}"
+        gain = (f"{s.original_ms:.3g} -> {s.derived_ms:.3g} ms {'measured' if s.measured else 'est.'}"
                 if s.derived_ms is not None else "")
         parts.append(f"{s.op} {s.shape}: {'taken' if s.taken else 'refused'} ({s.why}{'; ' + gain if gain else ''})")
     states, pruned = sum(s.states for s in sites), sum(s.pruned for s in sites)
