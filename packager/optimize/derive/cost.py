@@ -16,26 +16,26 @@ from ..schedule.hardware import Hardware, cpu_hardware
 from ..schedule.measure import time_interleaved
 from .codegen import kernels, scopes_in_order, tensors_of
 from .expr import Scope
-from .match import factors, instantiate
+from .match import flops, instantiate
 from .search import Candidate
 
 BYTES = 4                       # float32
-
-
-def _flops(s: Scope) -> float:
-    points = math.prod(it.extent for it in (*s.travs, *s.sums))
-    return points * (len(factors(s.body)) - 1 + (1 if s.sums else 0))
 
 
 def _bytes(s: Scope) -> float:
     return BYTES * (sum(math.prod(src.shape) for src in tensors_of(s)) + math.prod(s.shape))
 
 
-def estimate_ms(program: Scope, hw: Hardware) -> float:
-    """Roofline time of every scope: max(flops / peak, bytes / DRAM bandwidth), summed."""
+def roofline_ms(work: float, bytes_: float, hw: Hardware) -> float:
+    """max(flops / peak, bytes / DRAM bandwidth) on the whole device, in ms."""
     peak = hw.flops_per_cycle * hw.cores * hw.ghz * 1e9
     dram = hw.level("DRAM").bandwidth * hw.cores * hw.ghz * 1e9
-    return sum(max(_flops(s) / peak, _bytes(s) / dram) for s in scopes_in_order(program)) * 1e3
+    return max(work / peak, bytes_ / dram) * 1e3
+
+
+def estimate_ms(program: Scope, hw: Hardware) -> float:
+    """Roofline time of every scope, summed."""
+    return sum(roofline_ms(flops(s), _bytes(s), hw) for s in scopes_in_order(program))
 
 
 def rank(candidates: list[Candidate], target: Target) -> list[tuple[float, Candidate]]:

@@ -39,7 +39,12 @@ def canonical(s: Scope) -> str:
 
 
 def fingerprint(s: Scope) -> int:
-    return int.from_bytes(hashlib.blake2b(canonical(s).encode(), digest_size=8).digest(), "little")
+    return text_hash(canonical(s))
+
+
+def text_hash(text: str) -> int:
+    """The fingerprint of a canonical text (the search has the text already)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
 def _node(n: Node, names: dict[str, Index]) -> str:

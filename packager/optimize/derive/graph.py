@@ -28,7 +28,7 @@ from ..base import PassReport
 from ..relax_util import is_const, rewrite_functions
 from ..schedule.hardware import cpu_hardware, gpu_hardware
 from .codegen import compute, scopes_in_order, tensors_of
-from .cost import estimate_ms
+from .cost import estimate_ms, roofline_ms
 from .expr import Scope, Tensor
 from .layout import Relaid, gemm_order, to_gemm_layout
 from .match import instantiate, operands
@@ -94,12 +94,8 @@ def original_estimate_ms(expr: Scope, weight: tuple[int, ...], hw) -> float:
     output point and input channel."""
     n, f, ho, wo = expr.shape
     c, _, r, s = weight
-    flops = 2 * n * f * ho * wo * c * r * s
     data = math.prod(expr.body.a.source.shape)
-    bytes_ = 4 * (data + math.prod(weight) + n * f * ho * wo)
-    peak = hw.flops_per_cycle * hw.cores * hw.ghz * 1e9
-    dram = hw.level("DRAM").bandwidth * hw.cores * hw.ghz * 1e9
-    return max(flops / peak, bytes_ / dram) * 1e3
+    return roofline_ms(2 * n * f * ho * wo * c * r * s, 4 * (data + math.prod(weight) + n * f * ho * wo), hw)
 
 
 def decide(call: relax.Call, target: Target, database, measure: bool, seconds: float = SEARCH_SECONDS) -> Site:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .expr import Access, Iter, Scope, Tensor, map_accesses, mul, read, scope
-from .match import groups, operands
+from .match import gemm_groups, operands
 
 
 @dataclass
@@ -26,8 +26,8 @@ class Relaid:
 def gemm_order(s: Scope) -> tuple[list[str], list[str], list[str], list[str]] | None:
     """(batch, m, n, k) iterator names of a matmul scope whose operands are permutation reads of
     whole tensors (traversals from 0), in the order they appear in the scope; None otherwise."""
-    g = groups(s)
-    if g is None or g.get("other") or not all(g.get(k) for k in ("m", "n", "k")):
+    g = gemm_groups(s)
+    if g is None:
         return None
     ranges = s.iters()
     if any(it.lo != 0 for it in (*s.travs, *s.sums)):

@@ -46,12 +46,19 @@ def groups(s: Scope) -> dict[str, list[str]] | None:
     return out
 
 
+def gemm_groups(s: Scope) -> dict[str, list[str]] | None:
+    """The groups of a two-operand scope whose iterators are all batch / m / n / k with m, n and
+    k present (the matmul and conv classes), else None."""
+    g = groups(s)
+    if g is None or g.get("other") or not all(g.get(k) for k in ("m", "n", "k")):
+        return None
+    return g
+
+
 def matmul_distance(s: Scope) -> float:
     """Iterators beyond one per group (0: a plain matmul); inf outside the matmul class."""
-    g = groups(s)
-    if g is None or not all(g.get(k) for k in ("m", "n", "k")) or not all(i.affine for a in operands(s) for i in a.index):
-        return math.inf
-    if g.get("other"):
+    g = gemm_groups(s)
+    if g is None or not all(i.affine for a in operands(s) for i in a.index):
         return math.inf
     group_of = {it: name for name, its in g.items() for it in its}
     for a in operands(s):                 # a dimension mixing groups (conv's h + r) is no GEMM stride
@@ -63,19 +70,21 @@ def matmul_distance(s: Scope) -> float:
 def conv_like(s: Scope) -> bool:
     """A unit-stride, non-dilated conv: the matmul groups, but an operand dimension may add
     iterators of different groups (h + r), each with coefficient 1."""
-    g = groups(s)
-    if g is None or g.get("other") or not all(g.get(k) for k in ("m", "n", "k")):
+    if gemm_groups(s) is None:
         return False
     return all(i.affine and all(c == 1 for _, c in i.terms) for a in operands(s) for i in a.index)
 
 
-def intensity(s: Scope) -> float:
-    """Flops per element read or written (each distinct tensor counted once at its full size):
-    a product of f factors costs f - 1 multiplies per point, plus one add per point if summed."""
+def flops(s: Scope) -> float:
+    """A product of f factors costs f - 1 multiplies per point, plus one add per point if summed."""
     points = math.prod(it.extent for it in (*s.travs, *s.sums))
-    flops = points * (len(factors(s.body)) - 1 + (1 if s.sums else 0))
+    return points * (len(factors(s.body)) - 1 + (1 if s.sums else 0))
+
+
+def intensity(s: Scope) -> float:
+    """Flops per element read or written (each distinct tensor counted once at its full size)."""
     sizes = {a.source: math.prod(a.source.shape) for a in accesses(s.body)}
-    return flops / (sum(sizes.values()) + math.prod(s.shape))
+    return flops(s) / (sum(sizes.values()) + math.prod(s.shape))
 
 
 @dataclass(frozen=True)

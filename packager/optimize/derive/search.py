@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from .expr import Scope
-from .fingerprint import canonical, fingerprint
+from .fingerprint import canonical, text_hash
 from .match import Piece, instantiate
 from .rules import INTRA, rewrites
 
@@ -53,7 +53,8 @@ def derive(expr: Scope, max_depth: int = MAX_DEPTH, seconds: float = 60.0, rules
     result = SearchResult()
     # fingerprint -> (canonical text, depth first seen): a state met again no deeper is dropped;
     # one met shallower than before is explored again (its subtree reaches further from there)
-    seen: dict[int, tuple[str, int]] = {fingerprint(expr): (canonical(expr), 0)}
+    start = canonical(expr)
+    seen: dict[int, tuple[str, int]] = {text_hash(start): (start, 0)}
     found: dict[int, Candidate] = {}
     deadline = time.perf_counter() + seconds
     t0 = time.perf_counter()
@@ -67,7 +68,8 @@ def derive(expr: Scope, max_depth: int = MAX_DEPTH, seconds: float = 60.0, rules
                 result.exhausted = False
                 return
             result.states += 1
-            fp, text, depth = fingerprint(child), canonical(child), len(steps) + 1
+            text, depth = canonical(child), len(steps) + 1
+            fp = text_hash(text)
             old = seen.get(fp)
             if old is not None and old[0] == text and old[1] <= depth:
                 result.pruned += 1
