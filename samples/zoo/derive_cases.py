@@ -15,17 +15,13 @@ import json
 import time
 
 from packager.optimize.derive.codegen import kernels
-from packager.optimize.derive.cost import estimate_ms
-from packager.optimize.derive.layout import to_gemm_layout
+from packager.optimize.derive.graph import best_candidate
 from packager.optimize.derive.match import instantiate
 from packager.optimize.derive.operators import conv2d, conv_transpose2d
 from packager.optimize.derive.search import MAX_DEPTH, derive
-from packager.optimize.derive.timing import as_built
+from packager.optimize.derive.timing import original_conv_transpose, time_program
 from packager.optimize.layout.search import ConvSite, LayoutSearch
-from packager.optimize.schedule.database import TuningDatabase
-from packager.optimize.schedule.gensor import GensorCpu
 from packager.optimize.schedule.hardware import cpu_hardware
-from packager.optimize.schedule.measure import time_interleaved
 from packager.spec import TargetSpec
 from packager.targets import resolve
 
@@ -36,31 +32,13 @@ CASES = {   # name: (kind, data NCHW, weight, stride, pad); EinNet Table 3's sha
 }
 
 
-def best_program(expr, hw):
-    """The search's cheapest candidate by the roofline estimate, in GEMM layout."""
-    result = derive(expr, MAX_DEPTH, seconds=60)
-    best = None
-    for c in result.candidates:
-        program, relaid = to_gemm_layout(c.program, {"W"})
-        if any(p.kind == "none" for p in instantiate(program)):
-            continue
-        est = estimate_ms(program, hw)
-        if best is None or est < best[0]:
-            best = (est, program, relaid, c.steps)
-    return result, best
-
-
 def original_kernel(kind, data, weight, stride, pad, target, database):
-    """(the packager's kernel for the operator without derive, its time if already measured)."""
+    """(the packager's kernel for the operator without derive, what it is)."""
     if kind == "conv":
         site = ConvSite(data, weight, (stride, stride), (pad,) * 4, (1, 1), 1, "float32")
         d = LayoutSearch(target, database, True).decide(site, target.vector_lanes_f32)
         return site.kernel(d.data_block, d.out_block), d.layouts()
-    from tvm import te, topi
-    x = te.placeholder(data, "float32", "x")
-    w = te.placeholder(weight, "float32", "w")
-    y = topi.nn.conv2d_transpose_nchw(x, w, [stride] * 2, [pad] * 4, "float32", [0, 0])
-    return te.create_prim_func([x, w, y]), "NCHW (TOPI conv2d_transpose)"
+    return original_conv_transpose(data, weight, [stride] * 2, [pad] * 4), "NCHW (TOPI conv2d_transpose)"
 
 
 def main() -> None:
@@ -69,20 +47,16 @@ def main() -> None:
     args = ap.parse_args()
     target = resolve(TargetSpec("x86-64", {}, "x86-64"))
     hw = cpu_hardware(target)
-    g = GensorCpu(target, TuningDatabase(args.database), True, 6)
     for name, (kind, data, weight, stride, pad) in CASES.items():
         expr = (conv2d(data, weight, (stride,) * 2, (pad,) * 4) if kind == "conv"
                 else conv_transpose2d(data, weight, (stride,) * 2, (pad,) * 4))
         t0 = time.perf_counter()
-        result, best = best_program(expr, hw)
+        result = derive(expr, MAX_DEPTH, seconds=60)
+        _, cand, program, relaid = best_candidate(result.candidates, hw)
         search_s = time.perf_counter() - t0
         original, layout = original_kernel(kind, data, weight, stride, pad, target, args.database)
-        est, program, relaid, steps = best
-        pieces = kernels(program)
-        search = LayoutSearch(target, args.database, True)
-        funcs = [g.schedule(original, f"{name} original")[0]] + [
-            g.schedule(as_built(k, relaid, search), f"{name} {k.output}")[0] for k in pieces]
-        times = [t * 1e3 for t in time_interleaved(funcs, target)]
+        times = time_program(original, program, relaid, target, args.database)
+        pieces, steps = kernels(program), cand.steps
         kinds = {p.scope: p.kind for p in instantiate(program)}
         print(json.dumps({"case": name, "original": layout, "original_ms": round(times[0], 4),
                           "derived_ms": round(sum(times[1:]), 4), "speedup": round(times[0] / sum(times[1:]), 2),

@@ -33,7 +33,7 @@ from .expr import Scope, Tensor
 from .layout import Relaid, gemm_order, to_gemm_layout
 from .match import instantiate, operands
 from .operators import conv_transpose2d
-from .search import MAX_DEPTH, derive
+from .search import MAX_DEPTH, Candidate, derive
 
 CONV_T = "relax.nn.conv2d_transpose"
 SEARCH_SECONDS = 20.0
@@ -107,14 +107,7 @@ def decide(call: relax.Call, target: Target, database, measure: bool, seconds: f
     result = derive(expr, MAX_DEPTH, seconds=seconds)
     site.states, site.pruned, site.candidates = result.states, result.pruned, len(result.candidates)
     hw = cpu_hardware(target) if target.kind == "cpu" else gpu_hardware(target)
-    best = None
-    for cand in result.candidates:
-        program, relaid = to_gemm_layout(cand.program, {"W"})
-        if not _emittable(program):
-            continue
-        est = estimate_ms(program, hw)
-        if best is None or est < best[0] or (est == best[0] and len(cand.steps) < len(best[1].steps)):
-            best = (est, cand, program, relaid)
+    best = best_candidate(result.candidates, hw)
     if best is None:
         site.why = f"no candidate lowers to matmul + eOperators ({len(result.candidates)} found)"
         return site
@@ -138,6 +131,20 @@ def decide(call: relax.Call, target: Target, database, measure: bool, seconds: f
 
 def _shape_text(arg) -> str:
     return "x".join(str(int(d)) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in arg.ty.shape)
+
+
+def best_candidate(candidates: list[Candidate], hw) -> tuple[float, Candidate, Scope, dict[str, Relaid]] | None:
+    """(estimate ms, candidate, its program in GEMM layout, re-laid weights) of the cheapest
+    candidate that lowers to matmul + eOperators (the shorter derivation on a tie)."""
+    best = None
+    for cand in candidates:
+        program, relaid = to_gemm_layout(cand.program, {"W"})
+        if not _emittable(program):
+            continue
+        est = estimate_ms(program, hw)
+        if best is None or est < best[0] or (est == best[0] and len(cand.steps) < len(best[1].steps)):
+            best = (est, cand, program, relaid)
+    return best
 
 
 def _emittable(program: Scope) -> bool:

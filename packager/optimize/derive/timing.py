@@ -2,46 +2,62 @@
 candidates are timed on: the operator as TVM lowers it (TOPI's compute, what LegalizeOps emits)
 and every scope of the derived program as the packager will build it (a GEMM on a constant weight
 as the layout pass's matmul at its measured panel width, the rest as generated), each scheduled
-by Gensor (top-k + rules, measured), timed in alternation so both see the same machine."""
+by Gensor (top-k + rules, measured), timed in alternation so both see the same machine. The
+schedules and panel widths chosen on the way go to the tuning database, so a rebuild replays
+them."""
 from __future__ import annotations
 
-import numpy as np
-from tvm import relax, te, topi
+import math
+from dataclasses import dataclass
+
+from tvm import relax, te, tirx, topi
 
 from ...targets import Target
+from ..layout.matmul import MatmulSite
+from ..layout.search import LayoutSearch
 from ..schedule.database import TuningDatabase
 from ..schedule.gensor import GensorCpu
 from ..schedule.measure import time_interleaved
-import math
-
-from ..layout.matmul import MatmulSite
-from ..layout.search import LayoutSearch
 from .codegen import Kernel, kernels
 from .expr import Scope, Tensor
 from .layout import Relaid, gemm_order
-from .match import operands
+from .match import instantiate, operands
 
 
-def original_conv_transpose(call: relax.Call):
-    a = call.attrs
-    x = te.placeholder(tuple(int(d) for d in call.args[0].ty.shape), "float32", "x")
-    w = te.placeholder(tuple(int(d) for d in call.args[1].ty.shape), "float32", "w")
-    y = topi.nn.conv2d_transpose_nchw(x, w, [int(s) for s in a.strides], [int(p) for p in a.padding], "float32",
-                                      [int(p) for p in a.output_padding])
+def original_conv_transpose(data, weight, strides, pads, output_padding=(0, 0)) -> tirx.PrimFunc:
+    """TVM's own conv2d_transpose (NCHW data, IOHW weight) as a PrimFunc."""
+    x = te.placeholder(tuple(data), "float32", "x")
+    w = te.placeholder(tuple(weight), "float32", "w")
+    y = topi.nn.conv2d_transpose_nchw(x, w, list(strides), list(pads), "float32", list(output_padding))
     return te.create_prim_func([x, w, y])
+
+
+def time_program(original: tirx.PrimFunc | None, program: Scope, relaid: dict[str, Relaid], target: Target,
+                 database, top_k: int = 6, as_built_gemm: bool = True) -> list[float]:
+    """ms of the original (when given) then of each of the program's kernels, timed in
+    alternation (inf: failed to run)."""
+    g = GensorCpu(target, TuningDatabase(database), True, top_k)
+    search = LayoutSearch(target, database, True)
+    funcs = [g.schedule(original, "derive: original")[0]] if original is not None else []
+    funcs += [g.schedule(as_built(k, relaid, search) if as_built_gemm else k.func, f"derive: {k.output}")[0]
+              for k in kernels(program)]
+    times = time_interleaved(funcs, target)
+    g.db.save()
+    search.save()
+    return [t * 1e3 if t is not None else math.inf for t in times]
 
 
 def time_against_original(call: relax.Call, program: Scope, relaid: dict[str, Relaid], target: Target,
                           database) -> tuple[float, float]:
-    """(original ms, derived ms: the sum of its kernels)."""
-    g = GensorCpu(target, TuningDatabase(database), True, 6)
-    search = LayoutSearch(target, database, True)
-    funcs = [g.schedule(original_conv_transpose(call), "derive: original")[0]]
-    funcs += [g.schedule(as_built(k, relaid, search), f"derive: {k.output}")[0] for k in kernels(program)]
-    times = time_interleaved(funcs, target)
-    if any(t is None for t in times):
-        return float("inf"), float("inf")
-    return times[0] * 1e3, float(np.sum(times[1:])) * 1e3
+    """(original ms, derived ms: the sum of its kernels) for a conv2d_transpose call."""
+    a = call.attrs
+    original = original_conv_transpose([int(d) for d in call.args[0].ty.shape], [int(d) for d in call.args[1].ty.shape],
+                                       [int(s) for s in a.strides], [int(p) for p in a.padding],
+                                       [int(p) for p in a.output_padding])
+    first, *pieces = time_program(original, program, relaid, target, database)
+    if math.inf in (first, *pieces):              # a kernel that failed to run decides nothing
+        return math.inf, math.inf
+    return first, sum(pieces)
 
 
 def as_built(k: Kernel, relaid: dict[str, Relaid], search: LayoutSearch):
@@ -56,3 +72,22 @@ def as_built(k: Kernel, relaid: dict[str, Relaid], search: LayoutSearch):
     m, n, kk = (math.prod(ext[x].extent for x in names) for names in gemm[1:])
     site = MatmulSite((m, kk), n, "float32")
     return site.kernel(search.decide_matmul(site).nt)
+
+
+@dataclass
+class Measured:
+    """A derived program's kernels on this machine (ms each) and what each scope is."""
+
+    kernels_ms: list[float]
+    kinds: list[str]
+
+    @property
+    def total_ms(self) -> float:
+        return sum(self.kernels_ms)
+
+
+def measure(program: Scope, target: Target, database=None, top_k: int = 6) -> Measured:
+    """Each scope as generated (no GEMM packing), scheduled by Gensor and timed in alternation."""
+    kinds = {p.scope: p.kind for p in instantiate(program)}
+    times = time_program(None, program, {}, target, database, top_k, as_built_gemm=False)
+    return Measured(times, [kinds.get(k.scope, "?") for k in kernels(program)])

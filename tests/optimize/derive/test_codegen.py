@@ -1,5 +1,5 @@
 """Derived programs compile: every scope becomes a TE kernel that computes what the interpreter
-does (padding guards included), and the cost module ranks and times them on this machine."""
+does (padding guards included), and they are ranked by the roofline and timed on this machine."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,11 +7,12 @@ import tvm
 
 from support.kernel_cases import host_target
 from packager.optimize.derive.codegen import kernels
-from packager.optimize.derive.cost import estimate_ms, measure, rank
+from packager.optimize.derive.cost import estimate_ms, rank
 from packager.optimize.derive.interp import evaluate
 from packager.optimize.derive.operators import conv2d, conv_transpose2d
 from packager.optimize.derive.rules import rewrites
 from packager.optimize.derive.search import derive
+from packager.optimize.derive.timing import measure
 from packager.optimize.schedule.hardware import cpu_hardware
 
 
