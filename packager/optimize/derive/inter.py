@@ -8,8 +8,10 @@ tuple of scopes, one per output):
   concatenated range; that tensor is the concatenation, written as an expression too (padding
   makes it a sum of two shifted reads), and each output is a slice of the merged one. Sibling
   matmuls on a shared input become one matmul on concatenated weights.
-(R8, expression fusion, is not built: eOperator chains are fused by the packager's own fusion
-passes after instantiation.)
+- R8 expression fusion: an expression that reads another's output (a tensor named after that
+  output) reads the producer's scope instead, so the two become one expression (OffsetReduce +
+  Relu in one eOperator). Only exact: the producer covers the whole tensor (traversals from 0 over
+  its shape) and pads as the tensor does; the producer stays an output while others read it.
 
 A program here is `Outputs`: name -> scope. Each rule yields (its name, the new outputs, where
 every old output's values now are), so a caller can check and rewire them.
@@ -55,6 +57,34 @@ def merge(outputs: Outputs) -> Iterator[tuple[str, Outputs, dict]]:
             rest = {k: v for k, v in outputs.items() if k not in (a, b)}
             yield f"R7 merge {a} + {b} along {outputs[a].travs[pos].name}", rest | {f"{a}+{b}": merged}, {
                 a: (f"{a}+{b}", pos, slices[0]), b: (f"{a}+{b}", pos, slices[1])}
+
+
+def fuse(outputs: Outputs) -> Iterator[tuple[str, Outputs, dict]]:
+    """R8: every (producer, consumer) pair where the consumer reads the producer's output."""
+    for c_name, c in outputs.items():
+        for t in sorted({a.source for a in accesses(c.body) if _produced(a.source, outputs, c_name)},
+                        key=lambda t: t.name):
+            p = outputs[t.name]
+            if not _covers(p, t):
+                continue
+            body = map_accesses(c.body, lambda a: read(p, *a.index) if a.source == t else a)
+            fused = {c_name: scope(c.travs, c.sums, body, c.pad)}
+            still_read = any(_reads(e, t) for k, e in outputs.items() if k not in (c_name, t.name))
+            rest = {k: v for k, v in outputs.items() if k != c_name and (k != t.name or still_read)}
+            yield f"R8 fuse {t.name} into {c_name}", rest | fused, {c_name: c_name}
+
+
+def _produced(source, outputs: Outputs, consumer: str) -> bool:
+    return isinstance(source, Tensor) and source.name in outputs and source.name != consumer
+
+
+def _covers(p: Scope, t: Tensor) -> bool:
+    """The producer's values are exactly the tensor's, padding included."""
+    return p.shape == t.shape and all(it.lo == 0 for it in p.travs) and p.pad == t.pad
+
+
+def _reads(e: Scope, t: Tensor) -> bool:
+    return any(a.source == t for a in accesses(e.body))
 
 
 def _mergeable(x: Scope, y: Scope):

@@ -1,13 +1,14 @@
 """Inter-expression rules: R7 merges sibling matmuls on a shared input into one matmul on the
-concatenated weights (EinNet's Fig. 3a) and R6 splits an expression; every old output's values
-are where the rule says, and expressions that differ in more than one tensor are not merged."""
+concatenated weights (EinNet's Fig. 3a), R6 splits an expression and R8 inlines a producer into its
+consumer; every old output's values are where the rule says, and expressions that differ in more
+than one tensor are not merged, nor is a producer fused where its values or padding would change."""
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from packager.optimize.derive.expr import Iter, Tensor, mul, read, scope
-from packager.optimize.derive.inter import merge, split
+from packager.optimize.derive.expr import Func, Index, Iter, Tensor, mul, read, scope
+from packager.optimize.derive.inter import fuse, merge, split
 from packager.optimize.derive.interp import evaluate
 from packager.optimize.derive.match import instantiate, matmul_distance
 from packager.optimize.derive.operators import matmul
@@ -52,3 +53,45 @@ def test_split_pieces_hold_the_original_values():
         pos, (first, second) = where["y"]
         halves = [evaluate(outputs[first], inputs), evaluate(outputs[second], inputs)]
         np.testing.assert_allclose(np.concatenate(halves, axis=pos), want, atol=1e-12)
+
+
+def _offset_reduce(f: int, h: int, w: int) :
+    """y[f, h, w] = sum_r Z[r, f, h + r - 1, w] (an OffsetReduce over three offsets, zero padded)."""
+    Z = Tensor("Z", (3, f, h, w))
+    return scope([Iter("f", 0, f), Iter("h", 0, h), Iter("w", 0, w)], [Iter("r", 0, 3)],
+                 read(Z, "r", "f", Index.of("h") + "r" - 1, "w"))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 5), st.integers(1, 5), st.integers(0, 2**16))
+def test_fusion_inlines_the_producer_exactly(f, h, w, seed):
+    """OffsetReduce -> Relu, and a consumer that reads the producer shifted into its zero padding."""
+    rng = np.random.default_rng(seed)
+    inputs = {"Z": rng.standard_normal((3, f, h, w)) + 1.0}             # non-zero at every border
+    producer = _offset_reduce(f, h, w)
+    y = Tensor("y", (f, h, w))
+    its = [Iter("f", 0, f), Iter("h", 0, h), Iter("w", 0, w)]
+    relu = scope(its, [], Func("relu", read(y, "f", "h", "w")))
+    shifted = scope(its, [], mul(read(y, "f", Index.of("h") + 1, "w"), read(y, "f", "h", "w")))
+    for consumer in (relu, shifted):
+        outputs = {"y": producer, "z": consumer}
+        (name, fused, where), = list(fuse(outputs))
+        assert name == "R8 fuse y into z" and list(fused) == ["z"] and where == {"z": "z"}
+        produced = evaluate(producer, inputs)
+        np.testing.assert_allclose(evaluate(fused["z"], inputs), evaluate(consumer, inputs | {"y": produced}),
+                                   atol=1e-12)
+    assert [p.kind for p in instantiate(fuse({"y": producer, "z": relu}).__next__()[1]["z"])] == ["eop", "eop"]
+
+
+def test_fusion_refuses_inexact_or_unrelated_expressions():
+    producer = _offset_reduce(2, 3, 3)
+    its = [Iter("f", 0, 2), Iter("h", 0, 3), Iter("w", 0, 3)]
+    relu_of = lambda t: scope(its, [], Func("relu", read(t, "f", "h", "w")))     # noqa: E731
+    assert list(fuse({"y": producer, "z": relu_of(Tensor("x", (2, 3, 3)))})) == []       # independent
+    assert list(fuse({"y": producer, "z": relu_of(Tensor("y", (2, 3, 3), pad=1.0))})) == []  # pads differ
+    piece = scope([Iter("f", 0, 2), Iter("h", 1, 4), Iter("w", 0, 3)], producer.sums, producer.body)
+    assert list(fuse({"y": piece, "z": relu_of(Tensor("y", (2, 3, 3)))})) == []          # an R6 piece
+    # a producer another expression still reads stays an output
+    (_, fused, _), *_ = list(fuse({"y": producer, "z": relu_of(Tensor("y", (2, 3, 3))),
+                                  "u": relu_of(Tensor("y", (2, 3, 3)))}))
+    assert set(fused) == {"y", "z", "u"}
