@@ -3,7 +3,8 @@
 Per operator site (this version: ConvTranspose, the case where TVM's lowering wastes most work:
 it convolves a zero-inserted input, so a stride-2 layer does 4x the multiply-adds it needs):
 1. the operator's canonical expression (operators.py);
-2. the derivation search (search.py) and the candidates in GEMM layout (layout.py);
+2. the derivation search (search.py), the candidates in GEMM layout (layout.py) and their matmul
+   scopes converged to plain matmuls (converge.py);
 3. the best candidate by the roofline estimate against the operator as TVM lowers it; a
    candidate estimated ESTIMATE_MARGIN x slower is refused without timing (the operator's own
    kernel is often far from its roofline, so a close estimate is timed, not trusted);
@@ -28,9 +29,10 @@ from ..base import PassReport
 from ..relax_util import is_const, rewrite_functions
 from ..schedule.hardware import cpu_hardware, gpu_hardware
 from .codegen import compute, scopes_in_order, tensors_of
+from .converge import converge, matmul_shape
 from .cost import estimate_ms, roofline_ms
 from .expr import Scope, Tensor
-from .layout import Relaid, gemm_order, to_gemm_layout
+from .layout import Relaid, to_gemm_layout
 from .match import instantiate, operands
 from .operators import conv_transpose2d
 from .search import MAX_DEPTH, Candidate, derive
@@ -112,7 +114,7 @@ def decide(call: relax.Call, target: Target, database, measure: bool, seconds: f
         site.why = f"no candidate lowers to matmul + eOperators ({len(result.candidates)} found)"
         return site
     est, cand, program, relaid = best
-    site.steps, site.program, site.relaid = cand.steps, program, relaid
+    site.steps, site.program, site.relaid = cand.steps + converging_steps(program), program, relaid
     weight = tuple(int(d) for d in call.args[1].ty.shape)
     site.original_ms, site.derived_ms = original_estimate_ms(expr, weight, hw), est
     if est >= site.original_ms * (ESTIMATE_MARGIN if measure else 1.0):
@@ -148,9 +150,14 @@ def best_candidate(candidates: list[Candidate], hw) -> tuple[float, Candidate, S
 
 
 def _emittable(program: Scope) -> bool:
-    """Every matmul-class scope is in GEMM layout with permutation reads (else it would lower as a
-    generic TE kernel, which the search did not price)."""
-    return all(p.kind != "matmul" or gemm_order(p.scope) is not None for p in instantiate(program))
+    """Every matmul-class scope converges to a plain matmul (else it would lower as a generic TE
+    kernel, which the search did not price)."""
+    return all(p.kind != "matmul" or converge(p.scope) is not None for p in instantiate(program))
+
+
+def converging_steps(program: Scope) -> list[str]:
+    """The converging derivation of each matmul scope, as step names (EinNet's second stage)."""
+    return [step.name for p in instantiate(program) if p.kind == "matmul" for step in converge(p.scope) or []]
 
 
 @relax.expr_functor.mutator
@@ -175,9 +182,9 @@ def emit(bb, program: Scope, relaid: dict[str, Relaid], data, weight: np.ndarray
     values.update({name: relax.const(np.ascontiguousarray(np.transpose(weight, r.perm))) for name, r in relaid.items()})
     order = scopes_in_order(program)
     for i, s in enumerate(order):
-        gemm = gemm_order(s)
-        if gemm is not None:
-            expr = _matmul(bb, s, gemm, values)
+        shape = matmul_shape(s)
+        if shape is not None:
+            expr = _matmul(bb, s, shape, values)
         else:
             sources = tensors_of(s)
             expr = bb.call_te(lambda *ts, s=s, sources=sources: compute(s, dict(zip(sources, ts)), "float32"),
@@ -192,14 +199,13 @@ def _value(values: dict, src):
     return values[src.name] if isinstance(src, Tensor) else values[src]
 
 
-def _matmul(bb, s: Scope, gemm, values: dict):
-    batch, m, n, k = gemm
-    ext = s.iters()
-    size = lambda names: math.prod(ext[x].extent for x in names)      # noqa: E731
-    lead = [size(batch)] if batch else []
+def _matmul(bb, s: Scope, shape, values: dict):
+    """The converged matmul: its operands' and output's DLTs are reshapes (converge.py)."""
+    batch, m, k, n = shape
+    lead = [batch] if batch else []
     a, b = operands(s)
-    a2 = bb.emit(relax.op.reshape(_value(values, a.source), [*lead, size(m), size(k)]))
-    b2 = bb.emit(relax.op.reshape(_value(values, b.source), [*lead, size(k), size(n)]))
+    a2 = bb.emit(relax.op.reshape(_value(values, a.source), [*lead, m, k]))
+    b2 = bb.emit(relax.op.reshape(_value(values, b.source), [*lead, k, n]))
     mm = bb.emit(relax.op.matmul(a2, b2))
     return relax.op.reshape(mm, list(s.shape))
 
@@ -244,7 +250,10 @@ def _report(sites: list[Site]) -> PassReport:
     for s in sites:
         gain = (f"{s.original_ms:.3g} -> {s.derived_ms:.3g} ms {'measured' if s.measured else 'est.'}"
                 if s.derived_ms is not None else "")
-        parts.append(f"{s.op} {s.shape}: {'taken' if s.taken else 'refused'} ({s.why}{'; ' + gain if gain else ''})")
+        n_conv = sum(step.startswith("converge") for step in s.steps)
+        derivation = f"{len(s.steps) - n_conv} explorative + {n_conv} converging steps" if s.steps else ""
+        detail = "; ".join(x for x in (s.why, gain, derivation) if x)
+        parts.append(f"{s.op} {s.shape}: {'taken' if s.taken else 'refused'} ({detail})")
     states, pruned = sum(s.states for s in sites), sum(s.pruned for s in sites)
     rate = f"{pruned / states:.0%}" if states else "0%"
     summary = (f"{n_taken} of {len(sites)} operator(s) rewritten (Matmul + eOperators); search: {states} states, "

@@ -5,8 +5,11 @@ accepted kinds (by default matmul class or memory-bound eOperator, match.py); th
 what the cost model ranks.
 
 Children are visited in order of how far their scopes are from instantiating (the summed
-matmul distance of the non-eOperator scopes): a distance-ordered depth-first search, not yet
-EinNet's separate converging stage.
+matmul distance of the non-eOperator scopes). A candidate's matmul scope may still hold several
+iterators per group: EinNet's converging stage (converge.py) then merges them, distance-reducing
+steps only, into the plain matmul the emitter builds; the pass appends those steps to the
+candidate's derivation. (EinNet runs it from every explored state; here instantiation already
+accepts such scopes, so it runs once on the chosen candidate's matmul scopes.)
 """
 from __future__ import annotations
 
