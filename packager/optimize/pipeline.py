@@ -81,8 +81,10 @@ def _derive(mod: tvm.IRModule, ctx: PassContext):
     from .derive.graph import derive_graph
     from .schedule.measure import can_measure
 
-    # GPU kernels are not timed at build time: a GPU target decides on the roofline estimate
-    return derive_graph(mod, ctx.target, ctx.opt.database, ctx.opt.measure and can_measure(ctx.target))
+    # GPU kernels are not timed at build time: a GPU target decides on the roofline estimate.
+    # Convs are decided by timing alone, searched at level 3 (measured tuning) only.
+    return derive_graph(mod, ctx.target, ctx.opt.database, ctx.opt.measure and can_measure(ctx.target),
+                        time_convs=ctx.opt.level >= 3)
 
 
 # Before layout packing, so a derived matmul's constant weight is packed like any matmul's.

@@ -1,11 +1,12 @@
 """The `derive` pass: EinNet's derivations applied to the Relax graph where they pay off.
 
-Per operator site (this version: ConvTranspose, the case where TVM's lowering wastes most work:
-it convolves a zero-inserted input, so a stride-2 layer does 4x the multiply-adds it needs):
-1. the operator's canonical expression (operators.py);
+Per operator shape (sites.py: ConvTranspose, where TVM's lowering wastes most work: it convolves
+a zero-inserted input, so a stride-2 layer does 4x the multiply-adds it needs; and Conv, where
+only timing can tell, so at optimize.level 3):
+1. the operator's canonical expression (sites.py, operators.py);
 2. the derivation search (search.py), the candidates in GEMM layout (layout.py) and their matmul
    scopes converged to plain matmuls (converge.py);
-3. the best candidate by the roofline estimate against the operator as TVM lowers it; a
+3. the best candidate by the roofline estimate against the operator as built without it; a
    candidate estimated ESTIMATE_MARGIN x slower is refused without timing (the operator's own
    kernel is often far from its roofline, so a close estimate is timed, not trusted);
 4. measured on this machine (or the target's RPC device) against the operator's own kernel,
@@ -16,8 +17,6 @@ it convolves a zero-inserted input, so a stride-2 layer does 4x the multiply-add
 """
 from __future__ import annotations
 
-import hashlib
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,18 +25,17 @@ from tvm import relax
 
 from ...targets import Target
 from ..base import PassReport
-from ..relax_util import is_const, rewrite_functions
+from ..relax_util import rewrite_functions
 from ..schedule.hardware import cpu_hardware, gpu_hardware
 from .codegen import compute, scopes_in_order, tensors_of
 from .converge import converge, matmul_shape
-from .cost import estimate_ms, roofline_ms
+from .cost import estimate_ms
 from .expr import Scope, Tensor
 from .layout import Relaid, to_gemm_layout
 from .match import instantiate, operands
-from .operators import conv_transpose2d
 from .search import MAX_DEPTH, Candidate, derive
+from .sites import OPS, frontend, site_key
 
-CONV_T = "relax.nn.conv2d_transpose"
 SEARCH_SECONDS = 20.0
 ESTIMATE_MARGIN = 1.5
 
@@ -71,42 +69,19 @@ def _round(x: float | None) -> float | None:
     return round(x, 4) if x is not None else None
 
 
-def conv_transpose_expr(call: relax.Call) -> tuple[Scope | None, str]:
-    """The call's expression, or None and why this version leaves it alone."""
-    a = call.attrs
-    if not is_const(call.args[1]):
-        return None, "weight is not a constant"
-    if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "IOHW", "NCHW"):
-        return None, f"layouts {a.data_layout}/{a.kernel_layout}/{a.out_layout}"
-    if int(a.groups) != 1 or any(int(d) != 1 for d in a.dilation) or any(int(p) for p in a.output_padding):
-        return None, "groups, dilation or output padding (not derived in this version)"
-    try:
-        data = tuple(int(d) for d in call.args[0].ty.shape)
-        weight = tuple(int(d) for d in call.args[1].ty.shape)
-    except (TypeError, AttributeError):
-        return None, "symbolic shape"
-    if str(call.args[0].ty.dtype) != "float32":
-        return None, f"dtype {call.args[0].ty.dtype}"
-    pads = tuple(int(p) for p in a.padding)
-    return conv_transpose2d(data, weight, tuple(int(s) for s in a.strides), pads), ""
-
-
-def original_estimate_ms(expr: Scope, weight: tuple[int, ...], hw) -> float:
-    """TVM's conv2d_transpose: a direct conv over the zero-inserted input, R x S multiply-adds per
-    output point and input channel."""
-    n, f, ho, wo = expr.shape
-    c, _, r, s = weight
-    data = math.prod(expr.body.a.source.shape)
-    return roofline_ms(2 * n * f * ho * wo * c * r * s, 4 * (data + math.prod(weight) + n * f * ho * wo), hw)
-
-
-def decide(call: relax.Call, target: Target, database, measure: bool, seconds: float = SEARCH_SECONDS) -> Site:
-    expr, why = conv_transpose_expr(call)
-    site = Site("ConvTranspose", " * ".join(_shape_text(arg) for arg in call.args[:2]))
-    if expr is None:
+def decide(call: relax.Call, target: Target, database, measure: bool, seconds: float = SEARCH_SECONDS,
+           time_convs: bool = False) -> Site:
+    """Search, rank, estimate and (where it can) time one operator; `time_convs`: Conv sites are
+    searched (they are decided by timing alone, sites.py)."""
+    operator, why = frontend(call)
+    site = Site(OPS[call.op.name], " * ".join(_shape_text(arg) for arg in call.args[:2]))
+    if operator is None:
         site.why = why
         return site
-    result = derive(expr, MAX_DEPTH, seconds=seconds)
+    if operator.timed_only and not (measure and time_convs):
+        site.why = "not searched: a conv is derived only where timed, at optimize.level 3"
+        return site
+    result = derive(operator.expr, MAX_DEPTH, seconds=seconds)
     site.states, site.pruned, site.candidates = result.states, result.pruned, len(result.candidates)
     hw = cpu_hardware(target) if target.kind == "cpu" else gpu_hardware(target)
     best = best_candidate(result.candidates, hw)
@@ -115,14 +90,14 @@ def decide(call: relax.Call, target: Target, database, measure: bool, seconds: f
         return site
     est, cand, program, relaid = best
     site.steps, site.program, site.relaid = cand.steps + converging_steps(program), program, relaid
-    weight = tuple(int(d) for d in call.args[1].ty.shape)
-    site.original_ms, site.derived_ms = original_estimate_ms(expr, weight, hw), est
+    site.original_ms, site.derived_ms = operator.original_estimate_ms(hw), est
     if est >= site.original_ms * (ESTIMATE_MARGIN if measure else 1.0):
         site.why = "estimated slower" if measure else "estimated no faster (not measured)"
         return site
     if measure:
         from .timing import time_against_original
-        site.original_ms, site.derived_ms = time_against_original(call, program, relaid, target, database)
+        site.original_ms, site.derived_ms = time_against_original(operator.original(target.vector_lanes_f32),
+                                                                  program, relaid, target, database)
         site.measured = True
         if site.derived_ms >= site.original_ms:
             site.why = "measured no faster"
@@ -170,7 +145,7 @@ class _Emit(relax.PyExprMutator):
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        site = self.taken.get(_key(call))
+        site = self.taken.get(site_key(call)) if isinstance(call, relax.Call) else None
         if site is None:
             return call
         return emit(self.builder_, site.program, site.relaid, call.args[0], call.args[1].value.numpy())
@@ -210,24 +185,18 @@ def _matmul(bb, s: Scope, shape, values: dict):
     return relax.op.reshape(mm, list(s.shape))
 
 
-def _key(call: relax.Call) -> str | None:
-    """Sites with the same weight and input shape are one decision (and one rewrite each)."""
-    if getattr(call.op, "name", None) != CONV_T or not is_const(call.args[1]):
-        return None
-    return hashlib.sha1(call.args[1].value.numpy().tobytes()).hexdigest() + str(call.args[0].ty.shape)
-
-
-def derive_graph(mod: tvm.IRModule, target: Target, database, measure: bool,
-                 seconds: float = SEARCH_SECONDS) -> tuple[tvm.IRModule, PassReport]:
+def derive_graph(mod: tvm.IRModule, target: Target, database, measure: bool, seconds: float = SEARCH_SECONDS,
+                 time_convs: bool = False) -> tuple[tvm.IRModule, PassReport]:
+    """Every ConvTranspose and Conv site decided once per shape, the taken ones rewritten."""
     decided: dict[str, Site] = {}
     sites: list[Site] = []
 
     def visit(e):
-        if isinstance(e, relax.Call) and getattr(e.op, "name", None) == CONV_T:
-            key = _key(e)
+        if isinstance(e, relax.Call) and getattr(e.op, "name", None) in OPS:
+            key = site_key(e)
             if key is not None and key in decided:
                 return
-            site = decide(e, target, database, measure, seconds)
+            site = decide(e, target, database, measure, seconds, time_convs)
             sites.append(site)
             if key is not None:
                 decided[key] = site
@@ -235,27 +204,33 @@ def derive_graph(mod: tvm.IRModule, target: Target, database, measure: bool,
     for _, func in mod.functions_items():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
-    taken = {k: s for k, s in decided.items() if s.taken}
-    if taken:
-        mod = rewrite_functions(_Emit(mod, taken), mod)
-    return mod, _report(sites)
+    return rewrite(mod, {k: s for k, s in decided.items() if s.taken}), _report(sites)
+
+
+def rewrite(mod: tvm.IRModule, taken: dict[str, Site]) -> tvm.IRModule:
+    """Every call whose site key is in `taken` replaced by that site's derived program."""
+    return rewrite_functions(_Emit(mod, taken), mod) if taken else mod
 
 
 def _report(sites: list[Site]) -> PassReport:
     if not sites:
-        return PassReport("derive", "applied", "no ConvTranspose in the model (this version derives ConvTranspose only)",
-                          {"sites": []})
-    n_taken = sum(s.taken for s in sites)
+        return PassReport("derive", "applied", "no ConvTranspose or Conv in the model", {"sites": []})
+    searched = [s for s in sites if s.states]
     parts = []
-    for s in sites:
+    for s in searched:
         gain = (f"{s.original_ms:.3g} -> {s.derived_ms:.3g} ms {'measured' if s.measured else 'est.'}"
                 if s.derived_ms is not None else "")
         n_conv = sum(step.startswith("converge") for step in s.steps)
         derivation = f"{len(s.steps) - n_conv} explorative + {n_conv} converging steps" if s.steps else ""
         detail = "; ".join(x for x in (s.why, gain, derivation) if x)
         parts.append(f"{s.op} {s.shape}: {'taken' if s.taken else 'refused'} ({detail})")
+    left: dict[tuple[str, str], int] = {}
+    for s in sites:
+        if not s.states:
+            left[s.op, s.why] = left.get((s.op, s.why), 0) + 1
+    parts += [f"{n} {op} shape(s) left: {why}" for (op, why), n in left.items()]
     states, pruned = sum(s.states for s in sites), sum(s.pruned for s in sites)
     rate = f"{pruned / states:.0%}" if states else "0%"
-    summary = (f"{n_taken} of {len(sites)} operator(s) rewritten (Matmul + eOperators); search: {states} states, "
-               f"{rate} pruned by fingerprint; " + "; ".join(parts))
+    summary = (f"{sum(s.taken for s in sites)} of {len(sites)} operator shape(s) rewritten (Matmul + eOperators); "
+               f"search: {states} states, {rate} pruned by fingerprint; " + "; ".join(parts))
     return PassReport("derive", "applied", summary, {"sites": [s.record() for s in sites]})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tvm import relax, te, tirx, topi
+from tvm import te, tirx, topi
 
 from ...targets import Target
 from ..layout.matmul import MatmulSite
@@ -47,13 +47,9 @@ def time_program(original: tirx.PrimFunc | None, program: Scope, relaid: dict[st
     return [t * 1e3 if t is not None else math.inf for t in times]
 
 
-def time_against_original(call: relax.Call, program: Scope, relaid: dict[str, Relaid], target: Target,
+def time_against_original(original: tirx.PrimFunc, program: Scope, relaid: dict[str, Relaid], target: Target,
                           database) -> tuple[float, float]:
-    """(original ms, derived ms: the sum of its kernels) for a conv2d_transpose call."""
-    a = call.attrs
-    original = original_conv_transpose([int(d) for d in call.args[0].ty.shape], [int(d) for d in call.args[1].ty.shape],
-                                       [int(s) for s in a.strides], [int(p) for p in a.padding],
-                                       [int(p) for p in a.output_padding])
+    """(original ms, derived ms: the sum of its kernels), timed in alternation."""
     first, *pieces = time_program(original, program, relaid, target, database)
     if math.inf in (first, *pieces):              # a kernel that failed to run decides nothing
         return math.inf, math.inf

@@ -10,7 +10,8 @@ import tvm
 from tvm import relax
 
 from support.kernel_cases import host_target
-from packager.optimize.derive.graph import derive_graph
+from packager.optimize.derive.graph import decide, derive_graph, rewrite
+from packager.optimize.derive.sites import site_key
 from packager.spec import TargetSpec
 from packager.targets import resolve
 
@@ -57,7 +58,7 @@ def test_stride2_conv_transposes_are_derived_and_compute_the_same(tmp_path):
     want = _generator()(torch.tensor(x)).detach().numpy()
     np.testing.assert_allclose(_run(out, x), want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(_run(mod, x), want, rtol=1e-4, atol=1e-4)
-    assert "2 of 2 operator(s) rewritten" in report.summary and "pruned by fingerprint" in report.summary
+    assert "2 of 2 operator shape(s) rewritten" in report.summary and "pruned by fingerprint" in report.summary
 
 
 def test_measured_decisions_name_both_times(tmp_path):
@@ -87,5 +88,40 @@ def test_sites_this_version_does_not_derive_are_refused_with_the_reason(tmp_path
     _, report = derive_graph(_relax(stride1, (1, 8, 1, 1)), arm, tmp_path, measure=False)
     (site,) = report.details["sites"]
     assert not site["taken"] and site["why"] == "estimated no faster (not measured)"
-    _, report = derive_graph(_relax(torch.nn.Conv2d(3, 4, 3), (1, 3, 8, 8)), arm, tmp_path, measure=False)
-    assert report.details["sites"] == [] and "no ConvTranspose" in report.summary
+    convs = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Conv2d(4, 4, 1), torch.nn.Conv2d(4, 4, 3, groups=2))
+    _, report = derive_graph(_relax(convs, (1, 3, 8, 8)), arm, tmp_path, measure=False, time_convs=True)
+    assert [s["why"] for s in report.details["sites"]] == [
+        "not searched: a conv is derived only where timed, at optimize.level 3", "a 1x1 conv is a matmul already",
+        "groups > 1 (not derived in this version)"]
+    assert "1 Conv shape(s) left: a 1x1 conv is a matmul already" in report.summary
+
+
+def test_a_conv_is_timed_against_the_packed_conv_and_its_derived_program_computes_the_same(tmp_path):
+    """At level 3 a 3x3 conv is searched and timed against the layout pass's packed conv; the
+    derived Matmul + OffsetReduce, emitted whatever the decision, equals the conv."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(128, 128, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(128, 16, 3, padding=2, dilation=2))
+    mod = _relax(net, (1, 128, 14, 14))
+    out, report = derive_graph(mod, host_target(), tmp_path, measure=True, time_convs=True)
+    sites = report.details["sites"]
+    assert len(sites) == 2 and all(s["original_ms"] > 0 and s["derived_ms"] > 0 for s in sites)
+    assert sites[0]["measured"], sites[0]                  # a ResNet-like 3x3 conv is close enough to time
+    for s in sites:
+        assert any(step.startswith("converge") for step in s["steps"])
+        if s["measured"]:
+            assert s["taken"] == (s["derived_ms"] < s["original_ms"])
+        else:
+            assert not s["taken"] and s["why"] == "estimated slower"
+    calls = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if isinstance(e, relax.Call) else None)
+    forced = {}
+    for call in calls:
+        if getattr(call.op, "name", None) == "relax.nn.conv2d":
+            site = decide(call, host_target(), tmp_path, measure=True, time_convs=True)   # schedules replayed
+            forced[site_key(call)] = site
+    assert len(forced) == 2 and all(s.program is not None for s in forced.values())
+    derived = rewrite(mod, forced)
+    assert "relax.nn.conv2d" not in _ops(derived) and "relax.matmul" in _ops(derived)
+    x = np.random.default_rng(0).standard_normal((1, 128, 14, 14)).astype("float32")
+    np.testing.assert_allclose(_run(derived, x), net(torch.tensor(x)).detach().numpy(), rtol=1e-4, atol=1e-4)
