@@ -26,6 +26,8 @@ from tvm import relax
 from ...targets import Target
 from ..base import PassReport
 from ..relax_util import rewrite_functions
+from ..schedule.database import TuningDatabase
+from ..schedule.gensor import _target_key
 from ..schedule.hardware import cpu_hardware, gpu_hardware
 from .codegen import compute, scopes_in_order, tensors_of
 from .converge import converge, matmul_shape
@@ -72,7 +74,9 @@ def _round(x: float | None) -> float | None:
 def decide(call: relax.Call, target: Target, database, measure: bool, seconds: float = SEARCH_SECONDS,
            time_convs: bool = False) -> Site:
     """Search, rank, estimate and (where it can) time one operator; `time_convs`: Conv sites are
-    searched (they are decided by timing alone, sites.py)."""
+    searched (they are decided by timing alone, sites.py). A measured decision is recorded in the
+    tuning database: a rebuild replays a refusal without searching, and a taken rewrite without
+    timing (its program is searched again: the search is deterministic)."""
     operator, why = frontend(call)
     site = Site(OPS[call.op.name], " * ".join(_shape_text(arg) for arg in call.args[:2]))
     if operator is None:
@@ -81,28 +85,57 @@ def decide(call: relax.Call, target: Target, database, measure: bool, seconds: f
     if operator.timed_only and not (measure and time_convs):
         site.why = "not searched: a conv is derived only where timed, at optimize.level 3"
         return site
+    db, target_key = (TuningDatabase(database), _target_key(target, cpu_hardware(target))) if measure else (None, "")
+    key = f"derive/{target_key}/{operator.key}"
+    replayed = db.get(key, kind="derive") if db is not None else None
+    if replayed is not None and not replayed["taken"]:
+        return _replay(site, replayed)
+    _search(site, operator, target, seconds)
+    if replayed is not None and site.program is not None:
+        return _replay(site, replayed)            # taken before: the program again, no timing
+    if site.program is not None:
+        _judge(site, operator, target, database, measure)
+    if db is not None:
+        db.put(key, site.record(), "derive", target_key)
+        db.save()
+    return site
+
+
+def _judge(site: Site, operator, target: Target, database, measure: bool) -> None:
+    """Taken when timed faster (or, where nothing is timed, estimated faster); a candidate
+    estimated ESTIMATE_MARGIN x slower is not timed."""
+    if site.derived_ms >= site.original_ms * (ESTIMATE_MARGIN if measure else 1.0):
+        site.why = "estimated slower" if measure else "estimated no faster (not measured)"
+    elif measure:
+        from .timing import time_against_original
+        site.original_ms, site.derived_ms = time_against_original(operator.original(target.vector_lanes_f32),
+                                                                  site.program, site.relaid, target, database)
+        site.measured = True
+        site.taken = site.derived_ms < site.original_ms
+        site.why = "measured faster" if site.taken else "measured no faster"
+    else:
+        site.taken, site.why = True, "estimated faster (not measured)"
+
+
+def _search(site: Site, operator, target: Target, seconds: float) -> None:
+    """The derivation search and the cheapest emittable candidate, estimated (site updated)."""
     result = derive(operator.expr, MAX_DEPTH, seconds=seconds)
     site.states, site.pruned, site.candidates = result.states, result.pruned, len(result.candidates)
     hw = cpu_hardware(target) if target.kind == "cpu" else gpu_hardware(target)
     best = best_candidate(result.candidates, hw)
     if best is None:
         site.why = f"no candidate lowers to matmul + eOperators ({len(result.candidates)} found)"
-        return site
+        return
     est, cand, program, relaid = best
     site.steps, site.program, site.relaid = cand.steps + converging_steps(program), program, relaid
     site.original_ms, site.derived_ms = operator.original_estimate_ms(hw), est
-    if est >= site.original_ms * (ESTIMATE_MARGIN if measure else 1.0):
-        site.why = "estimated slower" if measure else "estimated no faster (not measured)"
-        return site
-    if measure:
-        from .timing import time_against_original
-        site.original_ms, site.derived_ms = time_against_original(operator.original(target.vector_lanes_f32),
-                                                                  program, relaid, target, database)
-        site.measured = True
-        if site.derived_ms >= site.original_ms:
-            site.why = "measured no faster"
-            return site
-    site.taken, site.why = True, "measured faster" if measure else "estimated faster (not measured)"
+
+
+def _replay(site: Site, rec: dict) -> Site:
+    """A recorded decision (the site's own search, if any, kept for the program)."""
+    for k in ("taken", "why", "states", "pruned", "candidates", "steps", "measured", "original_ms", "derived_ms"):
+        setattr(site, k, rec[k])
+    site.why += " (from the tuning database)"
     return site
 
 

@@ -32,6 +32,7 @@ RULES = {
     "global-fusion": 3,     # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
                             # with a predicated last row tile; 3 = reduction loops split at a folded
                             # reshape's period, merged kernel and parts timed in alternation
+    "derive": 1,            # derive's measured decision per operator shape (derive/graph.py)
 }
 
 

@@ -113,12 +113,14 @@ def test_a_conv_is_timed_against_the_packed_conv_and_its_derived_program_compute
             assert s["taken"] == (s["derived_ms"] < s["original_ms"])
         else:
             assert not s["taken"] and s["why"] == "estimated slower"
+    _, again = derive_graph(mod, host_target(), tmp_path, measure=True, time_convs=True)    # a rebuild replays
+    assert [s["why"] for s in again.details["sites"]] == [s["why"] + " (from the tuning database)" for s in sites]
     calls = []
     relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if isinstance(e, relax.Call) else None)
     forced = {}
     for call in calls:
         if getattr(call.op, "name", None) == "relax.nn.conv2d":
-            site = decide(call, host_target(), tmp_path, measure=True, time_convs=True)   # schedules replayed
+            site = decide(call, host_target(), tmp_path / "forced", measure=True, time_convs=True)
             forced[site_key(call)] = site
     assert len(forced) == 2 and all(s.program is not None for s in forced.values())
     derived = rewrite(mod, forced)
