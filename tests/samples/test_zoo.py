@@ -71,15 +71,18 @@ def test_bert_hf_mini_builds_and_verifies_on_x86_and_arm64(tmp_path):
 
 def test_infogan_conv_transposes_are_derived_and_verify_on_x86_and_arm64(tmp_path):
     """EinNet's InfoGAN generator: the derive pass rewrites its stride-2 ConvTransposes (timed on
-    x86-64, estimated for arm64 and h100), both CPU targets still match onnxruntime, and the h100
-    target compiles the derived program (it runs where a GPU is: `pack gpu-suite`)."""
+    x86-64, estimated for arm64 and the GPUs), both CPU targets still match onnxruntime, and the
+    four GPU targets compile the derived program (it runs where a GPU is: `pack gpu-suite B
+    --model infogan`)."""
+    gpus = ["h100", "a100", "v100", "orin"]
     spec = _spec_for_x86_and_arm64("infogan", tmp_path)
-    spec.write_text(spec.read_text().replace("targets: [x86-64, arm64]\n", "targets: [x86-64, arm64, h100]\n"))
+    targets = ", ".join(["x86-64", "arm64", *gpus])
+    spec.write_text(spec.read_text().replace("targets: [x86-64, arm64]\n", f"targets: [{targets}]\n"))
     r = run_pack("build", spec)
     assert r.returncode == 0, r.stderr
     pkg = tmp_path / "infogan" / "dist" / "infogan"
     report = json.loads((pkg / "build_report.json").read_text())
-    assert [t["name"] for t in report["targets"]] == ["x86-64", "arm64", "h100"]
+    assert [t["name"] for t in report["targets"]] == ["x86-64", "arm64", *gpus]
     for t in report["targets"]:
         derive = {p["pass"]: p for p in t["kernel_passes"]}["derive"]
         assert len(derive["details"]["sites"]) == 5, t["name"]

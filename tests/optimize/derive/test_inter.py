@@ -55,6 +55,11 @@ def test_split_pieces_hold_the_original_values():
         np.testing.assert_allclose(np.concatenate(halves, axis=pos), want, atol=1e-12)
 
 
+def test_split_refuses_a_traversal_of_extent_one():
+    y = _mm(1, 3, 4)
+    assert [name for name, _, _ in split({"y": y})] == ["R6 split y at n = 2"]      # m has extent 1
+
+
 def _offset_reduce(f: int, h: int, w: int) :
     """y[f, h, w] = sum_r Z[r, f, h + r - 1, w] (an OffsetReduce over three offsets, zero padded)."""
     Z = Tensor("Z", (3, f, h, w))
