@@ -47,6 +47,8 @@ def inspect_package(package: Path, log: Callable[[str], None] = print) -> list[s
         log(f"  in ONNX Runtime: {n['name'] or '?'} ({n['op_type']}): {n['reason']}")
     libs = ", ".join(sorted(m.get("ort", {}).get("library", {}))) or "none"
     log(f"  ONNX Runtime: {m.get('ort', {}).get('model', '-')} with custom-op library for {libs}")
+    for line in runtime_sizes(m):
+        log(line)
     problems = pkg.check_files()
     log(f"  manifest sha256: {sha256_file(pkg.root / 'manifest.json')} (pin: packrt-run --expect-sha256, "
         "C API expected_sha256)")
@@ -57,3 +59,15 @@ def inspect_package(package: Path, log: Callable[[str], None] = print) -> list[s
     for p in problems:
         log(f"    {p}")
     return problems
+
+
+def runtime_sizes(m: dict) -> list[str]:
+    """One line per architecture: the size of each runtime binary and the ONNX Runtime library."""
+    files = m["files"]
+    lines = []
+    for arch, rt in sorted(m.get("runtime", {}).items()):
+        paths = [rt.get(k) for k in ("library", "cli", "example", "static_library")]
+        paths.append(m.get("ort", {}).get("library", {}).get(arch))
+        sizes = [f"{Path(p).name} {files[p]['bytes'] / 1e6:.2f} MB" for p in paths if p and p in files]
+        lines.append(f"  runtime {arch}: " + ", ".join(sizes))
+    return lines

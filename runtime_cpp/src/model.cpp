@@ -1,7 +1,6 @@
 #include "model.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "error.h"
 #include "package.h"
@@ -10,11 +9,9 @@ namespace packrt {
 namespace {
 
 std::string shape_str(const int64_t* shape, size_t ndim) {
-  std::ostringstream o;
-  o << "[";
-  for (size_t i = 0; i < ndim; ++i) o << (i ? "," : "") << shape[i];
-  o << "]";
-  return o.str();
+  std::string o = "[";
+  for (size_t i = 0; i < ndim; ++i) o += (i ? "," : "") + std::to_string(shape[i]);
+  return o + "]";
 }
 
 std::string shape_str(const std::vector<int64_t>& s) { return shape_str(s.data(), s.size()); }
@@ -110,20 +107,19 @@ int Model::match_profile(const packrt_tensor* inputs, const std::vector<int>& or
     }
     if (ok) return static_cast<int>(p);
   }
-  std::ostringstream msg;
-  msg << "input shapes";
+  std::string msg = "input shapes";
   for (size_t k = 0; k < first.inputs.size(); ++k) {
     const packrt_tensor& in = inputs[order[k]];
-    msg << " " << first.inputs[k].name << shape_str(in.shape, in.ndim);
+    msg += " " + first.inputs[k].name + shape_str(in.shape, in.ndim);
   }
-  msg << " match no profile of model '" << name_ << "'; it was built for:";
+  msg += " match no profile of model '" + name_ + "'; it was built for:";
   for (const auto& prof : plan_.profiles) {
-    msg << " " << prof.name << " (";
+    msg += " " + prof.name + " (";
     for (size_t k = 0; k < prof.inputs.size(); ++k)
-      msg << (k ? " " : "") << prof.inputs[k].name << shape_str(prof.tensors[prof.inputs[k].tensor].shape);
-    msg << ")";
+      msg += (k ? " " : "") + prof.inputs[k].name + shape_str(prof.tensors[prof.inputs[k].tensor].shape);
+    msg += ")";
   }
-  fail(PACKRT_ERROR_INVALID_ARGUMENT, msg.str());
+  fail(PACKRT_ERROR_INVALID_ARGUMENT, msg);
 }
 
 void Model::record_times(int profile, const std::vector<double>& ms) {

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -153,7 +152,7 @@ static std::string cuda_reason(const TargetEntry& t, int cuda_device) {
 }
 
 const TargetEntry& Package::select_target(const std::string& wanted, packrt_device_type type, int cuda_device) const {
-  std::ostringstream why;
+  std::string why;
   for (const auto& t : targets_) {
     if (!wanted.empty() && t.name != wanted) continue;
     std::string reason;
@@ -176,7 +175,7 @@ const TargetEntry& Package::select_target(const std::string& wanted, packrt_devi
     }
     if (reason.empty()) return t;
     if (!wanted.empty()) fail(PACKRT_ERROR_UNSUPPORTED, "target '" + wanted + "' " + reason);
-    why << (why.tellp() > 0 ? "; " : " ") << t.name << " " << reason;
+    why += (why.empty() ? " " : "; ") + t.name + " " + reason;
   }
   if (!wanted.empty()) {
     std::string names;
@@ -184,7 +183,7 @@ const TargetEntry& Package::select_target(const std::string& wanted, packrt_devi
     fail(PACKRT_ERROR_INVALID_ARGUMENT, "package '" + name_ + "' has no target '" + wanted + "' (it has: " + names + ")");
   }
   fail(PACKRT_ERROR_UNSUPPORTED, "no target in package '" + name_ + "' runs on this machine (" + host_arch() +
-                                     "):" + why.str());  // one line: "...: a needs X; b is built for aarch64"
+                                     "):" + why);  // one line: "...: a needs X; b is built for aarch64"
 }
 
 const FileEntry& Package::entry(const std::string& rel) const {

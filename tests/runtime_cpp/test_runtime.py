@@ -153,6 +153,40 @@ def test_cpp_example_reproduces_outputs(packages, cnn_input, tmp_path, arch):
     np.testing.assert_allclose(np.load(tmp_path / "logits.npy"), ref, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("arch", [X86, "aarch64"])
+def test_cmake_find_package_builds_the_shipped_example(packages, cnn_input, tmp_path, arch):
+    """A C++ project on a package's runtime: find_package(packrt CONFIG REQUIRED) + packrt::packrt,
+    the example project shipped in runtime/<arch>/share/packrt/example, built out of the package."""
+    if arch != X86 and not HAS_QEMU:
+        pytest.skip("qemu-aarch64 not installed")
+    pkg = packages["cnn"]
+    rt = pkg / "runtime" / arch
+    project = rt / "share" / "packrt" / "example"
+    assert "find_package(packrt CONFIG REQUIRED)" in (project / "CMakeLists.txt").read_text()
+    cfg = ["cmake", "-S", project, "-B", tmp_path / "build", f"-DCMAKE_PREFIX_PATH={rt}"]
+    if arch != X86:
+        cfg.append(f"-DCMAKE_TOOLCHAIN_FILE={pkg / 'runtime' / 'src' / 'cmake' / 'aarch64-linux-gnu.cmake'}")
+    for cmd in (cfg, ["cmake", "--build", tmp_path / "build"]):
+        r = run(cmd)
+        assert r.returncode == 0, r.stdout + r.stderr
+    prefix = [] if arch == X86 else ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
+    r = run([*prefix, tmp_path / "build" / "run_model", pkg, tmp_path, cnn_input[0]])
+    assert r.returncode == 0, r.stderr
+    ref = ort_run(Path(json.loads((pkg / "manifest.json").read_text())["source_model"]["path"]),
+                  {"image": cnn_input[1]})["logits"]
+    np.testing.assert_allclose(np.load(tmp_path / "logits.npy"), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_runtime_sizes_are_small_and_shown_by_inspect(packages):
+    """Stripped, section-collected release builds: libpackrt.so < 1 MB, packrt-run < 1.5 MB (x86_64)."""
+    rt = packages["cnn"] / "runtime" / X86
+    assert (rt / "lib" / "libpackrt.so").stat().st_size < 1_000_000
+    assert (rt / "bin" / "packrt-run").stat().st_size < 1_500_000
+    r = run(["pack", "inspect", packages["cnn"]])
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith(f"  runtime {X86}:"))
+    assert "libpackrt.so 0." in line and ("packrt-run 0." in line or "packrt-run 1." in line), line
+
+
 def test_c_api(packages, cnn_input, tmp_path):
     pkg = packages["cnn"]
     rt = pkg / "runtime" / X86
