@@ -30,6 +30,7 @@ from .emit.package import PackageWriter, check_destination
 from .emit.readme import package_readme
 from .emit.reference import REFERENCE_FILE, References, compute_references, write_reference
 from .emit.report import build_report
+from .tools.report import write as write_html_report
 from .emit.runtime import build_runtime, bundle_runtimes
 from .errors import UserError
 from .frontend import (bind_profiles, check_configurations, check_operators, load_model, profile_shapes,
@@ -107,6 +108,7 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
         pins.update({u.name: root_sha for u in units if not u.rel})
         # Written after the manifest, which it pins (so the manifest does not list it).
         onnx.save(wrapper_for(model, units, split, ids, pins, types), str(w.path(WRAPPER_MODEL)))
+        st.run("report.html (graph, roofline, passes)", write_html_report, w.root)   # a view, not a package file
         out = w.finish()
     _log_passes(log, units, ort_note)
     timed = (f"; {measured['programs']} candidate programs timed, {measured['seconds']:.1f} s of it"

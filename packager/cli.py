@@ -75,10 +75,12 @@ def build(spec: Path = typer.Argument(..., help="deployment spec (YAML)"),
           target: Optional[List[str]] = typer.Option(None, "--target", "-t", help="build only these spec targets"),
           output: Optional[Path] = typer.Option(None, "--output", "-o", help="package folder (overrides the spec)")):
     """Compile the model in SPEC into a standalone package."""
+    from . import progress
     from .build import build as run_build
     from .spec import load_spec
 
-    run_build(load_spec(spec, output), target or None, log=_log)
+    with progress.reporting(_log):             # live bars on a terminal, lines otherwise
+        run_build(load_spec(spec, output), target or None, log=_log)
 
 
 @app.command()
@@ -121,6 +123,22 @@ def bench(package: Path = typer.Argument(..., help="package folder, or a spec to
     report = run_bench(package, target, threads, iters, rounds, warmup, ablate or [], top, log=_log)
     if json_out:
         json_out.write_text(json.dumps(report, indent=1) + "\n")
+    if Path(package).is_dir():
+        from .tools.report import BENCH, write
+
+        (Path(package) / BENCH).write_text(json.dumps(report, indent=1) + "\n")
+        _log(f"  kept in {Path(package) / BENCH}; drawn in {write(Path(package))}")
+
+
+@app.command()
+@handle_errors
+def report(package: Path = typer.Argument(..., help="package folder")):
+    """(Re)draw the package's report.html: graph after fusion, kernel times and roofline (with
+    `pack bench` results when present), passes, layouts, what runs in ONNX Runtime."""
+    from .emit.manifest import open_package
+    from .tools.report import write
+
+    _log(f"wrote {write(open_package(package).root)}")
 
 
 @app.command("gpu-suite")
@@ -172,11 +190,15 @@ def conformance(op: Optional[List[str]] = typer.Option(None, "--op", help="only 
         cases = keep
     _log(f"pack conformance: {len(cases)} ONNX node test case(s)")
 
-    def progress(k, n, r):
-        if r.status == "fail" or k % 50 == 0 or k == n:
-            _log(f"  [{k}/{n}] {r.name}: {r.status}{' - ' + r.detail if r.status == 'fail' else ''}")
+    from . import progress
 
-    results = conf.run([c.name for c in cases], jobs or os.cpu_count() or 1, progress)
+    with progress.reporting(_log), progress.task("conformance", len(cases), "cases") as bar:
+        def advance(_k, _n, r):
+            bar.advance()
+            if r.status == "fail":
+                _log(f"  {r.name}: fail - {r.detail}")
+
+        results = conf.run([c.name for c in cases], jobs or os.cpu_count() or 1, advance)
     table = conf.markdown_table(results)
     _log(table)
     if json_out:

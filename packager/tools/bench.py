@@ -224,7 +224,7 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
             ort_peak[prof["name"]] = float("nan") if on_gpu else _ort_peak_mb(model_path, inputs, threads, tmp)
             if base.target is not None:
                 steps = _run_cli(base, args, threads, warmup, max(iters // 2, 3), tmp, profile=True)["steps"]
-                kernels[prof["name"]] = kernel_roofline(pkg, base.target, steps, threads, top)
+                kernels[prof["name"]] = kernel_roofline(pkg, base.target, steps, threads, len(steps))
     report = {"package": pkg.name, "target": base.target["name"] if base.target else "onnxruntime + packaged parts",
               "reference": "onnxruntime CUDA EP" if on_gpu else "onnxruntime CPU EP",
               "threads": threads, "rounds": rounds, "iters": iters, "host_ghz": host_ghz(), "profiles": []}
@@ -239,11 +239,12 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
                                       "build_programs_timed": v.timed,
                                       "ratio_median": ours["median_ms"] / ort["median_ms"]})
         report["profiles"].append(entry)
-    _print(report, log)
+    _print(report, log, top)
     return report
 
 
-def _print(report: dict, log) -> None:
+def _print(report: dict, log, top: int) -> None:
+    """The table, and the `top` slowest kernels (the report keeps them all)."""
     log(f"pack bench {report['package']} [{report['target']}] vs {report['reference']}, {report['threads']} thread(s), "
         f"{report['rounds']} rounds x {report['iters']} runs, interleaved")
     log(f"  {'profile':10s} {'variant':12s} {'median':>10s} {'p90':>9s} {'vs ORT':>7s} {'peak MB':>8s} {'build s':>8s} {'timed':>6s}")
@@ -258,7 +259,7 @@ def _print(report: dict, log) -> None:
             f"{o['peak_mb']:8.0f}")
         if p["kernels"]:
             log(f"  top kernels ({p['profile']}): share, time/run, GFLOP, MB, GFLOP/s, FLOP/byte, roofline fraction")
-            for k in p["kernels"]:
+            for k in p["kernels"][:top]:
                 log(f"    {k['share'] * 100:5.1f}%  {k['ms']:8.3f}ms  {k['flops'] / 1e9:7.3f}  {k['bytes'] / 1e6:7.2f}  "
                     f"{k['gflops']:7.1f}  {k['intensity']:7.1f}  {k['roofline_fraction'] * 100:5.1f}% "
                     f"({k['bound']}-bound)  {k['kernel']} x{k['calls']}")

@@ -23,6 +23,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ... import progress
 from ...targets import Target
 from ..base import PassReport
 from ..relax_util import rewrite_functions
@@ -224,19 +225,27 @@ def derive_graph(mod: tvm.IRModule, target: Target, database, measure: bool, sec
     decided: dict[str, Site] = {}
     sites: list[Site] = []
 
-    def visit(e):
-        if isinstance(e, relax.Call) and getattr(e.op, "name", None) in OPS:
-            key = site_key(e)
-            if key is not None and key in decided:
-                return
-            site = decide(e, target, database, measure, seconds, time_convs)
-            sites.append(site)
-            if key is not None:
-                decided[key] = site
+    def visit(e) -> bool:
+        """Decide a call's site unless its shape was decided; True when a keyed site was."""
+        if getattr(e.op, "name", None) not in OPS:
+            return False
+        key = site_key(e)
+        if key is not None and key in decided:
+            return False
+        site = decide(e, target, database, measure, seconds, time_convs)
+        sites.append(site)
+        if key is not None:
+            decided[key] = site
+        return key is not None
 
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
+    functions = [f for _, f in mod.functions_items() if isinstance(f, relax.Function)]
+    calls: list = []
+    for func in functions:
+        relax.analysis.post_order_visit(func, lambda e: calls.append(e) if isinstance(e, relax.Call) else None)
+    with progress.task(f"derive {target.name}", len({site_key(c) for c in calls} - {None}), "shapes") as bar:
+        for call in calls:
+            if visit(call):
+                bar.advance()
     return rewrite(mod, {k: s for k, s in decided.items() if s.taken}), _report(sites)
 
 

@@ -30,6 +30,7 @@ from tvm import relax
 from tvm.ir import expr as ir
 
 from ..relax_util import is_const
+from ... import progress
 from ...targets import Target
 from ..base import PassReport
 from ..schedule.measure import where_measured
@@ -131,19 +132,22 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch) -> list[tuple[ir.Con
     """Topological walk: (weight constant, site, decision) per conv."""
     track = _Tracker(mod)
     out = []
-    for b in _bindings(mod):
-        call = b.value
-        if not isinstance(call, relax.Call):
-            continue
-        if _is_plain_conv(call):
-            site = ConvSite.of(call)
-            partners = track.partners(b.var)
-            allowed = (1, *partners) if len(partners) == 1 else (1,) if partners else None
-            d = search.decide(site, track.block_of.get(call.args[0], 1), allowed)
-            out.append((call.args[1], site, d))
-            track.block_of[b.var] = d.out_block
-        else:
-            track.visit(b)
+    convs = sum(1 for b in _bindings(mod) if isinstance(b.value, relax.Call) and _is_plain_conv(b.value))
+    with progress.task("layout candidates", convs, "convs") as bar:
+        for b in _bindings(mod):
+            call = b.value
+            if not isinstance(call, relax.Call):
+                continue
+            if _is_plain_conv(call):
+                site = ConvSite.of(call)
+                partners = track.partners(b.var)
+                allowed = (1, *partners) if len(partners) == 1 else (1,) if partners else None
+                d = search.decide(site, track.block_of.get(call.args[0], 1), allowed)
+                out.append((call.args[1], site, d))
+                track.block_of[b.var] = d.out_block
+                bar.advance()
+            else:
+                track.visit(b)
     return out
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from tvm import s_tir, tirx
 
+from ... import progress
 from ...targets import Target
 from ..base import PassReport
 from .rules_cpu import CpuRules
@@ -237,9 +238,12 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
     parents = _reuse_tree(g, kernels) if g.pool is not None else {}
     t0 = time.perf_counter()
     results = {}
-    for name in tree_order(parents) + [n for n in kernels if n not in parents]:
-        parent = parents.get(name)
-        results[name] = g.schedule(kernels[name], name, source=g.sources.get(parent) if parent else None)
+    with progress.task(f"schedule {target.name} (Gensor{', measured' if g.measure else ''})", len(kernels),
+                       "kernels") as bar:
+        for name in tree_order(parents) + [n for n in kernels if n not in parents]:
+            parent = parents.get(name)
+            results[name] = g.schedule(kernels[name], name, source=g.sources.get(parent) if parent else None)
+            bar.advance()
     out, per_kernel, counts = {}, {}, {}
     tally = {"scratch": [0, 0], "reused": [0, 0]}                  # kernels, programs timed
     for name in kernels:

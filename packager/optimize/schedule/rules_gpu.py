@@ -18,6 +18,7 @@ from tvm import s_tir
 from tvm.s_tir import dlight as dl
 
 from ...errors import UserError
+from ... import progress
 from ...targets import Target
 from ..base import PassReport
 from .database import TuningDatabase
@@ -89,8 +90,9 @@ def schedule_kernels_gpu(kernels: dict[str, tvm.tirx.PrimFunc], target: Target,
         func, rule = _schedule_one(name, f.with_attr("target", tvm_target), tvm_target, rules)
         return func, rule, rule
 
-    with tvm_target:
+    with tvm_target, progress.task(f"schedule {target.name}", len(kernels), "kernels") as bar:
         for name, f in kernels.items():
+            bar.advance()
             if phase_sizes(f) is None:
                 out[name], chosen[name], plans[name] = one(name, f)
                 continue
