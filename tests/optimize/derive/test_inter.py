@@ -44,11 +44,14 @@ def test_expressions_that_differ_in_two_tensors_or_their_math_are_not_merged():
     assert list(merge({"y1": plain, "y2": transposed})) == []
 
 
-def test_split_pieces_hold_the_original_values():
-    rng = np.random.default_rng(0)
-    inputs = {"A": rng.standard_normal((5, 3)), "B": rng.standard_normal((3, 4))}
-    y = _mm(5, 3, 4)
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 4), st.integers(1, 6), st.integers(0, 2**16))
+def test_split_pieces_hold_the_original_values(m, k, n, seed):
+    rng = np.random.default_rng(seed)
+    inputs = {"A": rng.standard_normal((m, k)), "B": rng.standard_normal((k, n))}
+    y = _mm(m, k, n)
     want = evaluate(y, inputs)
+    assert len(list(split({"y": y}))) == (m >= 2) + (n >= 2)
     for name, outputs, where in split({"y": y}):
         pos, (first, second) = where["y"]
         halves = [evaluate(outputs[first], inputs), evaluate(outputs[second], inputs)]
