@@ -126,8 +126,11 @@ def bench(package: Path = typer.Argument(..., help="package folder, or a spec to
     if Path(package).is_dir():
         from .tools.report import BENCH, write
 
-        (Path(package) / BENCH).write_text(json.dumps(report, indent=1) + "\n")
-        _log(f"  kept in {Path(package) / BENCH}; drawn in {write(Path(package))}")
+        try:
+            (Path(package) / BENCH).write_text(json.dumps(report, indent=1) + "\n")
+            _log(f"  kept in {Path(package) / BENCH}; drawn in {write(Path(package))}")
+        except OSError as e:                       # a read-only package: the printout above is the result
+            _log(f"  not kept in the package ({e.strerror}: {e.filename}); report.html not redrawn")
 
 
 @app.command()
