@@ -1,6 +1,6 @@
 """Timing a derived program against the operator it replaces, on the machine the target's
-candidates are timed on: the operator as TVM lowers it (TOPI's compute, what LegalizeOps emits)
-and every scope of the derived program as the packager will build it (a GEMM on a constant weight
+candidates are timed on: the operator as the packager builds it without the rewrite (sites.py:
+TOPI's conv2d_transpose, the layout pass's packed conv) and every scope of the derived program as the packager will build it (a GEMM on a constant weight
 as the layout pass's matmul at its measured panel width, the rest as generated), each scheduled
 by Gensor (top-k + rules, measured), timed in alternation so both see the same machine. The
 schedules and panel widths chosen on the way go to the tuning database, so a rebuild replays
