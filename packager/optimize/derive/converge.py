@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from .expr import Index, Iter, Scope, scope, substitute
-from .match import gemm_groups, operands
+from .match import extra_iterators, gemm_groups, operands
 from .rules import _fresh
 
 GROUPS = ("batch", "m", "n", "k")
@@ -26,9 +26,7 @@ GROUPS = ("batch", "m", "n", "k")
 def distance(s: Scope) -> float:
     """Iterators beyond one per group; inf outside the matmul class (div/mod reads allowed)."""
     g = gemm_groups(s)
-    if g is None:
-        return math.inf
-    return sum(max(len(g.get(k, [])) - 1, 0) for k in GROUPS)
+    return math.inf if g is None else extra_iterators(g)
 
 
 @dataclass(frozen=True)

@@ -222,29 +222,22 @@ def _matmul(bb, s: Scope, shape, values: dict):
 def derive_graph(mod: tvm.IRModule, target: Target, database, measure: bool, seconds: float = SEARCH_SECONDS,
                  time_convs: bool = False) -> tuple[tvm.IRModule, PassReport]:
     """Every ConvTranspose and Conv site decided once per shape, the taken ones rewritten."""
+    calls: list = []
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, lambda e: calls.append(e) if isinstance(e, relax.Call) and
+                                            getattr(e.op, "name", None) in OPS else None)
+    keyed = [(call, site_key(call)) for call in calls]
     decided: dict[str, Site] = {}
     sites: list[Site] = []
-
-    def visit(e) -> bool:
-        """Decide a call's site unless its shape was decided; True when a keyed site was."""
-        if getattr(e.op, "name", None) not in OPS:
-            return False
-        key = site_key(e)
-        if key is not None and key in decided:
-            return False
-        site = decide(e, target, database, measure, seconds, time_convs)
-        sites.append(site)
-        if key is not None:
-            decided[key] = site
-        return key is not None
-
-    functions = [f for _, f in mod.functions_items() if isinstance(f, relax.Function)]
-    calls: list = []
-    for func in functions:
-        relax.analysis.post_order_visit(func, lambda e: calls.append(e) if isinstance(e, relax.Call) else None)
-    with progress.task(f"derive {target.name}", len({site_key(c) for c in calls} - {None}), "shapes") as bar:
-        for call in calls:
-            if visit(call):
+    with progress.task(f"derive {target.name}", len({key for _, key in keyed} - {None}), "shapes") as bar:
+        for call, key in keyed:
+            if key is not None and key in decided:
+                continue
+            site = decide(call, target, database, measure, seconds, time_convs)
+            sites.append(site)
+            if key is not None:
+                decided[key] = site
                 bar.advance()
     return rewrite(mod, {k: s for k, s in decided.items() if s.taken}), _report(sites)
 

@@ -6,10 +6,10 @@ output. A two-input product scope is in the (batched) matmul class when every it
 signature is one of batch (Y/Y/Y), m (Y/N/Y), n (N/Y/Y) or k (Y/Y/N), m, n, k are all present,
 and no operand dimension mixes groups (a conv's `h + r` has the same signatures as a matmul but
 no single stride per group: EinNet's StrideMismatch).
-Gensor tiles a group of several iterators as it is, so such a scope is instantiated without
-EinNet's converging merges; its distance (iterators beyond one per group) is what a library
-call's single m/n/k would still need, and what the search reports. A scope that adds iterators
-of different groups in one dimension with unit steps (a plain conv's h + r) is of the conv class. A scope whose flops per element moved is under 4 is
+Such a scope is instantiated as it is; its distance (iterators beyond one per group) is what
+the search orders children by, and what the converging stage (converge.py) merges away before
+emission. A scope that adds iterators of different groups in one dimension with unit steps (a
+plain conv's h + r) is of the conv class. A scope whose flops per element moved is under 4 is
 an eOperator (OffsetReduce, layout transforms): generated as a TE compute, never matched; so is
 a scope whose body is one read (a sum of one tensor's elements: at most one add per read, even
 where its summation also runs over padding).
@@ -64,7 +64,12 @@ def matmul_distance(s: Scope) -> float:
     for a in operands(s):                 # a dimension mixing groups (conv's h + r) is no GEMM stride
         if any(len({group_of[i] for i in idx.iters()}) > 1 for idx in a.index):
             return math.inf
-    return sum(len(g[k]) - 1 for k in ("m", "n", "k")) + max(len(g.get("batch", [])) - 1, 0)
+    return extra_iterators(g)
+
+
+def extra_iterators(g: dict[str, list[str]]) -> int:
+    """Iterators beyond one per group (batch, m, n, k) of gemm_groups' result."""
+    return sum(max(len(g.get(k, [])) - 1, 0) for k in ("batch", "m", "n", "k"))
 
 
 def conv_like(s: Scope) -> bool:

@@ -57,7 +57,7 @@ def _plans(root: Path, manifest: dict):
     for part in manifest.get("parts", []):
         sub = json.loads((root / part["path"] / "manifest.json").read_text())
         for t in sub.get("targets", []):
-            yield root / part["path"], dict(t, name=t["name"], part=part["name"])
+            yield root / part["path"], dict(t, part=part["name"])
 
 
 def write(root: Path) -> Path:
