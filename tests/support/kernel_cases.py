@@ -115,3 +115,16 @@ def phased_matmuls(n: int = 128, k: int = 64, m: int = 64):
     c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="c")
     e = te.compute((n, m), lambda i, j: te.sum(c[i, r2] * d[r2, j], axis=r2), name="e")
     return te.create_prim_func([a, b, d, e]).with_attrs({PHASE_ATTR: [1, 1], THREADS_ATTR: 64})
+
+
+def scores_attention(rows: int, n: int, d: int):
+    """softmax(Q @ K^T / 8) @ V: FuseOps leaves three kernels (the scores, the softmax, P @ V)."""
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s0"]),
+             helper.make_node("Div", ["s0", "eight"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    m = case("Identity", {"q": [1, 2, rows, d], "kt": [1, 2, d, n], "v": [1, 2, n, d]},
+             inits={"eight": np.array(8.0, np.float32)})
+    m.graph.node.pop()
+    m.graph.node.extend(nodes)
+    return m

@@ -6,6 +6,7 @@ import tvm
 from ..base import PassReport
 from ..kernel_cost import kernel_cost
 from .analyze import te_summary
+from .chains import layout_chains
 from .graph import KernelGraph, kernel_graph
 from .outline import Group, merged_kernels, outline
 from .phases import grid_phases
@@ -43,13 +44,15 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
         else:
             out, groups, refused, timed = _vertical(mod, g, rules, timer)
             vertical_note = ""
+        out, chains = layout_chains(out, rules, timer)
         out, rows = row_regions(out, ctx, rules, timer)
         out, phases = grid_phases(out, ctx.target, rules)
     finally:
         if timer:
             timer.save()              # decisions and Gensor's measurements, for rebuilds and the schedule pass
     horizontal = ctx.notes.get("horizontal", {"groups": 0, "matmuls": 0, "conv_groups_left": 0})
-    report = _report(g, (n0, bytes0), traffic(out), groups, refused, timed, (rows, phases), analysis, horizontal)
+    report = _report(g, (n0, bytes0), traffic(out), groups, refused, timed, (chains, rows, phases), analysis,
+                     horizontal)
     if vertical_note:
         report.summary = report.summary.replace("layout copies folded:", f"layout copies folded ({vertical_note}):")
         report.details["layout_note"] = vertical_note
@@ -59,7 +62,7 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
 def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], groups: list[Group],
             refused: dict[tuple[str, int], str], timed: list[dict], merges, analysis, horizontal: dict) -> PassReport:
     (n0, bytes0), (n1, bytes1) = before, after
-    rows, phases = merges
+    chains, rows, phases = merges
     layout = layout_kernels(g)
     folded = {i for grp in groups for i in grp.members if i in layout}
     pro = sum(1 for grp in groups if grp.anchor in grp.outputs)
@@ -70,18 +73,20 @@ def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], gro
     summary = (f"kernels after FuseOps {n0} -> {n1}, est. DRAM {bytes0 / 1e6:.2f} -> {bytes1 / 1e6:.2f} MB; "
                f"sibling matmuls combined: {horizontal['matmuls']} -> {horizontal['groups']}{_convs_left(horizontal)}; "
                f"layout copies folded: {len(folded)} of {len(layout)} (into {pro} reader and "
-               f"{len(groups) - pro} producer kernels{measured}; {len(layout - folded)} left); {rows.line()}; {phases.line()}; "
+               f"{len(groups) - pro} producer kernels{measured}; {len(layout - folded)} left); {chains.line()}; {rows.line()}; "
+               f"{phases.line()}; "
                f"{analysis.line()}")
-    reasons = sorted(set(refused.values()) | set(rows.refused.values()))
+    reasons = sorted(set(refused.values()) | set(rows.refused.values()) | set(chains.refused.values()))
     if reasons:
-        summary += f"; refused {len(refused) + len(rows.refused)} (" + "; ".join(reasons)[:300] + ")"
+        summary += f"; refused {len(refused) + len(rows.refused) + len(chains.refused)} (" + "; ".join(reasons)[:300] + ")"
     details = {"kernels_before": n0, "kernels_after": n1, "dram_bytes_before": bytes0, "dram_bytes_after": bytes1,
                "layout_kernels": len(layout), "layout_folded": len(folded), "horizontal": horizontal,
                "groups": [{"kernel": grp.name, "members": [_label(g, i) for i in grp.members]} for grp in groups],
                "refused": {f"{_label(g, i)} ({kind})": why for (kind, i), why in refused.items()},
                "analysis": analysis.as_dict(),
                "measured": timed,
-               "row_regions": {"taken": rows.taken, "refused": rows.refused, "measured": rows.measured},
+               "layout_chains": chains.as_dict(),
+               "row_regions": {"taken": rows.taken, "with_matmul": rows.with_matmul, "refused": rows.refused, "measured": rows.measured},
                "grid_phases": phases.as_dict()}
     return PassReport("global_fusion", "applied", summary, details)
 

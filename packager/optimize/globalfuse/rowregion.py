@@ -2,19 +2,24 @@
 attention's P @ V, a pre-LN block's projection) joins it, and the row-region schedule
 (schedule/rules_row.py) computes the reduction for each row tile inside the matmul's parallel
 loop: the reduction's output no longer makes a round trip through memory, and the reduction
-runs in the matmul's parallel region.
+runs in the matmul's parallel region. A second stage takes the matmul whose only reader is such a
+region (the attention's scores Q @ K^T): the whole attention of a row tile is then one region and
+the score matrix never leaves the cache (Souffle's "BERT's attention block in one kernel", as a
+CPU row region).
 
 Taken only when the merged kernel gets the row-region rule and, where the target runs on this
 machine, is not measured slower than the two kernels it replaces beyond the timer's resolution
 (timing.pays), each side timed with the schedule the schedule pass will give it (Souffle refuses
-fusions that do not pay).
+fusions that do not pay). Where the target is not timed, a region that takes a matmul is
+refused when its tiles are partial (measured up to 8x slower on x86).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import tvm
-from tvm import tirx
+import tvm_ffi
+from tvm import s_tir, tirx
 
 from .graph import KernelGraph, kernel_graph
 from .outline import Group, merged_kernels, outline
@@ -27,6 +32,7 @@ MATMUL_RULES = ("tiled-reduction",)
 @dataclass
 class RowRegions:
     taken: int = 0
+    with_matmul: int = 0                                   # of those, regions that took the matmul before them
     refused: dict[str, str] = field(default_factory=dict)
     measured: list[dict] = field(default_factory=list)     # kernel, fused_us, separate_us
     timed: bool = False                                    # the target runs here and measuring is on
@@ -34,6 +40,8 @@ class RowRegions:
 
     def line(self) -> str:
         text = f"row regions (softmax / layer norm into the matmul reading it): {self.taken}"
+        if self.with_matmul:
+            text += f", {self.with_matmul} with the matmul before them (attention in one region)"
         if self.skipped:
             return f"{text} ({self.skipped})"
         if self.taken and not self.timed:
@@ -45,7 +53,8 @@ class RowRegions:
 
 
 def row_regions(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None) -> tuple[tvm.IRModule, RowRegions]:
-    """Merge each (row reduction, its only reader: a matmul) pair that schedules and pays."""
+    """Merge each (row reduction, its only reader: a matmul) pair that schedules and pays, then
+    each (matmul, its only reader: such a region) pair."""
     out = RowRegions()
     if ctx.target.kind != "cpu":
         out.skipped = "CPU targets only in this version: a GPU row region needs a block-level rule of its own"
@@ -54,14 +63,20 @@ def row_regions(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None) -> tup
     if g is None:
         return mod, out
     out.timed = timer is not None
-    return _merge(mod, g, _pairs(g, rules), rules, timer, out)
+    mod, out.taken = _merge(mod, g, _pairs(g, rules), "gf_row_", rules, timer, out)
+    g = kernel_graph(mod)
+    mod, out.with_matmul = _merge(mod, g, _matmul_pairs(g, rules), "gf_attn_", rules, timer, out)
+    return mod, out
 
 
-def _merge(mod: tvm.IRModule, g: KernelGraph, candidates: list, rules, timer, out: RowRegions):
+def _merge(mod: tvm.IRModule, g: KernelGraph, candidates: list, prefix: str, rules, timer,
+           out: RowRegions) -> tuple[tvm.IRModule, int]:
+    """The module with the (producer, reader) pairs that schedule and pay merged, and how many."""
+    measured = len(out.measured)
     for _ in range(2):                           # a second round without the refused pairs
         if not candidates:
-            return mod, out
-        groups = [Group(f"gf_row_{g.calls[c].name.removeprefix('gf_')}"[:80] + f"_{k}", (r, c), (c,), c)
+            return mod, 0
+        groups = [Group(f"{prefix}{g.calls[c].name.removeprefix('gf_')}"[:80] + f"_{k}", (r, c), (c,), c)
                   for k, (r, c) in enumerate(candidates)]
         fused_mod = outline(mod, g, groups)
         keep = []
@@ -72,11 +87,10 @@ def _merge(mod: tvm.IRModule, g: KernelGraph, candidates: list, rules, timer, ou
             else:
                 keep.append((r, c))
         if len(keep) == len(candidates):
-            out.taken = len(keep)
-            return fused_mod, out
+            return fused_mod, len(keep)
         candidates = keep
-        out.measured = []
-    return mod, out
+        del out.measured[measured:]
+    return mod, 0
 
 
 def _pairs(g: KernelGraph, rules) -> list[tuple[int, int]]:
@@ -88,6 +102,20 @@ def _pairs(g: KernelGraph, rules) -> list[tuple[int, int]]:
         c = readers[0]
         if rules.rule(call.prim) in REDUCTION_RULES and rules.rule(g.calls[c].prim) in MATMUL_RULES:
             pairs.append((r, c))
+    return pairs
+
+
+def _matmul_pairs(g: KernelGraph, rules) -> list[tuple[int, int]]:
+    """(matmul, row region reading it): the scores Q @ K^T joining the softmax @ V region, so
+    the whole attention of a row tile is one region (the scores never leave the cache)."""
+    pairs = []
+    for p, call in g.calls.items():
+        readers = g.consumers[p]
+        if p in g.returned or len(readers) != 1 or readers[0] not in g.calls:
+            continue
+        c = readers[0]
+        if rules.rule(call.prim) in MATMUL_RULES and rules.rule(g.calls[c].prim) == "row-region":
+            pairs.append((p, c))
     return pairs
 
 
@@ -105,6 +133,14 @@ def _mismatch(target, func: tirx.PrimFunc) -> str:
     return "another rule came first"
 
 
+def _predicated(func: tirx.PrimFunc) -> bool:
+    """Some block of the scheduled kernel runs under a predicate (a partial tile)."""
+    found = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlockRealize, lambda b: found.append(
+        not (isinstance(b.predicate, tirx.IntImm) and int(b.predicate.value) == 1))), order="post")
+    return any(found)
+
+
 def _refusal(g: KernelGraph, r: int, c: int, func, rules, timer, out: RowRegions) -> str:
     if func is None:
         return "not merged by FuseTIR"
@@ -112,6 +148,9 @@ def _refusal(g: KernelGraph, r: int, c: int, func, rules, timer, out: RowRegions
     if rule != "row-region":
         return f"no row-region schedule: {_mismatch(rules.target, func)}"
     if timer is None:
+        if rules.rule(g.calls[r].prim) in MATMUL_RULES and _predicated(rules.cpu_rules.schedule(func)[0]):
+            return ("not measured, and its tiles are predicated (rows or columns not a multiple of the tile): "
+                    "such regions were measured up to 8x slower on x86 (ViT's 197 tokens)")
         return ""
     why, entry = timer.verdict(func, [(g.calls[r].prim, 1.0), (g.calls[c].prim, 1.0)], "row region")
     if not why:

@@ -29,9 +29,10 @@ RULES = {
     "gensor-gpu": 2,        # GPU tile plans (schedule/gensor_gpu.py); 2: walk seeded by kernel structure
     "layout": 2,            # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
                             # scratch (reused programs decided between layouts)
-    "global-fusion": 3,     # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
+    "global-fusion": 4,     # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
                             # with a predicated last row tile; 3 = reduction loops split at a folded
-                            # reshape's period, merged kernel and parts timed in alternation
+                            # reshape's period, merged kernel and parts timed in alternation; 4 = transposed
+                            # copies tiled, a matmul staged in a row region register-tiled
     "derive": 1,            # derive's measured decision per operator shape (derive/graph.py)
 }
 

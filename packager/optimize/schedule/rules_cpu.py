@@ -26,6 +26,7 @@ from tvm import s_tir, tirx
 
 from ...targets import Target
 from ..base import PassReport
+from .transpose import tile_transposed_copy
 from .tir_util import (PARALLEL_MIN_COPY, PARALLEL_MIN_WORK, Anchor, KernelSchedule, RuleMismatch, best_factor,
                        free_vars, has_if_then_else, index_period, is_reduction, loop_extent, split_last_axis,
                        vector_factor)
@@ -74,6 +75,9 @@ class CpuRules:
         if not loops:
             return 1, 1
         lanes = self.lanes(self._dtype_bits(sch, block))
+        tiled = tile_transposed_copy(sch, block, lanes, min_work)
+        if tiled:
+            return tiled
         total = 1
         for lp in loops:
             total *= loop_extent(sch, lp)

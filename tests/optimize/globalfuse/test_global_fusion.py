@@ -8,7 +8,7 @@ import pytest
 import tvm
 from tvm import relax
 
-from packager.frontend import bind_profiles, import_relax, load_model, profile_shapes
+from packager.frontend import LoadedModel, TensorInfo, bind_profiles, import_relax, load_model, profile_shapes
 from packager.optimize.globalfuse import combine_siblings
 from packager.optimize.globalfuse.analyze import te_summary
 from packager.optimize.globalfuse.graph import kernel_graph
@@ -94,6 +94,7 @@ def test_cpu_target_takes_row_regions_and_no_unmeasured_folds(transformer):
     fused, reports = _optimized(transformer)                       # x86-64, measuring off
     gf = _report(reports, "global_fusion")
     assert gf.details["row_regions"]["taken"] == 1                 # softmax into P @ V
+    assert gf.details["row_regions"]["with_matmul"] == 1           # and the scores Q @ K^T before it
     assert gf.details["layout_folded"] == 0 and "not tried" in gf.details["layout_note"]
     assert "not measured" in gf.summary
 
@@ -265,3 +266,39 @@ def test_sibling_convs_are_reported_as_left_apart():
     ctx = PassContext(None, OptimizeSpec(level=2))
     combine_siblings(simplify(mod)[0], ctx)
     assert ctx.notes["horizontal"]["conv_groups_left"] == 1
+
+
+def test_cpu_layout_chains_store_each_copy_once(transformer):
+    """The head split and the copies of its outputs (Q's and V's reshapes, K's transposes)
+    become one layout kernel; nothing else reads the values in between."""
+    fused, reports = _optimized(transformer)
+    chains = _report(reports, "global_fusion").details["layout_chains"]
+    assert chains["taken"] == 1 and chains["absorbed"] == 3, chains
+    g = kernel_graph(fused)
+    layout = layout_kernels(g)
+    assert len(layout) == 2                                       # the merged split, the heads' merge
+    for i in layout:                                              # no copy of a copy is left
+        assert not any(j in layout for j in g.call_inputs(i)), g.calls[i].name
+
+
+@pytest.mark.parametrize("tokens,taken", [(64, 1), (37, 0)])
+def test_untimed_attention_regions_need_whole_tiles(tokens, taken):
+    """Where the target is not timed, the scores matmul joins the region only when no tile is
+    partial (ViT's 197 tokens measured 8x slower merged on x86)."""
+    from types import SimpleNamespace
+
+    from packager.optimize.globalfuse.rowregion import row_regions
+    from support.kernel_cases import host_target, scores_attention
+
+    target = host_target()
+    model = scores_attention(tokens, tokens, 16)
+    inputs = [TensorInfo(v.name, "float32", tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
+              for v in model.graph.input]
+    loaded = LoadedModel(None, model, 17, inputs, [TensorInfo("y", "float32", ())])
+    mod, _ = import_relax(loaded, {i.name: i.shape for i in inputs}, {i.name: "float32" for i in inputs})
+    mod, _ = optimize_graph(mod, OptimizeSpec(level=2, passes={"global_fusion": False}), target)
+    out, rows = row_regions(mod, SimpleNamespace(target=target), TrialRules(target), None)
+    assert rows.taken == 1 and rows.with_matmul == taken, rows
+    assert len(kernel_graph(out).calls) == 2 - taken
+    if not taken:
+        assert any("predicated" in why for why in rows.refused.values()), rows.refused

@@ -11,7 +11,8 @@ from packager.optimize.globalfuse.graph import kernel_graph
 from packager.optimize.globalfuse.outline import Group, merged_kernels, outline
 from packager.optimize.schedule.rules_cpu import CpuRules
 from packager.optimize.schedule.tir_util import RuleMismatch
-from support.kernel_cases import CASES, case, host_target, kernels_of, random_args, run_kernel, w
+from support.kernel_cases import (CASES, case, host_target, kernels_of, random_args, run_kernel,
+                                  scores_attention, w)
 
 
 def _attention(rows: int, n: int, d: int):
@@ -93,3 +94,36 @@ def test_refused_when_the_column_operand_would_be_reread_per_row_tile():
     with pytest.raises(RuleMismatch, match="does not fit half the L2"):
         CpuRules(target).row_region(s_tir.Schedule(func))
     assert CpuRules(target).schedule(func)[1].rule != "row-region"
+
+
+def _merged_whole(model):
+    """Every kernel of the model merged into one, the last one the anchor."""
+    from packager.frontend import LoadedModel, TensorInfo, import_relax
+    from packager.optimize.pipeline import optimize_graph
+    from packager.spec import OptimizeSpec
+
+    inputs = [TensorInfo(v.name, "float32", tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
+              for v in model.graph.input]
+    loaded = LoadedModel(None, model, 17, inputs, [TensorInfo("y", "float32", ())])
+    mod, _ = import_relax(loaded, {i.name: i.shape for i in inputs}, {i.name: "float32" for i in inputs})
+    mod, _ = optimize_graph(mod, OptimizeSpec(level=2, passes={"global_fusion": False}))
+    g = kernel_graph(mod)
+    calls = sorted(g.calls)
+    assert len(calls) == 3, [g.calls[c].name for c in calls]
+    grp = Group("attn", tuple(calls), (calls[-1],), calls[-1])
+    return merged_kernels(outline(mod, g, [grp]), g, [grp])[0]
+
+
+@pytest.mark.parametrize("rows,n,d", [(32, 64, 16), (37, 29, 16), (64, 128, 64)])
+def test_whole_attention_in_one_region_equals_unscheduled(rows, n, d):
+    """The scores matmul joins the region too, register-tiled like the anchor (its reduction
+    outside a tile of rows x column vectors: both matmuls decomposed into init + update)."""
+    target = host_target()
+    func = _merged_whole(scores_attention(rows, n, d))
+    scheduled, info = CpuRules(target).schedule(func)
+    assert info.rule == "row-region", info
+    if n % 16 == 0:
+        assert scheduled.script().count('_update"') == 2, scheduled.script()
+    args = random_args(func)
+    np.testing.assert_allclose(run_kernel(scheduled, target, [a.copy() for a in args]),
+                               run_kernel(func, target, [a.copy() for a in args]), rtol=1e-5, atol=1e-5)
