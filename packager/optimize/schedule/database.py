@@ -24,16 +24,19 @@ from ...cache import cache_dir, filling, locked
 VERSION = 2
 # The rules version of each record kind: bump one when its decisions change for the same workload.
 RULES = {
-    "gensor-cpu": 2,        # CPU tile plans (schedule/gensor.py); 2: level 2 without ETO reuse by default (a
-                            # reused program alone was often kept), plans carry the chunk loop order
+    "gensor-cpu": 3,        # CPU tile plans (schedule/gensor.py); 2: level 2 without ETO reuse by default (a
+                            # reused program alone was often kept), plans carry the chunk loop order;
+                            # 3: timed on all cores (TVM's pool had used half: one thread on 2 cores)
     "gensor-gpu": 2,        # GPU tile plans (schedule/gensor_gpu.py); 2: walk seeded by kernel structure
-    "layout": 2,            # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
-                            # scratch (reused programs decided between layouts)
+    "layout": 3,            # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
+                            # scratch (reused programs decided between layouts); 3: timed on all cores
     "global-fusion": 4,     # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
                             # with a predicated last row tile; 3 = reduction loops split at a folded
                             # reshape's period, merged kernel and parts timed in alternation; 4 = transposed
-                            # copies tiled, a matmul staged in a row region register-tiled
-    "derive": 1,            # derive's measured decision per operator shape (derive/graph.py)
+                            # copies tiled, a matmul staged in a row region register-tiled, timed on
+                            # all cores
+    "derive": 2,            # derive's measured decision per operator shape (derive/graph.py); 2: timed on
+                            # all cores
 }
 
 
