@@ -72,11 +72,22 @@ def host_target():
     return t
 
 
-def kernels_of(model: onnx.ModelProto) -> dict:
+def _imported(model: onnx.ModelProto):
     inputs = [TensorInfo(v.name, "float32", tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
               for v in model.graph.input]
     loaded = LoadedModel(None, model, 17, inputs, [TensorInfo("y", "float32", ())])
     mod, _ = import_relax(loaded, {i.name: i.shape for i in inputs}, {i.name: "float32" for i in inputs})
+    return mod, inputs
+
+
+def optimized_module(model: onnx.ModelProto, target=None, **passes):
+    """The model's Relax module after the level-2 graph passes (`passes` switches some off)."""
+    mod, _ = _imported(model)
+    return optimize_graph(mod, OptimizeSpec(level=2, passes=passes), target)[0]
+
+
+def kernels_of(model: onnx.ModelProto) -> dict:
+    mod, inputs = _imported(model)
     mod, _ = optimize_graph(mod, OptimizeSpec(level=1))
     g = extract_graph(mod, [i.name for i in inputs], [model.graph.output[0].name])
     return {c.kernel: g.kernels[c.kernel] for c in g.calls}

@@ -94,27 +94,26 @@ def _merge(mod: tvm.IRModule, g: KernelGraph, candidates: list, prefix: str, rul
 
 
 def _pairs(g: KernelGraph, rules) -> list[tuple[int, int]]:
-    pairs = []
-    for r, call in g.calls.items():
-        readers = g.consumers[r]
-        if r in g.returned or len(readers) != 1 or readers[0] not in g.calls:
-            continue
-        c = readers[0]
-        if rules.rule(call.prim) in REDUCTION_RULES and rules.rule(g.calls[c].prim) in MATMUL_RULES:
-            pairs.append((r, c))
-    return pairs
+    """(row reduction, the matmul reading it)."""
+    return _pairs_of(g, rules, REDUCTION_RULES, MATMUL_RULES)
 
 
 def _matmul_pairs(g: KernelGraph, rules) -> list[tuple[int, int]]:
     """(matmul, row region reading it): the scores Q @ K^T joining the softmax @ V region, so
     the whole attention of a row tile is one region (the scores never leave the cache)."""
+    return _pairs_of(g, rules, MATMUL_RULES, ("row-region",))
+
+
+def _pairs_of(g: KernelGraph, rules, producer_rules: tuple, reader_rules: tuple) -> list[tuple[int, int]]:
+    """(producer, its only reader) pairs whose kernels get these rules; the producer's value
+    must not leave the model."""
     pairs = []
     for p, call in g.calls.items():
         readers = g.consumers[p]
         if p in g.returned or len(readers) != 1 or readers[0] not in g.calls:
             continue
         c = readers[0]
-        if rules.rule(call.prim) in MATMUL_RULES and rules.rule(g.calls[c].prim) == "row-region":
+        if rules.rule(call.prim) in producer_rules and rules.rule(g.calls[c].prim) in reader_rules:
             pairs.append((p, c))
     return pairs
 

@@ -8,7 +8,7 @@ import pytest
 import tvm
 from tvm import relax
 
-from packager.frontend import LoadedModel, TensorInfo, bind_profiles, import_relax, load_model, profile_shapes
+from packager.frontend import bind_profiles, import_relax, load_model, profile_shapes
 from packager.optimize.globalfuse import combine_siblings
 from packager.optimize.globalfuse.analyze import te_summary
 from packager.optimize.globalfuse.graph import kernel_graph
@@ -288,15 +288,10 @@ def test_untimed_attention_regions_need_whole_tiles(tokens, taken):
     from types import SimpleNamespace
 
     from packager.optimize.globalfuse.rowregion import row_regions
-    from support.kernel_cases import host_target, scores_attention
+    from support.kernel_cases import host_target, optimized_module, scores_attention
 
     target = host_target()
-    model = scores_attention(tokens, tokens, 16)
-    inputs = [TensorInfo(v.name, "float32", tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
-              for v in model.graph.input]
-    loaded = LoadedModel(None, model, 17, inputs, [TensorInfo("y", "float32", ())])
-    mod, _ = import_relax(loaded, {i.name: i.shape for i in inputs}, {i.name: "float32" for i in inputs})
-    mod, _ = optimize_graph(mod, OptimizeSpec(level=2, passes={"global_fusion": False}), target)
+    mod = optimized_module(scores_attention(tokens, tokens, 16), target, global_fusion=False)
     out, rows = row_regions(mod, SimpleNamespace(target=target), TrialRules(target), None)
     assert rows.taken == 1 and rows.with_matmul == taken, rows
     assert len(kernel_graph(out).calls) == 2 - taken

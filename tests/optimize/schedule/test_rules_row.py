@@ -11,8 +11,8 @@ from packager.optimize.globalfuse.graph import kernel_graph
 from packager.optimize.globalfuse.outline import Group, merged_kernels, outline
 from packager.optimize.schedule.rules_cpu import CpuRules
 from packager.optimize.schedule.tir_util import RuleMismatch
-from support.kernel_cases import (CASES, case, host_target, kernels_of, random_args, run_kernel,
-                                  scores_attention, w)
+from support.kernel_cases import (CASES, case, host_target, kernels_of, optimized_module, random_args,
+                                  run_kernel, scores_attention, w)
 
 
 def _attention(rows: int, n: int, d: int):
@@ -36,15 +36,8 @@ def _layernorm_matmul(k: int, n: int):
 
 
 def _merged(model):
-    from packager.frontend import LoadedModel, TensorInfo, import_relax
-    from packager.optimize.pipeline import optimize_graph
-    from packager.spec import OptimizeSpec
-
-    inputs = [TensorInfo(v.name, "float32", tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
-              for v in model.graph.input]
-    loaded = LoadedModel(None, model, 17, inputs, [TensorInfo("y", "float32", ())])
-    mod, _ = import_relax(loaded, {i.name: i.shape for i in inputs}, {i.name: "float32" for i in inputs})
-    mod, _ = optimize_graph(mod, OptimizeSpec(level=2, passes={"global_fusion": False}))
+    """The model's last two kernels (a reduction, the matmul reading it) merged into one."""
+    mod = optimized_module(model, global_fusion=False)
     g = kernel_graph(mod)
     r, c = sorted(g.calls)[-2:]
     grp = Group("attn", (r, c), (c,), c)
@@ -98,15 +91,7 @@ def test_refused_when_the_column_operand_would_be_reread_per_row_tile():
 
 def _merged_whole(model):
     """Every kernel of the model merged into one, the last one the anchor."""
-    from packager.frontend import LoadedModel, TensorInfo, import_relax
-    from packager.optimize.pipeline import optimize_graph
-    from packager.spec import OptimizeSpec
-
-    inputs = [TensorInfo(v.name, "float32", tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
-              for v in model.graph.input]
-    loaded = LoadedModel(None, model, 17, inputs, [TensorInfo("y", "float32", ())])
-    mod, _ = import_relax(loaded, {i.name: i.shape for i in inputs}, {i.name: "float32" for i in inputs})
-    mod, _ = optimize_graph(mod, OptimizeSpec(level=2, passes={"global_fusion": False}))
+    mod = optimized_module(model, global_fusion=False)
     g = kernel_graph(mod)
     calls = sorted(g.calls)
     assert len(calls) == 3, [g.calls[c].name for c in calls]
