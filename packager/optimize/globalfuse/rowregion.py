@@ -106,15 +106,20 @@ def _matmul_pairs(g: KernelGraph, rules) -> list[tuple[int, int]]:
 
 def _pairs_of(g: KernelGraph, rules, producer_rules: tuple, reader_rules: tuple) -> list[tuple[int, int]]:
     """(producer, its only reader) pairs whose kernels get these rules; the producer's value
-    must not leave the model."""
-    pairs = []
+    must not leave the model. A kernel joins one pair at most: a region that reads two such
+    producers (ONNX's expanded Attention: the scores matmul and a separate row max) takes the
+    first, since outlining both with it would form a cycle."""
+    pairs, used = [], set()
     for p, call in g.calls.items():
         readers = g.consumers[p]
         if p in g.returned or len(readers) != 1 or readers[0] not in g.calls:
             continue
         c = readers[0]
+        if p in used or c in used:
+            continue
         if rules.rule(call.prim) in producer_rules and rules.rule(g.calls[c].prim) in reader_rules:
             pairs.append((p, c))
+            used |= {p, c}
     return pairs
 
 
