@@ -152,7 +152,7 @@ def _refusal(g: KernelGraph, r: int, c: int, func, rules, timer, out: RowRegions
     if rule != "row-region":
         return f"no row-region schedule: {_mismatch(rules.target, func)}"
     if timer is None:
-        if rules.rule(g.calls[r].prim) in MATMUL_RULES and _predicated(rules.cpu_rules.schedule(func)[0]):
+        if rules.rule(g.calls[r].prim) in MATMUL_RULES and _predicated(rules.cpu_schedule(func)):
             return ("not measured, and its tiles are predicated (rows or columns not a multiple of the tile): "
                     "such regions were measured up to 8x slower on x86 (ViT's 197 tokens)")
         return ""

@@ -52,7 +52,7 @@ class TrialRules:
     def rule(self, func: tirx.PrimFunc) -> str:
         if self.target.kind == "cuda":
             return self.gpu_schedule(func)[1]
-        return self.memo.get(func, self._cpu_rule)
+        return self._cpu_rule(func)
 
     def gpu_schedule(self, func: tirx.PrimFunc, threads: int | None = None) -> tuple[tirx.PrimFunc | None, str]:
         """The kernel as the GPU schedule pass will schedule it, and the rule (None, "none")."""
@@ -67,8 +67,12 @@ class TrialRules:
             self.gpu_memo[key] = self._gpu_schedule(func, threads)
         return self.gpu_memo[key]
 
+    def cpu_schedule(self, func: tirx.PrimFunc) -> tirx.PrimFunc:
+        """The kernel as the CPU rules schedule it (once per kernel structure, shared with rule())."""
+        return self.memo.get(func, self.cpu_rules.schedule)[0]
+
     def _cpu_rule(self, func: tirx.PrimFunc) -> str:
-        return self.cpu_rules.schedule(func)[1].rule
+        return self.memo.get(func, self.cpu_rules.schedule)[1].rule
 
     def _gpu_schedule(self, func: tirx.PrimFunc, threads: int | None) -> tuple[tirx.PrimFunc | None, str, float | None]:
         from ...errors import UserError
