@@ -3,6 +3,10 @@
 contiguous stream along k instead of K rows N floats apart (ALT Table 2: contiguous tiles cut L1
 misses; the prefetcher follows them). A and C keep their row-major layouts: their consumers
 (layer norm, softmax, reshapes) are not element-wise, so nothing propagates.
+
+Where n_t does not divide N (language-model heads: GPT-2's 50257, BERT's 30522 words) the last
+panel is zero-padded and the kernel computes all ceil(N/n_t)*n_t columns into its tile, storing
+only the first N (a slice inside the same kernel, so no copy): the vector split stays whole.
 """
 from __future__ import annotations
 
@@ -18,26 +22,40 @@ from .conv import bounded_simplifier
 from .primitives import LayoutSeq, Reorder, Split
 
 
+def padded(n: int, nt: int) -> int:
+    """N rounded up to whole panels."""
+    return -(-n // nt) * nt
+
+
 def weight_panels(k: int, n: int, nt: int) -> LayoutSeq:
-    """K N -> (N/n_t) K n_t: split N, move its outer part first (template with k_t = K)."""
+    """K N -> (N/n_t) K n_t: split N, move its outer part first (template with k_t = K); N a
+    multiple of n_t (pad first)."""
     return LayoutSeq((k, n), (Split(1, (n // nt, nt)), Reorder((1, 0, 2))))
 
 
 def pack_weight(w: np.ndarray, nt: int) -> np.ndarray:
-    return weight_panels(*w.shape, nt).apply_np(w)
+    """B in panels, the last one zero-padded where n_t does not divide N."""
+    k, n = w.shape
+    if padded(n, nt) != n:
+        w = np.concatenate([w, np.zeros((k, padded(n, nt) - n), w.dtype)], axis=1)
+    return weight_panels(k, w.shape[1], nt).apply_np(w)
 
 
 def matmul_packed(a: te.Tensor, b: te.Tensor, n: int, nt: int, out_dtype: str) -> te.Tensor:
-    """C[..., m, j] = sum_k A[..., m, k] * B[j // n_t, k, j % n_t] with B in panels."""
-    kdim = int(a.shape[-1])
+    """C[..., m, j] = sum_k A[..., m, k] * B[j // n_t, k, j % n_t] with B in panels; over the padded
+    width, then sliced to N in the same kernel where n_t does not divide N."""
+    kdim, width = int(a.shape[-1]), padded(n, nt)
     k = te.reduce_axis((0, kdim), name="k")
 
     def body(*idx):
         *lead, j = idx
-        s = bounded_simplifier([(j, n)])
+        s = bounded_simplifier([(j, width)])
         return te.sum(a[(*lead, k)].astype(out_dtype) * b[s(j // nt), k, s(j % nt)].astype(out_dtype), axis=k)
 
-    return te.compute((*a.shape[:-1], n), body, name="matmul_packed")
+    c = te.compute((*a.shape[:-1], width), body, name="matmul_packed")
+    if width == n:
+        return c
+    return te.compute((*a.shape[:-1], n), lambda *idx: c(*idx), name="matmul_packed_columns")
 
 
 @dataclass(frozen=True)
@@ -61,7 +79,7 @@ class MatmulSite:
             c = te.compute((*self.a[:-1], self.n), lambda *i: te.sum(a[(*i[:-1], kk)] * b[kk, i[-1]], axis=kk),
                            name="matmul")
         else:
-            b = te.placeholder(weight_panels(self.k, self.n, nt).shape(), self.dtype, "b")
+            b = te.placeholder(weight_panels(self.k, padded(self.n, nt), nt).shape(), self.dtype, "b")
             c = matmul_packed(a, b, self.n, nt, self.dtype)
         return te.create_prim_func([a, b, c])
 

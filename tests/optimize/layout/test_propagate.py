@@ -188,6 +188,26 @@ def test_matmul_weights_in_panels_match():
     assert consts[0].value.numpy().shape == (3, 24, 16)
 
 
+def test_matmul_weights_in_padded_panels_match():
+    """N = 43 with n_t = 16 (a language-model head's odd vocabulary): B padded with zero columns
+    to 3 panels, the kernel's result sliced back to 43 columns, the values unchanged."""
+    m = _model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])],
+               [1, 7, 24], {"w": _w(24, 43), "b": _w(43)})
+    report, got, ref = _run(m, [], panels=16)
+    assert report.details["matmuls_packed"] == 1
+    assert got.shape == (1, 7, 43)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_padded_panels_hold_zeros_past_n():
+    from packager.optimize.layout.matmul import pack_weight
+    w = _w(6, 20)
+    p = pack_weight(w, 8)
+    assert p.shape == (3, 6, 8)
+    np.testing.assert_array_equal(p[2, :, :4], w[:, 16:])
+    assert not p[2, :, 4:].any()
+
+
 def test_weight_panels_layout():
     from packager.optimize.layout.matmul import pack_weight, weight_panels
     w = _w(6, 32)
