@@ -25,7 +25,7 @@ from .graph import KernelGraph, kernel_graph
 from .outline import Group, merged_kernels, outline
 from .timing import FusionTimer
 
-REDUCTION_RULES = ("row-reduction",)
+REDUCTION_RULES = ("vector-row-reduction", "row-reduction")
 MATMUL_RULES = ("tiled-reduction",)
 
 

@@ -10,7 +10,9 @@ construction-based scheduler (gensor.py) improves on:
   local tile, the element-wise epilogue is applied on the way out, and the outer tiles run in
   parallel. Padding stays a separate vectorized stage: inlining it puts a bounds check in the
   inner loop and costs 5x.
-* ``row-reduction`` (softmax, layer norm): TVM's dlight CPU reduction rule.
+* ``vector-row-reduction`` (softmax, layer norm): rows in parallel, each row's sums as vector
+  partial sums (rules_reduce.py); ``row-reduction``: TVM's dlight CPU reduction rule, for rows
+  that are not whole vectors long.
 * ``injective`` (element-wise, reshape, transpose): all loops fused, split into parallel
   chunks and vector lanes.
 * ``fallback``: outer loops in parallel, nothing else.
@@ -46,7 +48,8 @@ class CpuRules:
     def schedule(self, func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, KernelSchedule]:
         """Apply the first rule that fits; a rule that fails leaves no trace."""
         reasons = []
-        for rule in (self.tiled_reduction, self.row_region, self.row_reduction, self.injective, self.fallback):
+        for rule in (self.tiled_reduction, self.row_region, self.vector_row_reduction, self.row_reduction,
+                     self.injective, self.fallback):
             sch = s_tir.Schedule(func)
             try:
                 info = rule(sch)
@@ -315,6 +318,11 @@ class CpuRules:
         return row_region(self, sch)
 
     # -- rule: row reductions (softmax, layer norm) ----------------------------------------
+    def vector_row_reduction(self, sch: s_tir.Schedule) -> KernelSchedule:
+        from .rules_reduce import vector_row_reduction
+
+        return vector_row_reduction(self, sch)
+
     def row_reduction(self, sch: s_tir.Schedule) -> KernelSchedule:
         from tvm.s_tir.dlight.cpu import Reduction
 

@@ -40,7 +40,7 @@ def test_schedules_compile_for_arm64():
     """ARM64 codegen of every rule (running ARM code is covered by `pack verify` under qemu)."""
     arm = resolve(TargetSpec("arm64", {}, "test"))
     kernels = {}
-    for name in ("conv3x3", "conv3x3_stride2", "softmax_last", "transpose", "maxpool"):
+    for name in ("conv3x3", "conv3x3_stride2", "softmax_last", "layernorm", "transpose", "maxpool"):
         for k, f in kernels_of(CASES[name]).items():
             kernels[f"{name}_{k}"] = f
     scheduled, report = schedule_kernels(kernels, arm)

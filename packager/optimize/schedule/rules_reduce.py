@@ -1,0 +1,88 @@
+"""The vector row-reduction CPU rule: softmax, layer norm, RMS norm with vector partial sums.
+
+dlight's CPU reduction rule (the fallback after this one) leaves each row's sum a scalar chain:
+without fast-math LLVM may not reorder a float sum, so one add waits for the previous (4 cycles
+each), and a 768-wide layer norm took 70 us on 128 rows. Here every reduction along a row whose
+length is a multiple of the vector width is first split into `lanes` partial sums (rfactor), a
+vector accumulator the row's elements stream into, then summed across its lanes once per row:
+
+    parallel for (rows)                             the leading spatial axes, fused
+      for (chunks of lanes) partial[lane] += x      one vector add per chunk
+      total = sum(partial)                          lanes scalar adds per row
+      element-wise blocks vectorized along the row
+
+Same 128 x 768 layer norm: 37 us. The sum's order changes (lane-wise, then across lanes), as in
+any vectorized reduction; the verify tolerance covers it.
+"""
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+
+from .tir_util import KernelSchedule, RuleMismatch, is_reduction, loop_extent
+
+
+def vector_row_reduction(rules, sch: s_tir.Schedule) -> KernelSchedule:
+    """Schedule `sch` (rules: the CpuRules of the target) or raise RuleMismatch."""
+    blocks = rules._blocks(sch)
+    if len(blocks) < 2 or is_reduction(sch, blocks[-1]) or not any(is_reduction(sch, b) for b in blocks):
+        raise RuleMismatch("needs reductions followed by an element-wise block")
+    lead = min(_leading_spatial(sch, b) for b in blocks)
+    if lead == 0:
+        raise RuleMismatch("blocks share no leading spatial axis")
+    lanes = rules.lanes(rules._dtype_bits(sch, blocks[-1]))
+    partials = [rf for b in blocks if is_reduction(sch, b) and (rf := _vector_partials(sch, b, lead, lanes))]
+    if not partials:
+        raise RuleMismatch("no row reduction a whole number of vectors long")
+
+    blocks = rules._blocks(sch)
+    last = blocks[-1]
+    loops = sch.get_loops(last)
+    rows = sch.fuse(*loops[:lead]) if lead > 1 else loops[0]
+    n_rows = loop_extent(sch, rows)
+    if n_rows > 1:
+        sch.parallel(rows)
+    _vectorize_inner(sch, last, lanes)
+    for b in reversed(blocks[:-1]):
+        sch.compute_at(b, rows, preserve_unit_loops=True)
+    for b in blocks[:-1]:
+        if any(sch.get(b).same_as(sch.get(rf)) for rf in partials):
+            # compute_at made its loops in iterator order (the lane iterator first): lanes innermost
+            inner = sch.get_loops(b)[1:]
+            lane, chunks = inner[0], inner[-1]
+            sch.reorder(chunks, lane)
+            sch.vectorize(lane)
+            sch.decompose_reduction(b, chunks)
+        elif not is_reduction(sch, b):
+            _vectorize_inner(sch, b, lanes)
+    return KernelSchedule("vector-row-reduction", n_rows, lanes,
+                          note=f"{len(partials)} reduction(s) as {lanes}-lane partial sums")
+
+
+def _leading_spatial(sch: s_tir.Schedule, block) -> int:
+    n = 0
+    for iv in sch.get(block).iter_vars:
+        if iv.iter_type != tirx.IterVar.DataPar:
+            break
+        n += 1
+    return n
+
+
+def _vector_partials(sch: s_tir.Schedule, block, lead: int, lanes: int):
+    """rfactor a reduction over the innermost loop alone into `lanes` partial sums; the partial
+    block (chunks outer, lanes inner) or None when the row is not whole vectors long."""
+    loops = sch.get_loops(block)
+    ivs = sch.get(block).iter_vars
+    if len(loops) != len(ivs) or len(ivs) != lead + 1 or ivs[-1].iter_type != tirx.IterVar.CommReduce:
+        return None
+    n = loop_extent(sch, loops[-1])
+    if n % lanes or n < 2 * lanes:
+        return None
+    _, lane = sch.split(loops[-1], [None, lanes])
+    return sch.rfactor(lane, lead)
+
+
+def _vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
+    loops = sch.get_loops(block)
+    ext = loop_extent(sch, loops[-1])
+    if ext % lanes == 0 and ext >= lanes:
+        sch.vectorize(sch.split(loops[-1], [None, lanes])[1] if ext > lanes else loops[-1])
