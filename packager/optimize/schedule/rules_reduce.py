@@ -16,9 +16,10 @@ any vectorized reduction; the verify tolerance covers it.
 """
 from __future__ import annotations
 
+import tvm_ffi
 from tvm import s_tir, tirx
 
-from .tir_util import KernelSchedule, RuleMismatch, is_reduction, loop_extent
+from .tir_util import KernelSchedule, RuleMismatch, free_vars, is_reduction, loop_extent
 
 
 def vector_row_reduction(rules, sch: s_tir.Schedule) -> KernelSchedule:
@@ -30,7 +31,8 @@ def vector_row_reduction(rules, sch: s_tir.Schedule) -> KernelSchedule:
     if lead == 0:
         raise RuleMismatch("blocks share no leading spatial axis")
     lanes = rules.lanes(rules._dtype_bits(sch, blocks[-1]))
-    partials = [rf for b in blocks if is_reduction(sch, b) and (rf := _vector_partials(sch, b, lead, lanes))]
+    partials = row_partials(sch, [b for b in blocks if is_reduction(sch, b) and _leading_spatial(sch, b) == lead],
+                            lanes)
     if not partials:
         raise RuleMismatch("no row reduction a whole number of vectors long")
 
@@ -44,18 +46,43 @@ def vector_row_reduction(rules, sch: s_tir.Schedule) -> KernelSchedule:
     _vectorize_inner(sch, last, lanes)
     for b in reversed(blocks[:-1]):
         sch.compute_at(b, rows, preserve_unit_loops=True)
+    vectorize_partials(sch, partials)
     for b in blocks[:-1]:
-        if any(sch.get(b).same_as(sch.get(rf)) for rf in partials):
-            # compute_at made its loops in iterator order (the lane iterator first): lanes innermost
-            inner = sch.get_loops(b)[1:]
-            lane, chunks = inner[0], inner[-1]
-            sch.reorder(chunks, lane)
-            sch.vectorize(lane)
-            sch.decompose_reduction(b, chunks)
-        elif not is_reduction(sch, b):
+        if not is_reduction(sch, b):
             _vectorize_inner(sch, b, lanes)
     return KernelSchedule("vector-row-reduction", n_rows, lanes,
                           note=f"{len(partials)} reduction(s) as {lanes}-lane partial sums")
+
+
+def row_partials(sch: s_tir.Schedule, blocks: list, lanes: int) -> list:
+    """Split each of `blocks` that reduces its rows over one innermost loop a whole number of
+    vectors long into lane-wise partial sums (before any compute_at: rfactor needs the block's own
+    loop nest); the partial blocks, to pass to vectorize_partials once they are placed."""
+    return [rf for b in blocks if (rf := _vector_partials(sch, b, _leading_spatial(sch, b), lanes))]
+
+
+def vectorize_partials(sch: s_tir.Schedule, partials: list) -> None:
+    """After compute_at: the partial blocks' lane loop innermost and vectorized, their zeroing
+    apart. compute_at makes loops in iterator order, which puts the lane iterator first."""
+    for rf in partials:
+        lane, chunks = _loop_of(sch, rf, 0), _loop_of(sch, rf, -1)
+        sch.reorder(chunks, lane)
+        sch.vectorize(lane)
+        sch.decompose_reduction(rf, sch.get_loops(rf)[1])
+
+
+def _loop_of(sch: s_tir.Schedule, block, index: int):
+    """The loop that binds the block's iterator `index`."""
+    blk = sch.get(block)
+    realizes: list = []
+    tvm_ffi.structural_walk(sch.mod["main"].body,
+                            (s_tir.SBlockRealize, lambda r: realizes.append(r) if r.block.same_as(blk) else None),
+                            order="post")
+    used = free_vars(realizes[0].iter_values[index])
+    for lp in sch.get_loops(block):
+        if sch.get(lp).loop_var in used:
+            return lp
+    raise RuleMismatch(f"no loop binds iterator {index} of {blk.name_hint}")
 
 
 def _leading_spatial(sch: s_tir.Schedule, block) -> int:

@@ -8,13 +8,15 @@ fused into one parallel loop, and every earlier block that is not cheap to recom
 reductions, exp) is computed under that loop for the rows of the tile only, so its intermediate
 is a tile-sized buffer that stays in cache: one parallel region per row block, no round trip of
 the score matrix through memory. Cheap element-wise producers (copies, one arithmetic op) are
-inlined where they are read.
+inlined where they are read. The row sums among them (softmax's max and sum, layer norm's mean
+and variance) run as vector partial sums, as in the vector row-reduction rule.
 """
 from __future__ import annotations
 
 from tvm import s_tir, tirx
 
 from ..kernel_cost import float_ops
+from .rules_reduce import row_partials, vectorize_partials
 from .tir_util import (KernelSchedule, RuleMismatch, best_factor, free_vars, has_if_then_else, is_reduction,
                        loop_extent, vector_factor)
 
@@ -34,6 +36,7 @@ def row_region(rules, sch: s_tir.Schedule) -> KernelSchedule:
     if any(is_reduction(sch, b) for b in consumers):
         raise RuleMismatch("a reduction after the anchor")
     staged = _inline_cheap(sch, producers, sch.get(anchor))
+    staged, partials = _with_partials(rules, sch, staged, sch.get(anchor))
 
     blk = sch.get(anchor)
     loops = sch.get_loops(anchor)
@@ -73,6 +76,7 @@ def row_region(rules, sch: s_tir.Schedule) -> KernelSchedule:
         sch.reverse_compute_inline(consumers[-1])
     for b in reversed(staged):                        # each producer's rows, under the row loop
         sch.compute_at(b, region)
+    vectorize_partials(sch, partials)
     for b in staged:
         _vectorize_inner(sch, b, lanes)
     wb = sch.get_loops(writeback)[-1]
@@ -82,9 +86,26 @@ def row_region(rules, sch: s_tir.Schedule) -> KernelSchedule:
     sch.vectorize(vec_i)
     sch.decompose_reduction(anchor, vec_o)
     for b in staged:
-        _tile_staged_matmul(sch, b, lanes, rfac)
+        if not any(sch.get(b).same_as(sch.get(rf)) for rf in partials):
+            _tile_staged_matmul(sch, b, lanes, rfac)
+    note = f"{len(staged)} block(s) computed per row tile"
     return KernelSchedule("row-region", n_tiles if n_tiles > 1 else 1, vfac, rfac,
-                          note=f"{len(staged)} block(s) computed per row tile")
+                          note=note + (f", {len(partials)} row sum(s) in vector partial sums" if partials else ""))
+
+
+def _with_partials(rules, sch: s_tir.Schedule, staged: list, anchor) -> tuple[list, list]:
+    """The staged row reductions (a softmax's max and sum, a layer norm's mean and variance:
+    outputs of lower rank than the anchor's) as vector partial sums (rules_reduce.py); the staged
+    list with each partial block before the block that sums it, and the partial blocks."""
+    rank = len(anchor.writes[0].source.shape)
+    rows = [b for b in staged if is_reduction(sch, b) and len(sch.get(b).writes[0].source.shape) < rank]
+    partials = row_partials(sch, rows, rules.lanes(anchor.writes[0].source.dtype.bits))
+    by_name = {sch.get(rf).name_hint: rf for rf in partials}
+    ordered = []
+    for b in staged:
+        rf = by_name.get(sch.get(b).name_hint + "_rf")
+        ordered += [rf, b] if rf is not None else [b]
+    return ordered, partials
 
 
 def _check_column_operand_fits(target, blk, row_var, outer_ivs: list) -> None:

@@ -102,13 +102,17 @@ def _merged_whole(model):
 @pytest.mark.parametrize("rows,n,d", [(32, 64, 16), (37, 29, 16), (64, 128, 64)])
 def test_whole_attention_in_one_region_equals_unscheduled(rows, n, d):
     """The scores matmul joins the region too, register-tiled like the anchor (its reduction
-    outside a tile of rows x column vectors: both matmuls decomposed into init + update)."""
+    outside a tile of rows x column vectors: both matmuls decomposed into init + update); the
+    softmax's max and sum as vector partial sums (two more init + update pairs) where the rows
+    are whole vectors long."""
     target = host_target()
     func = _merged_whole(scores_attention(rows, n, d))
     scheduled, info = CpuRules(target).schedule(func)
     assert info.rule == "row-region", info
     if n % 16 == 0:
-        assert scheduled.script().count('_update"') == 2, scheduled.script()
+        text = scheduled.script()
+        assert text.count('_update"') == 4 and text.count('_rf_update"') == 2, text
+        assert "row sum(s) in vector partial sums" in info.note
     args = random_args(func)
     np.testing.assert_allclose(run_kernel(scheduled, target, [a.copy() for a in args]),
                                run_kernel(func, target, [a.copy() for a in args]), rtol=1e-5, atol=1e-5)
