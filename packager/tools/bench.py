@@ -99,11 +99,11 @@ def _ort_peak_mb(model: Path, inputs: dict[str, np.ndarray], threads: int, tmp: 
     np.savez(tmp / "feeds.npz", **inputs)
     script = (
         "import sys, numpy as np, onnxruntime as ort\n"
+        "from packager.tools.runners import ort_session\n"
         "rss = lambda: int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1])\n"
         "feeds = dict(np.load(sys.argv[2]))\n"
         "base = rss()\n"
-        "so = ort.SessionOptions(); so.intra_op_num_threads = int(sys.argv[3]); so.log_severity_level = 3\n"
-        "s = ort.InferenceSession(sys.argv[1], so, providers=['CPUExecutionProvider'])\n"
+        "s = ort_session(sys.argv[1], int(sys.argv[3]))\n"
         "for _ in range(3): s.run(None, feeds)\n"
         "print((rss() - base) / 1024)\n")
     r = subprocess.run([sys.executable, "-c", script, str(model), str(tmp / "feeds.npz"), str(threads)],

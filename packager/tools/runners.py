@@ -3,6 +3,7 @@ GPU: the target's backend says how), onnxruntime on the source model as the refe
 package's ORT wrapper model. verify, bench and conformance share these."""
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -39,6 +40,19 @@ def run_package(cmd: list[str], folder: Path, target: str, inputs: dict[str, np.
     return {name: np.load(out_dir / output_file(name)) for name in outputs}
 
 
+def _within_ir_version(model: str | bytes, error: str) -> bytes | None:
+    """The model restamped with the newest IR version this onnxruntime reads, when that is why it
+    refused the model (onnx 1.23 stamps IR 14 on every model it makes; ORT 1.31 reads up to 13,
+    and the IR number alone does not change what a graph of these operators computes); else
+    None. The packaged wrapper model is stamped the same way (emit/ort_wrapper.py)."""
+    found = re.search(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)", error)
+    if not found or int(found.group(1)) <= int(found.group(2)):
+        return None
+    proto = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model)
+    proto.ir_version = int(found.group(2))
+    return proto.SerializeToString()
+
+
 def ort_session(model: str | bytes, threads: int = 0, library: Path | None = None, cuda: bool = False,
                 exact: bool = False):
     """An onnxruntime session (quiet logs) on the CPU EP, or with `cuda` on the CUDA EP (an error
@@ -60,9 +74,16 @@ def ort_session(model: str | bytes, threads: int = 0, library: Path | None = Non
         if threads:
             so.add_session_config_entry("ai.packager.num_threads", str(threads))
         so.register_custom_ops_library(str(library))
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda else ["CPUExecutionProvider"]
+    try:
+        sess = ort.InferenceSession(model, so, providers=providers)
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own Fail/InvalidGraph kinds
+        older = _within_ir_version(model, str(e))
+        if older is None:
+            raise
+        sess = ort.InferenceSession(older, so, providers=providers)
     if not cuda:
-        return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-    sess = ort.InferenceSession(model, so, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+        return sess
     if "CUDAExecutionProvider" not in sess.get_providers():
         raise UserError("onnxruntime cannot use its CUDA execution provider here (install onnxruntime-gpu with a "
                         "matching CUDA runtime)")
