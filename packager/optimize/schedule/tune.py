@@ -18,7 +18,9 @@ spends a per-model budget in rounds. A round of one kernel:
 
 The budget goes round by round to the kernel with the most time to gain, Ansor's task
 scheduler simplified: weight = current best time x 0.5^(rounds without a gain); a kernel whose
-space is exhausted leaves the queue.
+space is exhausted leaves the queue. Kernels still under their own allotment (a share, or the
+reuse cap) go first: a heavy kernel that keeps gaining 2% a round would otherwise spend the
+budget of the kernels waiting on it as their reuse parent.
 
 With ETO's reuse on, the tuner builds its own reuse graph over the kernels it searches (sketch
 and Definition 2 as in reuse.py; a root costs a full share, a reuse edge the reuse cap) and
@@ -233,7 +235,7 @@ class Tuner:
         progress = Progress(self.log, self.budget, len(tasks))
         while self.budget.left(self.used, self.t0):
             ready = [x for x in tasks if x.open() and (x.parent is None or x.parent.settled(share))]
-            t = max(ready, key=lambda x: (x.weight(), x.name), default=None)
+            t = max(ready, key=lambda x: (x.trials < (x.cap or share), x.weight(), x.name), default=None)
             if t is None:
                 break
             self.round(t)

@@ -128,3 +128,23 @@ def test_a_second_model_starts_from_the_first_ones_tuned_program(tmp_path):
     assert k["reused_from"] == "first" and 1 <= k["trials"] <= TRIALS_PER_KERNEL // 4
     assert "1 of another model in the database" in report.summary
     assert report.details["timed"] == k["trials"]
+
+
+def test_a_parent_that_keeps_gaining_leaves_its_children_their_cap():
+    """The scheduling order alone (no timing): a heavy root that gains every round stops at its
+    share while its children, under their cap, are ready; the budget then reaches all of them."""
+    from packager.optimize.schedule.tune import Task, Tuner
+
+    class Gaining(Tuner):
+        def round(self, t):
+            n = min(self.budget.room(self.used), (t.cap - t.trials) if t.cap else BATCH)
+            self.used += n
+            t.trials += n
+            t.best_s *= 0.9                              # always 10% faster: never stale
+
+    share = 4 * BATCH
+    root = Task("root", None, "k", None, {}, None, 1.0, 1.0)
+    kids = [Task(f"kid{i}", None, f"k{i}", None, {}, None, 0.01, 0.01, parent=root, cap=BATCH) for i in range(2)]
+    tuner = Gaining(None, Budget(share + 2 * BATCH, 0.0), lambda _m: None)
+    tuner.run([root, *kids], share)
+    assert [k.trials for k in kids] == [BATCH, BATCH] and root.trials == share
