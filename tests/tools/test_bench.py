@@ -33,6 +33,8 @@ def test_bench_reports_ratio_memory_ablation_and_roofline(packages, tmp_path):
     top = prof["kernels"][0]
     assert top["kernel"].startswith("fused_matmul") and top["gflops"] > 0 and top["roofline_fraction"] > 0
     assert "top kernels (batch16)" in r.stdout
+    roof = report["roofline"]                          # the peaks the fractions are of, and their basis
+    assert roof["gflops"] > 0 and roof["gbs"] > 0 and "GHz this machine reports" in roof["basis"]
 
 
 def test_bench_rejects_unknown_ablation(packages):
