@@ -38,7 +38,8 @@ from .frontend import (bind_profiles, check_configurations, check_operators, loa
 from .frontend.opset import check_conversion
 from .frontend.lowering import describe_lowered
 from .frontend.units import split_units
-from .optimize.schedule.measure import TALLY
+from .frontend.model import weight_bytes
+from .optimize.schedule.measure import TALLY, with_cold_weights
 from .spec import Spec
 from .targets import host_arch, resolve_all
 
@@ -68,6 +69,11 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
     timed_before = replace(TALLY)
     log(f"pack build {spec.name}: {spec.model.name} -> {spec.output}")
     model, dtypes, targets = st.run("check spec and model", check_inputs, spec, only_targets)
+    targets = with_cold_weights(targets, weight_bytes(model.proto))
+    cold = [t.name for t in targets if getattr(t, "cold_weights", False)]
+    if cold:
+        log(f"  weights ({weight_bytes(model.proto) / 1e6:.0f} MB) exceed the last-level cache: candidates timed "
+            f"with the caches flushed ({', '.join(cold)})")
     if model.conversion is not None:
         log(f"  {model.conversion.summary()}")
     _log_control_flow(log, model.control_flow)

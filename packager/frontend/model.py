@@ -83,6 +83,17 @@ class LoadedModel:
         return self.label or str(self.path)
 
 
+def weight_bytes(proto: onnx.ModelProto) -> int:
+    """Bytes of the main graph's initializers (what a package's kernels stream as weights)."""
+    total = 0
+    for t in proto.graph.initializer:
+        n = 1
+        for d in t.dims:
+            n *= int(d)
+        total += n * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    return total
+
+
 def load_model(path: Path) -> LoadedModel:
     """Load and check an ONNX file (external data next to it is fine), in the supported opset range."""
     if not path.is_file():

@@ -60,6 +60,8 @@ class CpuTarget:
     dram_gbs_per_core: float = 6.0
     kind: str = "cpu"
     rpc: RpcDevice | None = None       # time candidates there instead of on this machine
+    cold_weights: bool = False         # time candidates with the caches flushed: the model's weights
+                                       # exceed the last-level cache (set per build, measure.py)
 
     @property
     def triple(self) -> str:

@@ -67,10 +67,23 @@ def _sysfs_cache(level: int) -> int | None:
 # 1-2 MB L2); ARM64 = Neoverse N1/V1 and Orin's Cortex-A78AE (64 KB L1d, 256 KB-1 MB L2, we take
 # 512 KB). Bandwidths: 2 x 32/64 B loads per cycle from L1, 32/64 B per cycle from L2.
 CPU_NOMINAL = {
-    "avx2": {"l1": 32 << 10, "l2": 512 << 10, "l1_bw": 64, "l2_bw": 32, "cores": 8, "ghz": 3.0, "vregs": 16},
-    "avx512": {"l1": 48 << 10, "l2": 1 << 20, "l1_bw": 128, "l2_bw": 64, "cores": 8, "ghz": 2.6, "vregs": 32},
-    "neon": {"l1": 64 << 10, "l2": 512 << 10, "l1_bw": 48, "l2_bw": 32, "cores": 8, "ghz": 2.2, "vregs": 32},
+    "avx2": {"l1": 32 << 10, "l2": 512 << 10, "l1_bw": 64, "l2_bw": 32, "cores": 8, "ghz": 3.0, "vregs": 16,
+             "llc": 16 << 20},
+    "avx512": {"l1": 48 << 10, "l2": 1 << 20, "l1_bw": 128, "l2_bw": 64, "cores": 8, "ghz": 2.6, "vregs": 32,
+               "llc": 32 << 20},
+    "neon": {"l1": 64 << 10, "l2": 512 << 10, "l1_bw": 48, "l2_bw": 32, "cores": 8, "ghz": 2.2, "vregs": 32,
+             "llc": 4 << 20},
 }
+
+
+def last_level_cache(t: Target) -> int:
+    """Bytes of the largest cache level (shared L3, or L2 where there is none): this machine's
+    when the target is timed here, else the nominal table's."""
+    if can_run_here(t) and t.rpc is None:
+        found = _sysfs_cache(3) or _sysfs_cache(2)
+        if found:
+            return found
+    return CPU_NOMINAL[t.isa]["llc"]
 
 
 def cpu_hardware(t: Target) -> Hardware:

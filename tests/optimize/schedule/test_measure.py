@@ -60,9 +60,47 @@ def test_clearly_slower_candidates_get_one_repeat():
     get every round (the first extra call per kernel sizes the repeat)."""
     from packager.optimize.schedule.measure import PRUNE, _timed_rounds
     lib = _FakeLib()
-    best = _timed_rounds(lib, None, [], [0, 1, 2, 3], rounds=3)
+    best = _timed_rounds(lib, None, [], [0, 1, 2, 3], rounds=3, target=host_target())
     assert best == lib.SECONDS
     slow = [i for i, s in lib.SECONDS.items() if s > PRUNE * 1.0]
     assert slow == [2, 3]
     assert all(lib.repeats[i] == 1 + 3 for i in (0, 1))         # sizing run + 3 rounds
     assert all(lib.repeats[i] == 1 + 1 for i in slow)            # sizing run + 1 round
+
+
+def test_weights_over_the_last_level_cache_are_timed_cold():
+    """A model whose weights exceed the cache is timed with the caches flushed before every run
+    (its kernels read their weights from DRAM in the package): only targets timed here are
+    marked, their records are keyed apart, and a cold run of a kernel is not faster than a warm
+    one (the flush really happens: a matmul whose operands fit in the cache)."""
+    from dataclasses import replace
+
+    from packager.optimize.schedule.gensor import _target_key
+    from packager.optimize.schedule.hardware import cpu_hardware, last_level_cache
+    from packager.optimize.schedule.measure import with_cold_weights
+    from packager.spec import TargetSpec
+    from packager.targets import resolve
+
+    host, arm = host_target(), resolve(TargetSpec("arm64", {}, "a"))   # arm64 runs under qemu: not timed
+    llc = last_level_cache(host)
+    assert with_cold_weights([host], llc // 2) == [host]
+    cold, arm_after = with_cold_weights([host, arm], 2 * llc)
+    assert cold.cold_weights and not arm_after.cold_weights
+    assert _target_key(cold, cpu_hardware(cold)) != _target_key(host, cpu_hardware(host))
+
+    f = CpuRules(host).schedule(_matmul(256))[0]
+    (warm,) = time_interleaved([f], host, rounds=2, repeat=2)
+    (flushed,) = time_interleaved([f], replace(host, cold_weights=True), rounds=2, repeat=2)
+    assert flushed > warm
+
+
+def test_weight_bytes_count_initializers():
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from packager.frontend.model import weight_bytes
+
+    inits = [numpy_helper.from_array(np.zeros((3, 5), np.float32), "w"),
+             numpy_helper.from_array(np.zeros(7, np.int64), "i")]
+    g = helper.make_graph([], "g", [], [helper.make_tensor_value_info("w", TensorProto.FLOAT, [3, 5])], inits)
+    assert weight_bytes(helper.make_model(g)) == 3 * 5 * 4 + 7 * 8
