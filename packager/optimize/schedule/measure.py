@@ -8,9 +8,9 @@ other candidate must match; a candidate that disagrees is dropped (and reported)
 trusted.
 
 A kernel in a package whose weights exceed the last-level cache reads its weights from DRAM,
-not from the cache a timing loop leaves warm: ResNet-50's 3x3 convs ran 1.5-2x slower in the
-package than when timed warm, and among Gensor's candidates for one conv, programs within 3% of
-each other warm were 0.52 and 1.17 ms cold. For such a model (`target.cold_weights`, set by
+not from the cache a timing loop leaves warm: ResNet-50's convs took 1.5-2x longer in the
+package's profile than when timed warm, and among Gensor's candidates for its 7x7x512 3x3 conv,
+two programs at 0.43-0.45 ms warm took 0.52-0.54 and 0.89-1.17 ms cold. For such a model (`target.cold_weights`, set by
 `with_cold_weights`) every run is timed alone after TVM's time evaluator has overwritten twice the
 last-level cache (the inputs and weights come from DRAM, as in the package): fewer, longer runs.
 """

@@ -11,7 +11,7 @@ vector accumulator the row's elements stream into, then summed across its lanes 
       total = sum(partial)                          lanes scalar adds per row
       element-wise blocks vectorized along the row
 
-Same 128 x 768 layer norm: 37 us. The sum's order changes (lane-wise, then across lanes), as in
+Same 128 x 768 layer norm: 7.7 us. The sum's order changes (lane-wise, then across lanes), as in
 any vectorized reduction; the verify tolerance covers it.
 """
 from __future__ import annotations
