@@ -69,10 +69,11 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
     timed_before = replace(TALLY)
     log(f"pack build {spec.name}: {spec.model.name} -> {spec.output}")
     model, dtypes, targets = st.run("check spec and model", check_inputs, spec, only_targets)
-    targets = with_cold_weights(targets, weight_bytes(model.proto))
+    weights = weight_bytes(model.proto)
+    targets = with_cold_weights(targets, weights)
     cold = [t.name for t in targets if getattr(t, "cold_weights", False)]
     if cold:
-        log(f"  weights ({weight_bytes(model.proto) / 1e6:.0f} MB) exceed the last-level cache: candidates timed "
+        log(f"  weights ({weights / 1e6:.0f} MB) exceed the last-level cache: candidates timed "
             f"with the caches flushed ({', '.join(cold)})")
     if model.conversion is not None:
         log(f"  {model.conversion.summary()}")

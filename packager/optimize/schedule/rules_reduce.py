@@ -19,7 +19,7 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import s_tir, tirx
 
-from .tir_util import KernelSchedule, RuleMismatch, free_vars, is_reduction, loop_extent
+from .tir_util import KernelSchedule, RuleMismatch, free_vars, is_reduction, loop_extent, vectorize_inner
 
 
 def vector_row_reduction(rules, sch: s_tir.Schedule) -> KernelSchedule:
@@ -43,13 +43,12 @@ def vector_row_reduction(rules, sch: s_tir.Schedule) -> KernelSchedule:
     n_rows = loop_extent(sch, rows)
     if n_rows > 1:
         sch.parallel(rows)
-    _vectorize_inner(sch, last, lanes)
+    vectorize_inner(sch, last, lanes)
     for b in reversed(blocks[:-1]):
         sch.compute_at(b, rows, preserve_unit_loops=True)
     vectorize_partials(sch, partials)
     for b in blocks[:-1]:
-        if not is_reduction(sch, b):
-            _vectorize_inner(sch, b, lanes)
+        vectorize_inner(sch, b, lanes)
     return KernelSchedule("vector-row-reduction", n_rows, lanes,
                           note=f"{len(partials)} reduction(s) as {lanes}-lane partial sums")
 
@@ -107,9 +106,3 @@ def _vector_partials(sch: s_tir.Schedule, block, lead: int, lanes: int):
     _, lane = sch.split(loops[-1], [None, lanes])
     return sch.rfactor(lane, lead)
 
-
-def _vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
-    loops = sch.get_loops(block)
-    ext = loop_extent(sch, loops[-1])
-    if ext % lanes == 0 and ext >= lanes:
-        sch.vectorize(sch.split(loops[-1], [None, lanes])[1] if ext > lanes else loops[-1])

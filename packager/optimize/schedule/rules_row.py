@@ -18,7 +18,7 @@ from tvm import s_tir, tirx
 from ..kernel_cost import float_ops
 from .rules_reduce import row_partials, vectorize_partials
 from .tir_util import (KernelSchedule, RuleMismatch, best_factor, free_vars, has_if_then_else, is_reduction,
-                       loop_extent, vector_factor)
+                       loop_extent, vector_factor, vectorize_inner)
 
 CHEAP_OPS = 2                  # element-wise blocks with at most this many float ops are inlined
 
@@ -78,7 +78,7 @@ def row_region(rules, sch: s_tir.Schedule) -> KernelSchedule:
         sch.compute_at(b, region)
     vectorize_partials(sch, partials)
     for b in staged:
-        _vectorize_inner(sch, b, lanes)
+        vectorize_inner(sch, b, lanes)
     wb = sch.get_loops(writeback)[-1]
     if loop_extent(sch, wb) % lanes == 0:
         sch.vectorize(sch.split(wb, [None, lanes])[1] if loop_extent(sch, wb) > lanes else wb)
@@ -185,12 +185,3 @@ def _tile_staged_matmul(sch: s_tir.Schedule, block, lanes: int, rows: int) -> No
     sch.vectorize(col_i)
     sch.decompose_reduction(block, col_o)
 
-
-def _vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
-    """Vector lanes along a staged element-wise block's innermost loop when they divide it."""
-    if is_reduction(sch, block):
-        return
-    loops = sch.get_loops(block)
-    ext = loop_extent(sch, loops[-1])
-    if ext % lanes == 0 and ext >= lanes:
-        sch.vectorize(sch.split(loops[-1], [None, lanes])[1] if ext > lanes else loops[-1])

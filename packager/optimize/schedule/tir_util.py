@@ -132,3 +132,14 @@ def split_last_axis(stride: int):
 
 def is_reduction(sch: s_tir.Schedule, block) -> bool:
     return any(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars)
+
+
+def vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
+    """Vector lanes along an element-wise block's innermost loop when they divide it (a
+    reduction block is left alone)."""
+    if is_reduction(sch, block):
+        return
+    loops = sch.get_loops(block)
+    ext = loop_extent(sch, loops[-1])
+    if ext % lanes == 0 and ext >= lanes:
+        sch.vectorize(sch.split(loops[-1], [None, lanes])[1] if ext > lanes else loops[-1])
