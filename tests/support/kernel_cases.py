@@ -139,3 +139,16 @@ def scores_attention(rows: int, n: int, d: int):
     m.graph.node.pop()
     m.graph.node.extend(nodes)
     return m
+
+
+def conv_then_channel_sum(channels: int, out_channels: int, size: int, summed_to: int = 1):
+    """A dilated 3x3 conv (+ bias, ReLU) read only by a 1x1 conv to `summed_to` channels (CSRNet's
+    density-map head): FuseOps leaves two kernels."""
+    from onnx import numpy_helper
+
+    nodes = [helper.make_node("Relu", ["y"], ["z"]), helper.make_node("Conv", ["z", "w2", "b2"], ["o"])]
+    m = case("Conv", {"x": [1, channels, size, size]}, {"pads": [2] * 4, "dilations": [2, 2]},
+             {"w": w(out_channels, channels, 3, 3), "b": w(out_channels)}, nodes)
+    m.graph.initializer.extend([numpy_helper.from_array(w(summed_to, out_channels, 1, 1), "w2"),
+                                numpy_helper.from_array(w(summed_to), "b2")])
+    return m

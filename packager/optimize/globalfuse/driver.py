@@ -7,6 +7,7 @@ from ..base import PassReport
 from ..kernel_cost import kernel_cost
 from .analyze import te_summary
 from .chains import layout_chains
+from .epilogue import reduction_epilogues
 from .graph import KernelGraph, kernel_graph
 from .outline import Group, merged_kernels, outline
 from .phases import grid_phases
@@ -46,13 +47,14 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
             vertical_note = ""
         out, chains = layout_chains(out, rules, timer)
         out, rows = row_regions(out, ctx, rules, timer)
+        out, epilogues = reduction_epilogues(out, ctx, rules, timer)
         out, phases = grid_phases(out, ctx.target, rules)
     finally:
         if timer:
             timer.save()              # decisions and Gensor's measurements, for rebuilds and the schedule pass
     horizontal = ctx.notes.get("horizontal", {"groups": 0, "matmuls": 0, "conv_groups_left": 0})
-    report = _report(g, (n0, bytes0), traffic(out), groups, refused, timed, (chains, rows, phases), analysis,
-                     horizontal)
+    report = _report(g, (n0, bytes0), traffic(out), groups, refused, timed, (chains, rows, epilogues, phases),
+                     analysis, horizontal)
     if vertical_note:
         report.summary = report.summary.replace("layout copies folded:", f"layout copies folded ({vertical_note}):")
         report.details["layout_note"] = vertical_note
@@ -62,7 +64,7 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
 def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], groups: list[Group],
             refused: dict[tuple[str, int], str], timed: list[dict], merges, analysis, horizontal: dict) -> PassReport:
     (n0, bytes0), (n1, bytes1) = before, after
-    chains, rows, phases = merges
+    chains, rows, epilogues, phases = merges
     layout = layout_kernels(g)
     folded = {i for grp in groups for i in grp.members if i in layout}
     pro = sum(1 for grp in groups if grp.anchor in grp.outputs)
@@ -74,11 +76,13 @@ def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], gro
                f"sibling matmuls combined: {horizontal['matmuls']} -> {horizontal['groups']}{_convs_left(horizontal)}; "
                f"layout copies folded: {len(folded)} of {len(layout)} (into {pro} reader and "
                f"{len(groups) - pro} producer kernels{measured}; {len(layout - folded)} left); {chains.line()}; {rows.line()}; "
+               f"{epilogues.line()}; "
                f"{phases.line()}; "
                f"{analysis.line()}")
-    reasons = sorted(set(refused.values()) | set(rows.refused.values()) | set(chains.refused.values()))
+    others = [rows.refused, epilogues.refused, chains.refused]
+    reasons = sorted(set(refused.values()).union(*(r.values() for r in others)))
     if reasons:
-        summary += f"; refused {len(refused) + len(rows.refused) + len(chains.refused)} (" + "; ".join(reasons)[:300] + ")"
+        summary += f"; refused {len(refused) + sum(map(len, others))} (" + "; ".join(reasons)[:300] + ")"
     details = {"kernels_before": n0, "kernels_after": n1, "dram_bytes_before": bytes0, "dram_bytes_after": bytes1,
                "layout_kernels": len(layout), "layout_folded": len(folded), "horizontal": horizontal,
                "groups": [{"kernel": grp.name, "members": [_label(g, i) for i in grp.members]} for grp in groups],
@@ -87,6 +91,7 @@ def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], gro
                "measured": timed,
                "layout_chains": chains.as_dict(),
                "row_regions": {"taken": rows.taken, "with_matmul": rows.with_matmul, "refused": rows.refused, "measured": rows.measured},
+               "reduction_epilogues": epilogues.as_dict(),
                "grid_phases": phases.as_dict()}
     return PassReport("global_fusion", "applied", summary, details)
 

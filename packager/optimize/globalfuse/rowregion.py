@@ -30,13 +30,25 @@ MATMUL_RULES = ("tiled-reduction",)
 
 
 @dataclass
-class RowRegions:
+class Merged:
+    """What a stage that merges (producer, reader) pairs took, refused and measured."""
+
     taken: int = 0
-    with_matmul: int = 0                                   # of those, regions that took the matmul before them
     refused: dict[str, str] = field(default_factory=dict)
     measured: list[dict] = field(default_factory=list)     # kernel, fused_us, separate_us
     timed: bool = False                                    # the target runs here and measuring is on
     skipped: str = ""                                      # why none were tried
+
+    def gain(self) -> str:
+        if not self.measured:
+            return ""
+        x = sum(m["separate_us"] for m in self.measured) / max(sum(m["fused_us"] for m in self.measured), 1e-9)
+        return f" (measured: the kernels they replace take {x:.2f}x their time)"
+
+
+@dataclass
+class RowRegions(Merged):
+    with_matmul: int = 0                                   # of those, regions that took the matmul before them
 
     def line(self) -> str:
         text = f"row regions (softmax / layer norm into the matmul reading it): {self.taken}"
@@ -46,10 +58,7 @@ class RowRegions:
             return f"{text} ({self.skipped})"
         if self.taken and not self.timed:
             text += " (not measured: the target does not run here and has no rpc device, or tuning.measure is off)"
-        if self.measured:
-            gain = sum(m["separate_us"] for m in self.measured) / max(sum(m["fused_us"] for m in self.measured), 1e-9)
-            text += f" (measured: the kernels they replace take {gain:.2f}x their time)"
-        return text
+        return text + self.gain()
 
 
 def row_regions(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None) -> tuple[tvm.IRModule, RowRegions]:
@@ -63,15 +72,21 @@ def row_regions(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None) -> tup
     if g is None:
         return mod, out
     out.timed = timer is not None
-    mod, out.taken = _merge(mod, g, _pairs(g, rules), "gf_row_", rules, timer, out)
+
+    def refusal(g: KernelGraph, r: int, c: int, func) -> str:
+        return _refusal(g, r, c, func, rules, timer, out)
+
+    mod, out.taken = merge_pairs(mod, g, _pairs(g, rules), "gf_row_", refusal, out)
     g = kernel_graph(mod)
-    mod, out.with_matmul = _merge(mod, g, _matmul_pairs(g, rules), "gf_attn_", rules, timer, out)
+    mod, out.with_matmul = merge_pairs(mod, g, _matmul_pairs(g, rules), "gf_attn_", refusal, out)
     return mod, out
 
 
-def _merge(mod: tvm.IRModule, g: KernelGraph, candidates: list, prefix: str, rules, timer,
-           out: RowRegions) -> tuple[tvm.IRModule, int]:
-    """The module with the (producer, reader) pairs that schedule and pay merged, and how many."""
+def merge_pairs(mod: tvm.IRModule, g: KernelGraph, candidates: list, prefix: str, refusal,
+                out: Merged) -> tuple[tvm.IRModule, int]:
+    """The module with the (producer, its only reader) pairs merged whose merged kernel
+    `refusal(g, producer, reader, func)` has no objection to (""), and how many; the objections
+    go to `out.refused`."""
     measured = len(out.measured)
     for _ in range(2):                           # a second round without the refused pairs
         if not candidates:
@@ -81,7 +96,7 @@ def _merge(mod: tvm.IRModule, g: KernelGraph, candidates: list, prefix: str, rul
         fused_mod = outline(mod, g, groups)
         keep = []
         for (r, c), func in zip(candidates, merged_kernels(fused_mod, g, groups)):
-            why = _refusal(g, r, c, func, rules, timer, out)
+            why = refusal(g, r, c, func)
             if why:
                 out.refused[f"{g.bindings[c].var.name}={g.calls[r].name}+{g.calls[c].name}"] = why
             else:
@@ -95,18 +110,18 @@ def _merge(mod: tvm.IRModule, g: KernelGraph, candidates: list, prefix: str, rul
 
 def _pairs(g: KernelGraph, rules) -> list[tuple[int, int]]:
     """(row reduction, the matmul reading it)."""
-    return _pairs_of(g, rules, REDUCTION_RULES, MATMUL_RULES)
+    return pairs_of(g, rules, REDUCTION_RULES, MATMUL_RULES)
 
 
 def _matmul_pairs(g: KernelGraph, rules) -> list[tuple[int, int]]:
     """(matmul, row region reading it): the scores Q @ K^T joining the softmax @ V region, so
     the whole attention of a row tile is one region (the scores never leave the cache)."""
-    return _pairs_of(g, rules, MATMUL_RULES, ("row-region",))
+    return pairs_of(g, rules, MATMUL_RULES, ("row-region",))
 
 
-def _pairs_of(g: KernelGraph, rules, producer_rules: tuple, reader_rules: tuple) -> list[tuple[int, int]]:
-    """(producer, its only reader) pairs whose kernels get these rules; the producer's value
-    must not leave the model. A kernel joins one pair at most: a region that reads two such
+def pairs_of(g: KernelGraph, rules, producer_rules: tuple, reader_rules: tuple, accept=None) -> list[tuple[int, int]]:
+    """(producer, its only reader) pairs whose kernels get these rules (and that `accept`, when
+    given); the producer's value must not leave the model. A kernel joins one pair at most: a region that reads two such
     producers (ONNX's expanded Attention: the scores matmul and a separate row max) takes the
     first, since outlining both with it would form a cycle."""
     pairs, used = [], set()
@@ -117,27 +132,28 @@ def _pairs_of(g: KernelGraph, rules, producer_rules: tuple, reader_rules: tuple)
         c = readers[0]
         if p in used or c in used:
             continue
-        if rules.rule(call.prim) in producer_rules and rules.rule(g.calls[c].prim) in reader_rules:
+        if (rules.rule(call.prim) in producer_rules and rules.rule(g.calls[c].prim) in reader_rules
+                and (accept is None or accept(call.prim, g.calls[c].prim))):
             pairs.append((p, c))
             used |= {p, c}
     return pairs
 
 
-def _mismatch(target, func: tirx.PrimFunc) -> str:
-    """Why the row-region rule does not take a merged kernel (its RuleMismatch text)."""
+def mismatch(target, func: tirx.PrimFunc, rule: str = "row_region") -> str:
+    """Why a CpuRules rule (by method name) does not take a merged kernel (its RuleMismatch text)."""
     from tvm import s_tir
 
     from ..schedule.rules_cpu import CpuRules
 
     try:
-        CpuRules(target).row_region(s_tir.Schedule(func))
+        getattr(CpuRules(target), rule)(s_tir.Schedule(func))
     except Exception as e:  # noqa: BLE001 - the rule's refusal or a schedule primitive's error
         lines = str(e).strip().splitlines()
         return lines[-1][:160] if lines else type(e).__name__
     return "another rule came first"
 
 
-def _predicated(func: tirx.PrimFunc) -> bool:
+def predicated(func: tirx.PrimFunc) -> bool:
     """Some block of the scheduled kernel runs under a predicate (a partial tile)."""
     found = []
     tvm_ffi.structural_walk(func.body, (s_tir.SBlockRealize, lambda b: found.append(
@@ -150,9 +166,9 @@ def _refusal(g: KernelGraph, r: int, c: int, func, rules, timer, out: RowRegions
         return "not merged by FuseTIR"
     rule = rules.rule(func)
     if rule != "row-region":
-        return f"no row-region schedule: {_mismatch(rules.target, func)}"
+        return f"no row-region schedule: {mismatch(rules.target, func)}"
     if timer is None:
-        if rules.rule(g.calls[r].prim) in MATMUL_RULES and _predicated(rules.cpu_schedule(func)):
+        if rules.rule(g.calls[r].prim) in MATMUL_RULES and predicated(rules.cpu_schedule(func)):
             return ("not measured, and its tiles are predicated (rows or columns not a multiple of the tile): "
                     "such regions were measured up to 8x slower on x86 (ViT's 197 tokens)")
         return ""

@@ -48,8 +48,8 @@ class CpuRules:
     def schedule(self, func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, KernelSchedule]:
         """Apply the first rule that fits; a rule that fails leaves no trace."""
         reasons = []
-        for rule in (self.tiled_reduction, self.row_region, self.vector_row_reduction, self.row_reduction,
-                     self.injective, self.fallback):
+        for rule in (self.tiled_reduction, self.reduction_epilogue, self.row_region, self.vector_row_reduction,
+                     self.row_reduction, self.injective, self.fallback):
             sch = s_tir.Schedule(func)
             try:
                 info = rule(sch)
@@ -63,6 +63,11 @@ class CpuRules:
     # -- helpers ---------------------------------------------------------------------------
     def _blocks(self, sch: s_tir.Schedule) -> list:
         return list(sch.get_child_blocks(sch.get_sblock("root")))
+
+    def _blocks_before(self, sch: s_tir.Schedule, name: str | None) -> list:
+        blocks = self._blocks(sch)
+        names = [sch.get(b).name_hint for b in blocks]
+        return blocks[:names.index(name)] if name in names else blocks
 
     def _dtype_bits(self, sch: s_tir.Schedule, block) -> int:
         writes = sch.get(block).writes
@@ -117,18 +122,20 @@ class CpuRules:
         return par, vec
 
     # -- rule: tiled reduction (conv / matmul / pooling) ----------------------------------
-    def prepare_anchor(self, sch: s_tir.Schedule) -> "Anchor":
+    def prepare_anchor(self, sch: s_tir.Schedule, upto: str | None = None) -> "Anchor":
         """The part every tiling of a one-reduction kernel shares: pad awkward einsum axes, inline
         producers (padding stays a staged block), pick the vector and register-tile axes and
-        de-interleave strided inputs. Raises RuleMismatch if the kernel is not of that form."""
-        blocks = self._blocks(sch)
+        de-interleave strided inputs. Raises RuleMismatch if the kernel is not of that form.
+        With `upto` (a block name), only the blocks before that block are the kernel (the
+        reduction-epilogue rule places that block and the ones after it itself)."""
+        blocks = self._blocks_before(sch, upto)
         reductions = [b for b in blocks if is_reduction(sch, b)]
         if len(reductions) != 1:
             raise RuleMismatch("needs exactly one reduction block")
         anchor = reductions[0]
         padded = self._pad_awkward_einsum(sch, anchor)
         if padded:                                  # new padding/unpadding blocks around the anchor
-            blocks = self._blocks(sch)
+            blocks = self._blocks_before(sch, upto)
             anchor = next(b for b in blocks if is_reduction(sch, b))
         pos = [sch.get(b).name_hint for b in blocks].index(sch.get(anchor).name_hint)
         producers, consumers = blocks[:pos], blocks[pos + 1:]
@@ -162,10 +169,12 @@ class CpuRules:
         return Anchor(anchor, staged, consumers, spatial, reduce_, vec, reg, extents,
                       self.lanes(blk.writes[0].source.dtype.bits), "; ".join(notes))
 
-    def finish_anchor(self, sch: s_tir.Schedule, a: "Anchor", outer, vec_inner, unrolled: list) -> None:
+    def finish_anchor(self, sch: s_tir.Schedule, a: "Anchor", outer, vec_inner, unrolled: list,
+                      init_depth: int = 1) -> None:
         """Accumulators in a local tile written back (with the element-wise epilogue) per
-        iteration of `outer`; vectorize, unroll, split the reduction's init; staged producers
-        parallel + vectorized."""
+        iteration of `outer`; vectorize, unroll, split the reduction's init (before the anchor's
+        loop at `init_depth`, the first loop inside `outer`); staged producers parallel +
+        vectorized."""
         writeback = sch.cache_write(a.block, 0, "local")
         sch.reverse_compute_at(writeback, outer)
         for c in a.consumers[:-1]:
@@ -183,7 +192,7 @@ class CpuRules:
             sch.unroll(lp)
         if vec_inner is not None:
             sch.vectorize(vec_inner)
-        sch.decompose_reduction(a.block, sch.get_loops(a.block)[1])
+        sch.decompose_reduction(a.block, sch.get_loops(a.block)[init_depth])
         for b in a.staged:
             self._flat_parallel_vector(sch, b, PARALLEL_MIN_COPY)
 
@@ -310,6 +319,12 @@ class CpuRules:
                 done += 1
                 break
         return done
+
+    # -- rule: a reduction over the anchor's channels as its epilogue (conv -> 1x1 conv) -----
+    def reduction_epilogue(self, sch: s_tir.Schedule) -> KernelSchedule:
+        from .rules_epilogue import reduction_epilogue
+
+        return reduction_epilogue(self, sch)
 
     # -- rule: row regions (a matmul reading per-row reductions: softmax @ V) ------------
     def row_region(self, sch: s_tir.Schedule) -> KernelSchedule:

@@ -1,0 +1,39 @@
+"""Reduction epilogues: a memory-intensive conv joins the compute-intensive conv it sums."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from packager.optimize.globalfuse.epilogue import reduction_epilogues
+from packager.optimize.globalfuse.graph import kernel_graph
+from packager.optimize.globalfuse.trial import TrialRules
+from support.kernel_cases import conv_then_channel_sum, host_target, optimized_module
+
+
+def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def _epilogues(summed_to: int):
+    target = host_target()
+    mod = optimized_module(conv_then_channel_sum(16, 32, 12, summed_to), target, global_fusion=False)
+    out, merged = reduction_epilogues(mod, SimpleNamespace(target=target), TrialRules(target), None)
+    return mod, out, merged
+
+
+def test_a_channel_sum_joins_its_conv_and_the_module_computes_the_same():
+    mod, out, merged = _epilogues(summed_to=1)
+    assert merged.taken == 1 and "reduction epilogues" in merged.line() and "not measured" in merged.line()
+    assert len(kernel_graph(mod).calls) == 2 and len(kernel_graph(out).calls) == 1
+    x = np.random.default_rng(3).standard_normal((1, 16, 12, 12)).astype(np.float32)
+    np.testing.assert_allclose(_run(out, x), _run(mod, x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_compute_intensive_reader_stays_a_kernel_of_its_own():
+    """A 1x1 conv to 64 channels does 8 FLOPs per byte: it is no epilogue."""
+    mod, out, merged = _epilogues(summed_to=64)
+    assert merged.taken == 0 and len(kernel_graph(out).calls) == len(kernel_graph(mod).calls)
