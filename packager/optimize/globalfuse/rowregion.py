@@ -119,11 +119,13 @@ def _matmul_pairs(g: KernelGraph, rules) -> list[tuple[int, int]]:
     return pairs_of(g, rules, MATMUL_RULES, ("row-region",))
 
 
-def pairs_of(g: KernelGraph, rules, producer_rules: tuple, reader_rules: tuple, accept=None) -> list[tuple[int, int]]:
-    """(producer, its only reader) pairs whose kernels get these rules (and that `accept`, when
-    given); the producer's value must not leave the model. A kernel joins one pair at most: a region that reads two such
-    producers (ONNX's expanded Attention: the scores matmul and a separate row max) takes the
-    first, since outlining both with it would form a cycle."""
+def pairs_of(g: KernelGraph, rules, producer_rules: tuple, reader_rules: tuple,
+             accept=None) -> list[tuple[int, int]]:
+    """(producer, its only reader) pairs whose kernels get these rules (and that `accept(producer,
+    reader)` takes, when given); the producer's value must not leave the model. A kernel joins
+    one pair at most: a region that reads two such producers (ONNX's expanded Attention: the
+    scores matmul and a separate row max) takes the first, since outlining both with it would
+    form a cycle."""
     pairs, used = [], set()
     for p, call in g.calls.items():
         readers = g.consumers[p]

@@ -30,11 +30,12 @@ RULES = {
     "gensor-gpu": 2,        # GPU tile plans (schedule/gensor_gpu.py); 2: walk seeded by kernel structure
     "layout": 3,            # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
                             # scratch (reused programs decided between layouts); 3: timed on all cores
-    "global-fusion": 5,     # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
+    "global-fusion": 6,     # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
                             # with a predicated last row tile; 3 = reduction loops split at a folded
                             # reshape's period, merged kernel and parts timed in alternation; 4 = transposed
                             # copies tiled, a matmul staged in a row region register-tiled, timed on
-                            # all cores; 5 = softmax / layer norm parts summed in vector partial sums
+                            # all cores; 5 = softmax / layer norm parts summed in vector partial sums;
+                            # 6 = reduction epilogues, timed warm for every model
     "derive": 2,            # derive's measured decision per operator shape (derive/graph.py); 2: timed on
                             # all cores
 }

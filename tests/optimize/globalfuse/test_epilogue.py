@@ -37,3 +37,23 @@ def test_a_compute_intensive_reader_stays_a_kernel_of_its_own():
     """A 1x1 conv to 64 channels does 8 FLOPs per byte: it is no epilogue."""
     mod, out, merged = _epilogues(summed_to=64)
     assert merged.taken == 0 and len(kernel_graph(out).calls) == len(kernel_graph(mod).calls)
+
+
+def test_fusions_are_timed_warm_for_a_model_timed_cold(monkeypatch, tmp_path):
+    """A model whose weights exceed the cache has its kernel candidates timed cold, but a merged
+    kernel and its parts are timed warm: what a fusion changes is an intermediate's trip, and in
+    the package that activation is in cache."""
+    from dataclasses import replace
+
+    from packager.optimize.globalfuse import timing
+    from packager.optimize.schedule import measure
+    from packager.spec import OptimizeSpec
+
+    seen = []
+    monkeypatch.setattr(measure, "time_interleaved", lambda funcs, target: seen.append(target) or [1e-3] * len(funcs))
+    cold = replace(host_target(), cold_weights=True)
+    ctx = SimpleNamespace(target=cold, opt=OptimizeSpec(level=2, database=tmp_path))
+    mod = optimized_module(conv_then_channel_sum(16, 32, 12), host_target(), global_fusion=False)
+    parts = [c.prim for c in kernel_graph(mod).calls.values()]
+    timing.FusionTimer(ctx).compare(parts[0], [(parts[1], 1.0)])
+    assert seen and not any(t.cold_weights for t in seen)
