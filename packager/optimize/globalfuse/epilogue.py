@@ -1,10 +1,11 @@
-"""Reduction epilogues (CPU): a memory-intensive conv or matmul (few outputs per input, e.g.
-CSRNet's 1x1 conv from 32 channels to one density map) that is the only reader of a
+"""Reduction epilogues (CPU): a memory-intensive reduction (few outputs per input: CSRNet's 1x1
+conv from 32 channels to one density map, a global average pool) that is the only reader of a
 compute-intensive conv or matmul joins it, and the reduction-epilogue schedule
-(schedule/rules_epilogue.py) sums each pixel tile's channels right after computing them: the
-producer's output never makes a round trip through memory (Souffle's memory-intensive TE
-attached to its compute-intensive producer's tile, here where the attached TE is itself a
-reduction, which FuseOps never fuses).
+(schedule/rules_epilogue.py) sums each tile of the producer's output right after computing it:
+that output never makes a round trip through memory (Souffle's memory-intensive TE attached to
+its compute-intensive producer's tile, here where the attached TE is itself a reduction, which
+FuseOps never fuses). Taken on the zoo: CSRNet's head, and the global pool after ResNet-50's and
+MobileNetV2's last conv.
 
 Taken as row regions are (rowregion.py): only when the merged kernel gets its rule and, where
 the target is timed, is not measured slower than the two kernels it replaces; where it is not
@@ -28,7 +29,7 @@ RULE = "reduction-epilogue"
 @dataclass
 class Epilogues(Merged):
     def line(self) -> str:
-        text = f"reduction epilogues (a memory-intensive conv / matmul summing its producer's channels): {self.taken}"
+        text = f"reduction epilogues (a memory-intensive reduction summing its conv / matmul producer's output): {self.taken}"
         if self.skipped:
             return f"{text} ({self.skipped})"
         if self.taken and not self.timed:

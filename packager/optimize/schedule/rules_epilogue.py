@@ -3,10 +3,10 @@ channels by a memory-intensive reduction, e.g. CSRNet's last 3x3 conv (+ bias, R
 the 1x1 conv to one density map (global fusion makes such kernels, globalfuse/epilogue.py).
 
 The anchor (the first reduction) is tiled as the tiled-reduction rule tiles it, except that its
-loops over the axes the second reduction sums go inside the parallel loop: each parallel task
-computes whole pixels (all their channels, through bias and ReLU) into a tile that stays in
-cache, then the second reduction for the same pixels, so the anchor's output never makes a round
-trip through memory:
+loops over the axes the second reduction sums (a 1x1 conv's channels; a global pool's pixels)
+go inside the parallel loop: each parallel task computes whole pixels (all their channels,
+through bias and ReLU) into a tile that stays in cache, then the second reduction for the same
+pixels, so the anchor's output never makes a round trip through memory:
 
     parallel for (pixel tiles, fused)
       for (channel tiles)                          the anchor's register tiles, as tiled-reduction
