@@ -19,8 +19,8 @@ import tvm
 
 from ..kernel_cost import kernel_cost
 from .analyze import COMPUTE_INTENSIVE
-from .graph import KernelGraph, kernel_graph
-from .rowregion import MATMUL_RULES, Merged, merge_pairs, mismatch, pairs_of, predicated
+from .graph import KernelGraph
+from .rowregion import MATMUL_RULES, Merged, cpu_graph, merge_pairs, mismatch, pairs_of, predicated
 from .timing import FusionTimer
 
 RULE = "reduction-epilogue"
@@ -44,10 +44,7 @@ def reduction_epilogues(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None
     """Merge each (compute-intensive reduction, its only reader: a memory-intensive reduction)
     pair that schedules as one and pays."""
     out = Epilogues(timed=timer is not None)
-    if ctx.target.kind != "cpu":
-        out.skipped = "CPU targets only in this version"
-        return mod, out
-    g = kernel_graph(mod)
+    g = cpu_graph(mod, ctx, out, "CPU targets only in this version")
     if g is None:
         return mod, out
 

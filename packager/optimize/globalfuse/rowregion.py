@@ -64,14 +64,10 @@ class RowRegions(Merged):
 def row_regions(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None) -> tuple[tvm.IRModule, RowRegions]:
     """Merge each (row reduction, its only reader: a matmul) pair that schedules and pays, then
     each (matmul, its only reader: such a region) pair."""
-    out = RowRegions()
-    if ctx.target.kind != "cpu":
-        out.skipped = "CPU targets only in this version: a GPU row region needs a block-level rule of its own"
-        return mod, out
-    g = kernel_graph(mod)
+    out = RowRegions(timed=timer is not None)
+    g = cpu_graph(mod, ctx, out, "CPU targets only in this version: a GPU row region needs a block-level rule of its own")
     if g is None:
         return mod, out
-    out.timed = timer is not None
 
     def refusal(g: KernelGraph, r: int, c: int, func) -> str:
         return _refusal(g, r, c, func, rules, timer, out)
@@ -80,6 +76,15 @@ def row_regions(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None) -> tup
     g = kernel_graph(mod)
     mod, out.with_matmul = merge_pairs(mod, g, _matmul_pairs(g, rules), "gf_attn_", refusal, out)
     return mod, out
+
+
+def cpu_graph(mod: tvm.IRModule, ctx, out: Merged, gpu_note: str) -> KernelGraph | None:
+    """The kernel graph to plan on for a CPU target; None (with `gpu_note` as the reason for other
+    targets) when there is none."""
+    if ctx.target.kind != "cpu":
+        out.skipped = gpu_note
+        return None
+    return kernel_graph(mod)
 
 
 def merge_pairs(mod: tvm.IRModule, g: KernelGraph, candidates: list, prefix: str, refusal,
