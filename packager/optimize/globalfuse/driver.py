@@ -90,7 +90,7 @@ def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], gro
                "analysis": analysis.as_dict(),
                "measured": timed,
                "layout_chains": chains.as_dict(),
-               "row_regions": {"taken": rows.taken, "with_matmul": rows.with_matmul, "refused": rows.refused, "measured": rows.measured},
+               "row_regions": rows.as_dict(),
                "reduction_epilogues": epilogues.as_dict(),
                "grid_phases": phases.as_dict()}
     return PassReport("global_fusion", "applied", summary, details)

@@ -36,9 +36,6 @@ class Epilogues(Merged):
             text += " (not measured: the target is not timed here)"
         return text + self.gain()
 
-    def as_dict(self) -> dict:
-        return {"taken": self.taken, "refused": self.refused, "measured": self.measured}
-
 
 def reduction_epilogues(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None) -> tuple[tvm.IRModule, Epilogues]:
     """Merge each (compute-intensive reduction, its only reader: a memory-intensive reduction)

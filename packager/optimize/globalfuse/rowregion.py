@@ -45,10 +45,16 @@ class Merged:
         x = sum(m["separate_us"] for m in self.measured) / max(sum(m["fused_us"] for m in self.measured), 1e-9)
         return f" (measured: the kernels they replace take {x:.2f}x their time)"
 
+    def as_dict(self) -> dict:
+        return {"taken": self.taken, "refused": self.refused, "measured": self.measured}
+
 
 @dataclass
 class RowRegions(Merged):
     with_matmul: int = 0                                   # of those, regions that took the matmul before them
+
+    def as_dict(self) -> dict:
+        return {**super().as_dict(), "with_matmul": self.with_matmul}
 
     def line(self) -> str:
         text = f"row regions (softmax / layer norm into the matmul reading it): {self.taken}"
