@@ -131,7 +131,7 @@ def _ablated(pkg: PackageInfo, pass_name: str, out: Path) -> tuple[PackageInfo, 
             opt.get("tuning", {}).pop(key, None)
     else:
         raw.setdefault("optimize", {}).setdefault("passes", {})[pass_name] = False
-    if pass_name == "reuse":    # its own empty database: the shared one would replay the reused programs
+    if pass_name in ("reuse", "bridges"):   # its own empty database: the shared one would replay the reused programs
         raw["optimize"].setdefault("tuning", {})["database"] = str(out / "tuning")
     out.mkdir(parents=True, exist_ok=True)
     spec_path = out / "spec.yaml"

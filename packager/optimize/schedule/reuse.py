@@ -166,18 +166,27 @@ def reuse_order(nodes: dict[str, tuple[str, tuple[int, ...]]], scratch_trials: i
     arborescence over the reuse graph; `nodes` maps kernel -> (sketch, extents). A reuse edge
     costs REUSE_TRIALS plus a tie-break by distance, a root edge `scratch_trials` unless
     `root_cost` says less (a kernel already measured, or one with a source outside the graph)."""
+    return reuse_tree(nodes, scratch_trials, REUSE_TRIALS, root_cost)[0]
+
+
+def reuse_tree(nodes: dict[str, tuple[str, tuple[int, ...]]], scratch: float, reuse: float,
+               root_cost: dict[str, float] | None = None) -> tuple[dict[str, str | None], float]:
+    """(kernel -> the kernel it reuses or None, the tree's cost): the minimum-cost arborescence
+    with root edges at `scratch` (or `root_cost`) and reuse edges at `reuse` plus a tie-break by
+    distance (nearer sources first)."""
     import networkx as nx
 
     root_cost = root_cost or {}
     g = nx.DiGraph()
     g.add_node("")                                       # the root
     for a, (sk_a, ext_a) in nodes.items():
-        g.add_edge("", a, weight=root_cost.get(a, float(scratch_trials)))
+        g.add_edge("", a, weight=root_cost.get(a, float(scratch)))
         for b, (sk_b, ext_b) in nodes.items():
             if a != b and sk_a == sk_b and reusable(ext_a, ext_b):
-                g.add_edge(b, a, weight=REUSE_TRIALS + 1e-3 * distance(ext_a, ext_b))
+                g.add_edge(b, a, weight=reuse + 1e-3 * distance(ext_a, ext_b))
     tree = nx.minimum_spanning_arborescence(g)
-    return {a: (None if p == "" else p) for p, a in tree.edges}
+    cost = sum(d["weight"] for _, _, d in tree.edges(data=True))
+    return {a: (None if p == "" else p) for p, a in tree.edges}, cost
 
 
 def tree_order(parents: dict[str, str | None]) -> list[str]:

@@ -23,12 +23,14 @@ reuse cap) go first: a heavy kernel that keeps gaining 2% a round would otherwis
 budget of the kernels waiting on it as their reuse parent.
 
 With ETO's reuse on, the tuner builds its own reuse graph over the kernels it searches (sketch
-and Definition 2 as in reuse.py; a root costs a full share, a reuse edge the reuse cap) and
-takes the minimum-cost arborescence: a non-root kernel waits until its parent's search has
+and Definition 2 as in reuse.py; a root costs a full share, a reuse edge the reuse cap) and,
+with ETO's bridge operators (bridge.py, `optimize.passes.bridges`), the greedy Steiner tree
+over the kernels and their 1-hop bridges: a bridge kernel is tuned (never deployed) where it
+joins kernels whose extents cross. A non-root kernel waits until its parent's search has
 settled, then starts from the parent's tuned program adapted to its extents (timed first) and
-gets a quarter of a kernel's share of the budget (ETO: re-search the tile factors around the
-source's program instead of a full search). A root that the database holds a tuned program of
-its sketch for (another model's: cross-model reuse) does the same from that program.
+gets `reuse_cap` programs, an eighth of a kernel's share (ETO: re-search the tile factors
+around the source's program instead of a full search). A root that the database holds a tuned
+program of its sketch for (another model's: cross-model reuse) does the same from that program.
 
 Every kernel the tuner considered is recorded with its `tuned` trials beside level 2's record, so
 a rebuild with the same database replays the same programs (deterministic given the database)
@@ -52,7 +54,8 @@ from .database import TuningDatabase
 from .gensor import RESTARTS, Choice, GensorCpu, schedule_kernels_gensor, seed_of, tuned_key
 from .measure import can_measure, time_candidates, where_measured
 from .plan import ORDERS, REDUCE, TilePlan
-from .reuse import ReusePool, Source, adapt, features, reuse_order
+from .bridge import Bridge, bridge_kernel, checked, choose
+from .reuse import ReusePool, Source, adapt, features, reuse_tree
 from .walk import State, construct
 from .workload import Workload, func_key
 
@@ -86,6 +89,7 @@ class Task:
     source: Source | None = None          # ... or another model's tuned program (the database's)
     cap: int = 0                          # most programs it may time (0: no cap)
     adapted: bool = False                 # the parent's tuned program was tried
+    bridge: tuple[str, str] | None = None # an ETO bridge (never deployed): the two kernels it joins
 
     def open(self) -> bool:
         return not self.exhausted and not (self.cap and self.trials >= self.cap)
@@ -96,6 +100,12 @@ class Task:
 
     def weight(self) -> float:
         return self.best_s * 0.5 ** self.stale_rounds if self.open() else 0.0
+
+    def best_plan(self) -> TilePlan | None:
+        """The program a kernel reusing this one starts from: the best, or the fastest tile plan
+        timed when the rules' schedule won (a tile plan is what adapts to other extents)."""
+        timed = [p for p, s in self.measured.items() if s < math.inf]
+        return self.best or min(timed, key=lambda p: self.measured[p], default=None)
 
 
 @dataclass
@@ -176,6 +186,22 @@ class Tuner:
         t.seeds = [space.to_plan(st) for _, st in ranked[:PARENTS]]   # Gensor's population
         return t
 
+    def bridge_task(self, br: Bridge, func: tirx.PrimFunc) -> Task:
+        """The search of a bridge kernel: from scratch (the rules' schedule as the first
+        incumbent), or its recorded program when an earlier build tuned it."""
+        key = func_key(func, self.g.target_key)
+        space = CpuSpace(replace(self.g.workload(func), key=key), self.g.hw)
+        t = Task(br.name, func, key, space, {"kernel": br.name, "sketch": br.sketch}, None, math.inf, math.inf,
+                 baseline=self.g.rules.schedule(func)[0], bridge=br.between)
+        rec = self.g.db.get(tuned_key(key), kind="gensor-cpu")
+        if rec is not None:                               # replayed: nothing to search
+            t.exhausted = True
+            if rec.get("plan"):
+                t.best, t.best_s = TilePlan.from_dict(rec["plan"]), rec["measured_ms"] / 1e3
+        else:
+            t.seeds = [space.to_plan(st) for _, st in construct(space, seed_of(key), restarts=RESTARTS)[:PARENTS]]
+        return t
+
     def round(self, t: Task) -> None:
         """Mutate, rank, time one batch next to the best; keep a faster child."""
         rng = np.random.default_rng(seed_of(t.key) + t.trials)
@@ -221,7 +247,7 @@ class Tuner:
     def _from_parent(self, t: Task) -> list[TilePlan]:
         """Once: the reuse parent's (or another model's) tuned program adapted to t's extents
         (unless t already timed it)."""
-        src = t.parent.best if t.parent is not None else t.source.plan if t.source is not None else None
+        src = t.parent.best_plan() if t.parent is not None else t.source.plan if t.source is not None else None
         if src is None or t.adapted:
             return []
         t.adapted = True
@@ -244,8 +270,12 @@ class Tuner:
 
     def record(self, t: Task) -> None:
         """The kernel's tuned program into the database (the rules' schedule when none beat it)."""
+        if t.bridge is not None and t.exhausted and not t.trials:
+            return                                        # replayed from the database
         rec = {k: v for k, v in t.record.items() if k != "meta"}
         rec["tuned"] = t.trials
+        if t.bridge is not None:
+            rec.update(bridge=list(t.bridge), measured=True, source="rules", plan=None)
         if t.parent is not None or t.source is not None:
             rec["reused_from"] = t.parent.name if t.parent is not None else t.source.name
         if t.best is not None:
@@ -289,14 +319,17 @@ class Progress:
 
 def budget_of(opt, scratch: int, reused: int = 0) -> Budget:
     """The spec's budget; level 3 without one times TRIALS_PER_KERNEL programs per kernel
-    searched from scratch and a quarter of that per kernel that starts from its reuse parent."""
+    searched from scratch and `reuse_cap` of that per kernel that starts from its reuse parent."""
     if opt.trials or opt.seconds:
         return Budget(opt.trials, opt.seconds)
-    return Budget(TRIALS_PER_KERNEL * scratch + _reuse_cap(TRIALS_PER_KERNEL) * reused, 0.0)
+    return Budget(TRIALS_PER_KERNEL * scratch + reuse_cap(TRIALS_PER_KERNEL) * reused, 0.0)
 
 
-def _reuse_cap(share: int) -> int:
-    return max(share // 4, 1)
+def reuse_cap(share: int) -> int:
+    """Programs a kernel that starts from another's tuned program may time: an eighth of a
+    share (3 of the default 24, as many as level 2's reuse times). ETO's reuse tuner measures
+    tens of programs where Ansor measures 1,000; the kernel keeps its level-2 choice as the bar."""
+    return max(share // 8, 1)
 
 
 def tune_kernels(kernels: dict[str, tirx.PrimFunc], target: Target, opt, log: Callable[[str], None] = print
@@ -309,18 +342,18 @@ def tune_kernels(kernels: dict[str, tirx.PrimFunc], target: Target, opt, log: Ca
     workloads = {n: wl for n, f in kernels.items() if (wl := g.workload(f)) is not None}
     tuner = Tuner(g, Budget(0, 0.0), log)
     tasks = {t.name: t for t in (tuner.task(n, kernels[n], wl) for n, wl in workloads.items()) if t is not None}
-    if opt.enabled("reuse"):
-        _reuse_tree(g, tasks)
-    reused = [t for t in tasks.values() if t.parent is not None or t.source is not None]
-    tuner.budget = budget_of(opt, len(tasks) - len(reused), len(reused))
-    share = tuner.budget.trials // max(len(tasks), 1) if opt.trials else TRIALS_PER_KERNEL
+    bridges = _reuse_tree(tuner, tasks, opt.enabled("bridges")) if opt.enabled("reuse") else []
+    searched = list(tasks.values()) + bridges
+    reused = [t for t in searched if t.parent is not None or t.source is not None]
+    tuner.budget = budget_of(opt, len(searched) - len(reused), len(reused))
+    share = tuner.budget.trials // max(len(searched), 1) if opt.trials else TRIALS_PER_KERNEL
     for t in reused:
-        t.cap = _reuse_cap(share)
-    tuner.run(list(tasks.values()), share)
-    for t in tasks.values():
+        t.cap = reuse_cap(share)
+    tuner.run(searched, share)
+    for t in searched:
         tuner.record(t)
     g.db.save()
-    report = _report(list(tasks.values()), len(workloads), tuner, target, time.perf_counter() - t0)
+    report = _report(list(tasks.values()), bridges, len(workloads), tuner, target, time.perf_counter() - t0)
     (ns, ts), (nr, tr) = level2.details["reuse"]["scratch"], level2.details["reuse"]["reused"]
     report.summary = (f"level 2 first ({ts + tr} programs timed: {ns} kernels from scratch, {nr} from another's "
                       f"program); then " + report.summary)
@@ -328,21 +361,36 @@ def tune_kernels(kernels: dict[str, tirx.PrimFunc], target: Target, opt, log: Ca
     return kernels, report
 
 
-def _reuse_tree(g: GensorCpu, tasks: dict[str, Task]) -> None:
-    """ETO's arborescence over the kernels to search: a root is searched with a full share, or
-    starts from the database's nearest tuned program of its sketch (another model's) at the
-    reuse cap; every other kernel starts from its parent's tuned program."""
+def _reuse_tree(tuner: Tuner, tasks: dict[str, Task], with_bridges: bool) -> list[Task]:
+    """ETO's tree over the kernels to search (with bridges: the greedy Steiner tree, bridge.py);
+    the bridge tasks it adds. A root is searched with a full share, or starts from the database's
+    nearest tuned program of its sketch (another model's) at the reuse cap; every other kernel
+    starts from its parent's tuned program."""
+    g = tuner.g
     others = ReusePool(g.db, g.target_key, tuned_only=True)
     nodes = {n: (t.record["sketch"], t.space.extents) for n, t in tasks.items() if t.record.get("sketch")}
     for n, (sketch, extents) in nodes.items():
         tasks[n].source = others.nearest(sketch, extents)
-    outside = {n: float(_reuse_cap(TRIALS_PER_KERNEL)) for n in nodes if tasks[n].source is not None}
-    for name, parent in reuse_order(nodes, TRIALS_PER_KERNEL, outside).items():
+    outside = {n: float(reuse_cap(TRIALS_PER_KERNEL)) for n in nodes if tasks[n].source is not None}
+    refused: set[tuple[str, tuple[int, ...]]] = set()
+    while True:
+        if with_bridges:
+            parents, chosen = choose(nodes, TRIALS_PER_KERNEL, reuse_cap(TRIALS_PER_KERNEL), outside, refused)
+        else:
+            parents, chosen = reuse_tree(nodes, TRIALS_PER_KERNEL, reuse_cap(TRIALS_PER_KERNEL), outside)[0], []
+        funcs = {br.name: bridge_kernel(tasks[br.between[0]].func, g.rules, br.extents) for br in chosen}
+        bad = {(br.sketch, br.extents) for br in chosen if not checked(funcs[br.name], g, br.sketch, br.extents)}
+        if not bad:
+            break
+        refused |= bad                  # a bridge whose kernel is not of its sketch: choose without it
+    everything = tasks | {br.name: tuner.bridge_task(br, funcs[br.name]) for br in chosen}
+    for name, parent in parents.items():
         if parent is not None:
-            tasks[name].parent, tasks[name].source = tasks[parent], None
+            everything[name].parent, everything[name].source = everything[parent], None
+    return [everything[br.name] for br in chosen]
 
 
-def _report(tasks: list[Task], gensor: int, tuner: Tuner, target: Target, seconds: float) -> PassReport:
+def _report(tasks: list[Task], bridges: list[Task], gensor: int, tuner: Tuner, target: Target, seconds: float) -> PassReport:
     gained = sorted((t for t in tasks if t.best_s < t.start_s), key=lambda t: t.best_s - t.start_s)
     before, after = sum(t.start_s for t in tasks), sum(t.best_s for t in tasks)
     summary = (f"{len(tasks)} of {gensor} Gensor kernels searched ({gensor - len(tasks)} tuned earlier or not timed "
@@ -357,6 +405,9 @@ def _report(tasks: list[Task], gensor: int, tuner: Tuner, target: Target, second
                     f"({sum(t.trials for t in tasks if t not in reused)} programs), {len(reused)} from a tuned "
                     f"program ({len(reused) - others} of this model, {others} of another model in the database; "
                     f"{sum(t.trials for t in reused)} programs, at most {reused[0].cap} each)")
+    if bridges:
+        summary += (f"; ETO bridges: {len(bridges)} tuned ({sum(t.trials for t in bridges)} programs), reused by "
+                    f"{sum(any(t.parent is b for b in bridges) for t in tasks)} kernels")
     if gained:
         summary += "; most: " + ", ".join(f"{t.name} {t.start_s * 1e3:.3f} -> {t.best_s * 1e3:.3f} ms"
                                           for t in gained[:3])
@@ -365,7 +416,10 @@ def _report(tasks: list[Task], gensor: int, tuner: Tuner, target: Target, second
                "kernels": {t.name: {"level2_ms": t.start_s * 1e3, "tuned_ms": t.best_s * 1e3, "trials": t.trials,
                                     "plan": t.best.describe() if t.best else "rules",
                                     "reused_from": t.parent.name if t.parent else t.source.name if t.source else None,
-                                    "exhausted": t.exhausted} for t in tasks}}
+                                    "exhausted": t.exhausted} for t in tasks},
+               "bridges": {t.name: {"between": list(t.bridge), "extents": list(t.space.extents), "trials": t.trials,
+                                    "tuned_ms": t.best_s * 1e3, "reused_from": t.parent.name if t.parent else None,
+                                    "reused_by": sorted(x.name for x in tasks if x.parent is t)} for t in bridges}}
     return PassReport("tuning", "applied", summary, details)
 
 

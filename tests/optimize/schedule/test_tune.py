@@ -16,7 +16,8 @@ from packager.optimize.schedule.gensor import GensorCpu, schedule_kernels_gensor
 from packager.optimize.schedule.cpu_lower import lower_cpu
 from packager.optimize.schedule.hardware import cpu_hardware
 from packager.optimize.schedule.plan import ORDERS
-from packager.optimize.schedule.tune import BATCH, TRIALS_PER_KERNEL, Budget, budget_of, mutate, tune_kernels
+from packager.optimize.schedule.tune import (BATCH, TRIALS_PER_KERNEL, Budget, budget_of, mutate, reuse_cap,
+                                              tune_kernels)
 from packager.optimize.schedule.walk import construct
 from packager.optimize.schedule.workload import func_key
 from packager.spec import OptimizeSpec
@@ -88,8 +89,8 @@ def test_tuner_keeps_the_budget_and_records_beside_level_two(tmp_path):
 
 def test_reuse_children_start_from_the_parents_tuned_program(tmp_path):
     """ETO in the tuner: the arborescence over the searched kernels has one root; the others wait
-    for their parent, time its tuned program adapted first, and stay within a quarter of a
-    kernel's share."""
+    for their parent, time its tuned program adapted first, and stay within the reuse cap (an
+    eighth of a kernel's share)."""
     target = host_target()
     kernels = {"m1": matmul(128, 256, 128), "m2": matmul(64, 256, 128), "m3": matmul(128, 128, 128)}
     opt = OptimizeSpec(level=3, database=tmp_path, top_k=2)
@@ -98,10 +99,10 @@ def test_reuse_children_start_from_the_parents_tuned_program(tmp_path):
     children = [n for n in d if d[n]["reused_from"]]
     assert len(children) == 2 and "ETO reuse: 1 searched from scratch" in report.summary
     for n in children:
-        assert 1 <= d[n]["trials"] <= TRIALS_PER_KERNEL // 4
+        assert 1 <= d[n]["trials"] <= reuse_cap(TRIALS_PER_KERNEL)
     root = next(n for n in d if not d[n]["reused_from"])
     assert d[root]["trials"] >= TRIALS_PER_KERNEL // 2
-    assert report.details["budget"]["trials"] == TRIALS_PER_KERNEL + 2 * (TRIALS_PER_KERNEL // 4)
+    assert report.details["budget"]["trials"] == TRIALS_PER_KERNEL + 2 * (reuse_cap(TRIALS_PER_KERNEL))
     out, _ = schedule_kernels_gensor(kernels, target, tmp_path, True, 2, reuse=True, tuned=True)
     for name, func in kernels.items():
         args = random_args(func)
@@ -111,7 +112,7 @@ def test_reuse_children_start_from_the_parents_tuned_program(tmp_path):
 
 def test_budget_in_seconds_and_level_three_default():
     assert budget_of(OptimizeSpec(level=3), 5) == Budget(5 * TRIALS_PER_KERNEL, 0.0)
-    assert budget_of(OptimizeSpec(level=3), 1, 4) == Budget(TRIALS_PER_KERNEL + 4 * (TRIALS_PER_KERNEL // 4), 0.0)
+    assert budget_of(OptimizeSpec(level=3), 1, 4) == Budget(TRIALS_PER_KERNEL + 4 * (reuse_cap(TRIALS_PER_KERNEL)), 0.0)
     assert budget_of(OptimizeSpec(level=2, seconds=30.0), 5) == Budget(0, 30.0)
     b = Budget(0, 1e-9)
     assert not b.left(0, 0.0) and Budget(10, 0).room(7) == 3
@@ -125,7 +126,7 @@ def test_a_second_model_starts_from_the_first_ones_tuned_program(tmp_path):
     tune_kernels({"first": matmul(128, 256, 128)}, target, opt, log=lambda _m: None)
     _, report = tune_kernels({"second": matmul(96, 256, 64)}, target, opt, log=lambda _m: None)
     k = report.details["kernels"]["second"]
-    assert k["reused_from"] == "first" and 1 <= k["trials"] <= TRIALS_PER_KERNEL // 4
+    assert k["reused_from"] == "first" and 1 <= k["trials"] <= reuse_cap(TRIALS_PER_KERNEL)
     assert "1 of another model in the database" in report.summary
     assert report.details["timed"] == k["trials"]
 
