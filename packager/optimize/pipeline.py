@@ -106,7 +106,8 @@ def _reuse(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassRepor
     return mod, PassReport("reuse", "applied", "ETO: a Gensor kernel is tuned from the program of the nearest "
                            "measured kernel with its sketch (this build's or the tuning database's); the schedule "
                            "and tuning lines give sources and programs timed (layout candidates are scored from "
-                           "scratch)")
+                           "scratch)" + ("; the tuner adds ETO's bridge operators" if ctx.opt.enabled("bridges") and
+                                         ctx.opt.tunes() else ""))
 
 
 REUSE = Pass("reuse", _reuse, off="off (the default below level 3; optimize.passes.reuse turns it on): every kernel "

@@ -117,10 +117,8 @@ def bridge_kernel(func: tirx.PrimFunc, rules, extents: tuple[int, ...]) -> tirx.
     if not isinstance(store, tirx.BufferStore) or len(extents) != len(ivs):
         return None
     reads = _product_reads(store)
-    out_index = [ivs.index(next(iv for iv in ivs if iv.var.same_as(i))) if isinstance(i, tirx.Var)
-                 and any(iv.var.same_as(i) for iv in ivs) else None for i in store.indices]
     spatial = [d for d, iv in enumerate(ivs) if iv.iter_type == tirx.IterVar.DataPar]
-    if reads is None or out_index != spatial:
+    if reads is None or [_iterator_of(i, ivs) for i in store.indices] != spatial:   # out[i, j, ...] in order
         return None
     domain = {iv.var: e for iv, e in zip(ivs, extents)}
     shapes = [_reach(load.indices, domain) for load in reads]
@@ -145,6 +143,11 @@ def checked(func: tirx.PrimFunc | None, gensor, sketch: str, extents: tuple[int,
     """The bridge kernel is what the tree assumed: its workload has this sketch and these extents."""
     wl = gensor.workload(func) if func is not None else None
     return wl is not None and wl.extents == tuple(extents) and sketch_of(wl) == sketch
+
+
+def _iterator_of(index, ivs) -> int | None:
+    """Which block iterator an index is, if it is one (TVM Vars compare by identity: same_as)."""
+    return next((d for d, iv in enumerate(ivs) if isinstance(index, tirx.Var) and iv.var.same_as(index)), None)
 
 
 def _product_reads(store: tirx.BufferStore) -> list | None:

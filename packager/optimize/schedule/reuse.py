@@ -21,8 +21,8 @@ is tuned from that kernel's program instead of from scratch.
   kernels are tuned in its order. Kernels tuned on demand (global fusion's timing) take the
   nearest measured source already known: this build's or the tuning database's (across models).
   The level-3 tuner (tune.py) builds the same graph over the kernels it searches. Layout
-  candidates never reuse (they are compared with each other). ETO's bridge operators are not
-  built: a kernel no source dominates is tuned from scratch.
+  candidates never reuse (they are compared with each other). ETO's bridge operators are built
+  by the level-3 tuner only (bridge.py); here a kernel no source dominates is tuned from scratch.
 * On by default at level 3 only: level 2's top-k with reuse swung latency between cold builds.
 """
 from __future__ import annotations
