@@ -113,8 +113,9 @@ def _ort_peak_mb(model: Path, inputs: dict[str, np.ndarray], threads: int, tmp: 
 
 def _ablated(pkg: PackageInfo, pass_name: str, out: Path) -> tuple[PackageInfo, float]:
     """Rebuild `pkg` from its recorded spec with one pass switched off (`gensor`: the rule-based
-    scheduler instead of the construction-based one; `reuse`: every kernel tuned from scratch into
-    a database of its own; `tuning`: level 2, whose choices the database keeps beside level 3's)."""
+    scheduler instead of the construction-based one; `reuse`: every kernel tuned from scratch, and
+    `bridges`: the tuner's reuse tree without ETO's bridges, each into a database of its own;
+    `tuning`: level 2, whose choices the database keeps beside level 3's)."""
     from ..build import build
 
     if pass_name not in PASS_NAMES + ("gensor", "tuning"):

@@ -48,14 +48,14 @@ from tvm import tirx
 
 from ...targets import Target
 from ..base import PassReport
+from .bridge import Bridge, bridge_kernel, checked, choose
 from .cpu_model import CpuSpace
 from .database import TuningDatabase
 from .gensor import RESTARTS, Choice, GensorCpu, schedule_kernels_gensor, seed_of, tuned_key
 from .measure import can_measure, time_candidates, where_measured
 from .plan import ORDERS, REDUCE, TilePlan
-from .tune_progress import Progress
-from .bridge import Bridge, bridge_kernel, checked, choose
 from .reuse import ReusePool, Source, adapt, features, reuse_tree
+from .tune_progress import Progress
 from .walk import State, construct
 from .workload import Workload, func_key
 
