@@ -29,12 +29,8 @@ RULE = "reduction-epilogue"
 @dataclass
 class Epilogues(Merged):
     def line(self) -> str:
-        text = f"reduction epilogues (a memory-intensive reduction summing its conv / matmul producer's output): {self.taken}"
-        if self.skipped:
-            return f"{text} ({self.skipped})"
-        if self.taken and not self.timed:
-            text += " (not measured: the target is not timed here)"
-        return text + self.gain()
+        return self.finish_line(f"reduction epilogues (a memory-intensive reduction summing its conv / matmul "
+                                f"producer's output): {self.taken}", "the target is not timed here")
 
 
 def reduction_epilogues(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None) -> tuple[tvm.IRModule, Epilogues]:

@@ -48,6 +48,15 @@ class Merged:
     def as_dict(self) -> dict:
         return {"taken": self.taken, "refused": self.refused, "measured": self.measured}
 
+    def finish_line(self, text: str, not_timed: str) -> str:
+        """A stage's report line after its own count: why it was skipped, or that its merges were
+        not measured (`not_timed` says why), then the measured gain."""
+        if self.skipped:
+            return f"{text} ({self.skipped})"
+        if self.taken and not self.timed:
+            text += f" (not measured: {not_timed})"
+        return text + self.gain()
+
 
 @dataclass
 class RowRegions(Merged):
@@ -60,11 +69,7 @@ class RowRegions(Merged):
         text = f"row regions (softmax / layer norm into the matmul reading it): {self.taken}"
         if self.with_matmul:
             text += f", {self.with_matmul} with the matmul before them (attention in one region)"
-        if self.skipped:
-            return f"{text} ({self.skipped})"
-        if self.taken and not self.timed:
-            text += " (not measured: the target does not run here and has no rpc device, or tuning.measure is off)"
-        return text + self.gain()
+        return self.finish_line(text, "the target does not run here and has no rpc device, or tuning.measure is off")
 
 
 def row_regions(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None) -> tuple[tvm.IRModule, RowRegions]:

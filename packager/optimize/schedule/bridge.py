@@ -71,8 +71,8 @@ def choose(nodes: Nodes, scratch: float, reuse: float, root_cost: dict[str, floa
     while pool:
         joined = _components(nodes, chosen)
         useful = [br for br in pool if joined[br.between[0]] != joined[br.between[1]]]
-        trials = [(reuse_tree(_with(nodes, chosen + [br]), scratch, reuse, root_cost), br) for br in useful]
-        best = min(trials, key=lambda x: (x[0][1], x[1].extents), default=None)
+        tried = [(reuse_tree(_with(nodes, chosen + [br]), scratch, reuse, root_cost), br) for br in useful]
+        best = min(tried, key=lambda x: (x[0][1], x[1].extents), default=None)
         if best is None or best[0][1] >= cost - 1e-9:
             break
         (parents, cost), br = best
