@@ -26,7 +26,7 @@ from tvm import relax
 from ... import progress
 from ...targets import Target
 from ..base import PassReport
-from ..relax_util import rewrite_functions
+from ..relax_util import is_const, rewrite_functions
 from ..schedule.database import TuningDatabase
 from ..schedule.gensor import _target_key
 from ..schedule.hardware import cpu_hardware, gpu_hardware
@@ -213,10 +213,17 @@ def _matmul(bb, s: Scope, shape, values: dict):
     batch, m, k, n = shape
     lead = [batch] if batch else []
     a, b = operands(s)
-    a2 = bb.emit(relax.op.reshape(_value(values, a.source), [*lead, m, k]))
-    b2 = bb.emit(relax.op.reshape(_value(values, b.source), [*lead, k, n]))
-    mm = bb.emit(relax.op.matmul(a2, b2))
+    mm = bb.emit(relax.op.matmul(_reshaped(bb, _value(values, a.source), [*lead, m, k]),
+                                 _reshaped(bb, _value(values, b.source), [*lead, k, n])))
     return relax.op.reshape(mm, list(s.shape))
+
+
+def _reshaped(bb, value, shape: list[int]):
+    """A reshape; of a weight, done here at build time, so the layout pass sees the GEMM's weight
+    as the constant it is and stores it in the panels its decision was timed with (timing.py)."""
+    if is_const(value):
+        return relax.const(np.ascontiguousarray(value.value.numpy().reshape(shape)))
+    return bb.emit(relax.op.reshape(value, shape))
 
 
 def derive_graph(mod: tvm.IRModule, target: Target, database, measure: bool, seconds: float = SEARCH_SECONDS,
