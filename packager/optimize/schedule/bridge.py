@@ -92,20 +92,16 @@ def _with(nodes: Nodes, bridges: list[Bridge]) -> Nodes:
 
 def _components(nodes: Nodes, bridges: list[Bridge]) -> dict[str, int]:
     """Node -> its group of nodes joined by reuse chains (a bridge joins what it is reusable with)."""
+    import networkx as nx
+
     everything = _with(nodes, bridges)
     names = list(everything)
-    group = {n: i for i, n in enumerate(names)}
-
-    def find(n: str) -> int:
-        while group[names[group[n]]] != group[n]:
-            group[n] = group[names[group[n]]]
-        return group[n]
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            (sk_a, ext_a), (sk_b, ext_b) = everything[a], everything[b]
-            if sk_a == sk_b and reusable(ext_a, ext_b):
-                group[names[find(a)]] = find(b)
-    return {n: find(n) for n in nodes}
+    g = nx.Graph()
+    g.add_nodes_from(names)
+    g.add_edges_from((a, b) for i, a in enumerate(names) for b in names[i + 1:]
+                     if everything[a][0] == everything[b][0] and reusable(everything[a][1], everything[b][1]))
+    group = {n: i for i, part in enumerate(nx.connected_components(g)) for n in part}
+    return {n: group[n] for n in nodes}
 
 
 def bridge_kernel(func: tirx.PrimFunc, rules, extents: tuple[int, ...]) -> tirx.PrimFunc | None:
