@@ -4,7 +4,7 @@
     parallel for (spatial L2 tiles, fused)           one task per core-sized tile
       for (reduction chunks)                         operands of a chunk stay in L1
         for (spatial L1 tiles) for (register tiles)  (order chunks-inner: L1 tiles, then chunks)
-          for (reduction inside the chunk)
+          for (reduction inside the chunk)            a KxK conv's input channels innermost, unrolled by 4
             register tile: unrolled rows x vectorized lanes (accumulators in registers)
       write back the task's accumulators through the element-wise epilogue
 """
@@ -39,6 +39,7 @@ def lower_cpu(sch: s_tir.Schedule, rules: CpuRules, anchor: Anchor, plan: TilePl
         c, i = sch.split(lp, [plan.extents[d] // plan.tile(d, "L1"), plan.tile(d, "L1")])
         chunk.append(c)
         red_inner.append(i)
+    red_inner, unrolled = rules.unroll_contiguous(sch, anchor, red_inner)
     middle = [*chunk, *mid] if plan.order == ORDERS[0] else [*mid, *chunk]
     sch.reorder(*outer, *middle, *inner, *red_inner, *reg, *([vec_inner] if vec_inner is not None else []))
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
@@ -46,5 +47,5 @@ def lower_cpu(sch: s_tir.Schedule, rules: CpuRules, anchor: Anchor, plan: TilePl
     par = tasks if anchor.work >= PARALLEL_MIN_WORK and tasks > 1 else 1
     if par > 1:
         sch.parallel(fused)
-    rules.finish_anchor(sch, anchor, fused, vec_inner, reg)
+    rules.finish_anchor(sch, anchor, fused, vec_inner, reg + unrolled)
     return par

@@ -50,6 +50,7 @@ class Anchor:
     extents: dict                  # iter var -> extent
     lanes: int
     note: str = ""
+    contiguous_reduction: bool = False   # the last reduce iterator was moved innermost (a KxK conv's channels)
 
     @property
     def work(self) -> int:

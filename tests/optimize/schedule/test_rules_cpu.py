@@ -82,3 +82,42 @@ def _loops(stmt) -> list:
     found: list = []
     tvm_ffi.structural_walk(stmt, (tvm.tirx.For, found.append), order="pre")
     return found
+
+
+def _packed_conv(k: int):
+    """A KxK conv over NCHW8c with an OIHW8i8o weight, as the layout pass writes it."""
+    from tvm import te
+
+    from packager.optimize.layout.conv import ConvLayouts, conv2d_packed
+
+    data = te.placeholder((1, 2, 12, 12, 8), name="data")
+    weight = te.placeholder((2, 2, k, k, 8, 8), name="w")
+    out = conv2d_packed(data, weight, ConvLayouts(8, 8, 8, 8), 16, 16, (1, 1), (k // 2,) * 4, (1, 1), 1, "float32")
+    return te.create_prim_func([data, weight, out])
+
+
+@pytest.mark.parametrize("k", [3, 1])
+def test_a_kxk_convs_input_channel_loop_is_innermost_and_unrolled(k):
+    """A packed 3x3 conv's reduction runs rco, ry, rx, then the input channels of the block (whose
+    broadcasts share a cache line and whose weight rows are contiguous), that loop split by
+    CONTIGUOUS_UNROLL and unrolled; a 1x1 conv's channel loop passes only loops of length 1 and
+    is not unrolled. Both compute what the unscheduled kernel computes."""
+    from packager.optimize.schedule.rules_cpu import CONTIGUOUS_UNROLL
+
+    func = _packed_conv(k)
+    target = host_target()
+    scheduled, info = CpuRules(target).schedule(func)
+    assert info.rule == "tiled-reduction", info
+    names = [lp.loop_var.name for lp in _loops(scheduled.body) if lp.loop_var.name.startswith("r")]
+    unrolled = [lp for lp in _loops(scheduled.body)
+                if lp.loop_var.name.startswith("rci") and lp.kind == tvm.tirx.ForKind.UNROLLED]
+    if k == 3:
+        assert names == ["rco", "ry", "rx", "rci_0", "rci_1"], names
+        assert [int(lp.extent) for lp in unrolled] == [CONTIGUOUS_UNROLL]
+    else:
+        assert names == ["rco", "ry", "rx", "rci"], names          # ry and rx are 1 long: nothing moved
+        assert not unrolled
+    args = random_args(func)
+    ref = run_kernel(func, target, [a.copy() for a in args])
+    got = run_kernel(scheduled, target, [a.copy() for a in args])
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
