@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from tvm import s_tir
 
+from .reduction_order import unroll_contiguous
 from .rules_cpu import CpuRules
 from .tir_util import PARALLEL_MIN_WORK, Anchor
 from .plan import ORDERS, TilePlan
@@ -39,7 +40,7 @@ def lower_cpu(sch: s_tir.Schedule, rules: CpuRules, anchor: Anchor, plan: TilePl
         c, i = sch.split(lp, [plan.extents[d] // plan.tile(d, "L1"), plan.tile(d, "L1")])
         chunk.append(c)
         red_inner.append(i)
-    red_inner, unrolled = rules.unroll_contiguous(sch, anchor, red_inner)
+    red_inner, unrolled = unroll_contiguous(sch, anchor, red_inner)
     middle = [*chunk, *mid] if plan.order == ORDERS[0] else [*mid, *chunk]
     sch.reorder(*outer, *middle, *inner, *red_inner, *reg, *([vec_inner] if vec_inner is not None else []))
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]

@@ -6,9 +6,9 @@ construction-based scheduler (gensor.py) improves on:
 
 * ``tiled-reduction`` (conv, matmul, pooling): the innermost output axis is vectorized, a
   second output axis whose index the vector operand does not use is register-tiled (so each
-  vector load is reused across the tile), reductions run inside, accumulators live in a small
-  local tile, the element-wise epilogue is applied on the way out, and the outer tiles run in
-  parallel. Padding stays a separate vectorized stage: inlining it puts a bounds check in the
+  vector load is reused across the tile), reductions run inside (a KxK conv's input channels
+  innermost, unrolled by 4: reduction_order.py), accumulators live in a small local tile, the
+  element-wise epilogue is applied on the way out, and the outer tiles run in parallel. Padding stays a separate vectorized stage: inlining it puts a bounds check in the
   inner loop and costs 5x.
 * ``vector-row-reduction`` (softmax, layer norm): rows in parallel, each row's sums as vector
   partial sums (rules_reduce.py); ``row-reduction``: TVM's dlight CPU reduction rule, for rows
@@ -28,14 +28,11 @@ from tvm import s_tir, tirx
 
 from ...targets import Target
 from ..base import PassReport
+from .reduction_order import contiguous_reduction_last, unroll_contiguous
 from .transpose import tile_transposed_copy
 from .tir_util import (PARALLEL_MIN_COPY, PARALLEL_MIN_WORK, Anchor, KernelSchedule, RuleMismatch, best_factor,
                        free_vars, has_if_then_else, index_period, is_reduction, loop_extent, split_last_axis,
                        vector_factor)
-
-# The innermost reduction loop of a KxK conv (its input channels, see _unroll_contiguous) is unrolled
-# by this much.
-CONTIGUOUS_UNROLL = 4
 
 
 class CpuRules:
@@ -166,7 +163,7 @@ class CpuRules:
             raise RuleMismatch("reduction loops are not innermost")
         extents = {iv.var: loop_extent(sch, lp) for iv, lp in iters}
         vec, reg = self._pick_axes(blk, spatial, extents)
-        reduce_, moved = self._contiguous_reduction_last(blk, reduce_, vec, extents)
+        reduce_, moved = contiguous_reduction_last(blk, reduce_, vec, extents)
         deinterleaved = self._deinterleave_strided(sch, blk, staged, vec[0].var) if vec else 0
         notes = [f"{deinterleaved} strided input(s) de-interleaved"] if deinterleaved else []
         if padded:
@@ -222,7 +219,7 @@ class CpuRules:
             else:
                 outer.append(lp)
         reduction = self._split_at_periods(sch, a)
-        reduction, unrolled = self.unroll_contiguous(sch, a, reduction)
+        reduction, unrolled = unroll_contiguous(sch, a, reduction)
         sch.reorder(*outer, *reduction, *[x for x in (reg_inner, vec_inner) if x is not None])
         fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
         n_outer = loop_extent(sch, fused)
@@ -232,21 +229,6 @@ class CpuRules:
         self.finish_anchor(sch, a, fused, vec_inner, unrolled + ([reg_inner] if reg_inner is not None else []))
         return KernelSchedule("tiled-reduction", par, vfac if vec_inner is not None else 1,
                               rfac if reg_inner is not None else 1, note=a.note)
-
-    @staticmethod
-    def unroll_contiguous(sch: s_tir.Schedule, a: Anchor, loops: list) -> tuple[list, list]:
-        """`loops` (the reduction loops inside a task, innermost last) with the innermost split by
-        CONTIGUOUS_UNROLL and its inner part unrolled, when it walks the channels that
-        `_contiguous_reduction_last` moved there (a KxK conv's): LLVM leaves a 32-long loop
-        rolled, and each step then pays its loop and address arithmetic. Returns (reduction
-        loops, loops to unroll)."""
-        if not a.contiguous_reduction or not loops:
-            return loops, []
-        n = loop_extent(sch, loops[-1])
-        if n <= CONTIGUOUS_UNROLL or n % CONTIGUOUS_UNROLL:
-            return loops, []
-        o, i = sch.split(loops[-1], [None, CONTIGUOUS_UNROLL])
-        return loops[:-1] + [o, i], [i]
 
     @staticmethod
     def _split_at_periods(sch: s_tir.Schedule, a: Anchor) -> list:
@@ -287,28 +269,6 @@ class CpuRules:
             return ""
         return ", ".join(f"{iv.var.name} {extents[iv.var]}->{-(-extents[iv.var] // pads[iv.var]) * pads[iv.var]}"
                          for iv in iters if iv.var in pads)
-
-    @staticmethod
-    def _contiguous_reduction_last(blk, reduce_: list, vec, extents: dict) -> tuple[list, bool]:
-        """The reduction iterator that walks the broadcast operand's contiguous (innermost) axis,
-        moved innermost. A KxK conv over NCHWc reads data[.., y + ry, x + rx, rci] and
-        w[.., ry, rx, rci, ov] in legalization's order rco, rci, ry, rx: its innermost loop is 3
-        long and every step jumps to another weight row. With rci innermost, successive broadcasts
-        come from one cache line and the weight is one stream (ResNet's 64-channel 3x3 conv at
-        56x56: 0.481 -> 0.465 ms, 0.452 ms with the loop unrolled by 4; caches flushed). Returns
-        the new order and whether a loop longer than 1 was inside it before (a KxK conv's)."""
-        if vec is None:
-            return reduce_, False
-        for r in blk.reads:
-            if not r.region or r.source.same_as(blk.writes[0].source):
-                continue
-            if vec[0].var in set().union(*[free_vars(rg.min) for rg in r.region]):
-                continue                                   # the vector operand
-            inner = [s for s in reduce_ if s[0].var in free_vars(r.region[-1].min)]
-            if len(inner) == 1:
-                after = reduce_[reduce_.index(inner[0]) + 1:]
-                return [s for s in reduce_ if s is not inner[0]] + inner, any(extents[s[0].var] > 1 for s in after)
-        return reduce_, False
 
     @staticmethod
     def _operand_bytes(blk, var) -> int:
