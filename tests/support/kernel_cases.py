@@ -152,3 +152,12 @@ def conv_then_channel_sum(channels: int, out_channels: int, size: int, summed_to
     m.graph.initializer.extend([numpy_helper.from_array(w(summed_to, out_channels, 1, 1), "w2"),
                                 numpy_helper.from_array(w(summed_to), "b2")])
     return m
+
+
+def loops_of(stmt) -> list:
+    """Every For loop of a kernel body, outermost first."""
+    import tvm_ffi
+
+    found: list = []
+    tvm_ffi.structural_walk(stmt, (tvm.tirx.For, found.append), order="pre")
+    return found

@@ -8,8 +8,9 @@ construction-based scheduler (gensor.py) improves on:
   second output axis whose index the vector operand does not use is register-tiled (so each
   vector load is reused across the tile), reductions run inside (a KxK conv's input channels
   innermost, unrolled by 4: reduction_order.py), accumulators live in a small local tile, the
-  element-wise epilogue is applied on the way out, and the outer tiles run in parallel. Padding stays a separate vectorized stage: inlining it puts a bounds check in the
-  inner loop and costs 5x.
+  element-wise epilogue is applied on the way out, and the outer tiles run in parallel.
+  Padding stays a separate vectorized stage: inlining it puts a bounds check in the inner loop
+  and costs 5x.
 * ``vector-row-reduction`` (softmax, layer norm): rows in parallel, each row's sums as vector
   partial sums (rules_reduce.py); ``row-reduction``: TVM's dlight CPU reduction rule, for rows
   that are not whole vectors long.

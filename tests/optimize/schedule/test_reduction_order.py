@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-import tvm_ffi
 
-from support.kernel_cases import host_target, random_args, run_kernel
+from support.kernel_cases import host_target, loops_of, random_args, run_kernel
 from packager.optimize.schedule.reduction_order import CONTIGUOUS_UNROLL
 from packager.optimize.schedule.rules_cpu import CpuRules
 
@@ -34,8 +33,8 @@ def test_a_kxk_convs_input_channel_loop_is_innermost_and_unrolled(k):
     target = host_target()
     scheduled, info = CpuRules(target).schedule(func)
     assert info.rule == "tiled-reduction", info
-    names = [lp.loop_var.name for lp in _loops(scheduled.body) if lp.loop_var.name.startswith("r")]
-    unrolled = [lp for lp in _loops(scheduled.body)
+    names = [lp.loop_var.name for lp in loops_of(scheduled.body) if lp.loop_var.name.startswith("r")]
+    unrolled = [lp for lp in loops_of(scheduled.body)
                 if lp.loop_var.name.startswith("rci") and lp.kind == tvm.tirx.ForKind.UNROLLED]
     if k == 3:
         assert names == ["rco", "ry", "rx", "rci_0", "rci_1"], names
@@ -78,7 +77,7 @@ def test_gensor_plans_keep_the_order_and_compute_the_same():
             plan = replace(base, order=order)
             sch = s_tir.Schedule(func)
             lower_cpu(sch, g.rules, g.rules.prepare_anchor(sch), plan)
-            in_chunk = [lp.loop_var.name for lp in _loops(sch.mod["main"].body)
+            in_chunk = [lp.loop_var.name for lp in loops_of(sch.mod["main"].body)
                         if lp.loop_var.name.split("_")[:2] in (["rco", "1"], ["ry", "1"], ["rx", "1"], ["rci", "1"])]
             assert in_chunk[-1].startswith("rci_1"), in_chunk
             chunk = plan.tile(plan.axes.index("v_rci"), "L1")
@@ -86,9 +85,3 @@ def test_gensor_plans_keep_the_order_and_compute_the_same():
                 (in_chunk, chunk)
             got = run_kernel(sch.mod["main"], target, [a.copy() for a in args])
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=plan.describe())
-
-
-def _loops(stmt) -> list:
-    found: list = []
-    tvm_ffi.structural_walk(stmt, (tvm.tirx.For, found.append), order="pre")
-    return found

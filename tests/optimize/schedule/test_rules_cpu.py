@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tvm
 
-from support.kernel_cases import CASES, host_target, kernels_of, random_args, run_kernel
+from support.kernel_cases import CASES, host_target, kernels_of, loops_of, random_args, run_kernel
 from packager.optimize.schedule.rules_cpu import CpuRules, schedule_kernels
 from packager.spec import TargetSpec
 from packager.targets import resolve
@@ -68,18 +68,9 @@ def test_reduction_split_at_a_folded_reshape_period():
     target = host_target()
     scheduled, info = CpuRules(target).schedule(func)
     assert info.rule == "tiled-reduction", info
-    reduction = [int(lp.extent) for lp in _loops(scheduled.body) if lp.loop_var.name.startswith("k_")]
+    reduction = [int(lp.extent) for lp in loops_of(scheduled.body) if lp.loop_var.name.startswith("k_")]
     assert reduction == [heads, d]
     args = random_args(func)
     ref = run_kernel(func, target, [a.copy() for a in args])
     got = run_kernel(scheduled, target, [a.copy() for a in args])
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
-
-
-def _loops(stmt) -> list:
-    import tvm_ffi
-
-    found: list = []
-    tvm_ffi.structural_walk(stmt, (tvm.tirx.For, found.append), order="pre")
-    return found
-
