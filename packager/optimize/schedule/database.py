@@ -24,15 +24,17 @@ from ...cache import cache_dir, filling, locked
 VERSION = 2
 # The rules version of each record kind: bump one when its decisions change for the same workload.
 RULES = {
-    "gensor-cpu": 4,        # CPU tile plans (schedule/gensor.py); 2: level 2 without ETO reuse by default (a
+    "gensor-cpu": 5,        # CPU tile plans (schedule/gensor.py); 2: level 2 without ETO reuse by default (a
                             # reused program alone was often kept), plans carry the chunk loop order;
                             # 3: timed on all cores (TVM's pool had used half: one thread on 2 cores);
                             # 4: a KxK conv's input-channel loop innermost (rules_cpu.py), so the rules
-                            # baseline every plan is timed against changed
+                            # baseline every plan is timed against changed; 5: every run timed with
+                            # its activation just rewritten on all cores (measure.py)
     "gensor-gpu": 2,        # GPU tile plans (schedule/gensor_gpu.py); 2: walk seeded by kernel structure
-    "layout": 4,            # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
+    "layout": 5,            # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
                             # scratch (reused programs decided between layouts); 3: timed on all cores;
-                            # 4: KxK convs scheduled with their input channels innermost
+                            # 4: KxK convs scheduled with their input channels innermost; 5: plans
+                            # timed with the activation just rewritten
     "global-fusion": 7,     # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
                             # with a predicated last row tile; 3 = reduction loops split at a folded
                             # reshape's period, merged kernel and parts timed in alternation; 4 = transposed

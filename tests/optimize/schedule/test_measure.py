@@ -94,6 +94,33 @@ def test_weights_over_the_last_level_cache_are_timed_cold():
     assert flushed > warm
 
 
+def test_every_timed_run_starts_with_the_first_argument_just_written():
+    """As in the package, where the previous kernel has just written a kernel's activation on all
+    cores: before each timed run the first argument is rewritten from its original values. A
+    kernel that adds 1 to its first argument in place therefore sees the original every run
+    (without the rewrite, the last of COLD_RUNS runs would see 4 more)."""
+    import numpy as np
+    import tvm
+    from tvm.script import tirx as T
+
+    from packager.optimize.schedule.measure import COLD_RUNS, _build, _copy_kernel, _evaluator, _written_first
+
+    @T.prim_func
+    def bump(a: T.Buffer((256,), "float32"), out: T.Buffer((256,), "float32")):
+        for i in range(256):
+            a[i] = a[i] + T.float32(1.0)
+            out[i] = a[i]
+
+    host = host_target()
+    lib = _build([bump], host, "c", {"written_first": _copy_kernel(bump.params[0], host)})
+    dev = tvm.cpu()
+    a, out = (tvm.runtime.tensor(np.zeros(256, "float32"), device=dev) for _ in range(2))
+    stash = tvm.runtime.tensor(np.full(256, 7.0, "float32"), device=dev)
+    result = _evaluator(lib, "c0", dev, host, 1, _written_first(lib, dev, stash, host))(a, out)
+    assert len(result.results) == COLD_RUNS > 1
+    assert np.all(out.numpy() == 8.0) and np.all(a.numpy() == 8.0)
+
+
 def test_weight_bytes_count_initializers():
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
