@@ -26,7 +26,8 @@ hid what decided ResNet-50's 1x1 convs in the package: the 1024->256 conv at 14x
 warm and 0.21 ms with its weights flushed, but 0.38-0.40 ms right after a producer had written its
 input (0.41 in the package's profile); among Gensor's plans, one taking 0.20 ms warm too took
 0.31 ms so (and a schedule with rows outermost, each core reading only its rows, 0.24 ms: the
-loop orders the plans do not vary yet).
+loop orders the plans do not vary yet). That cost comes and goes on a VM whose host moves its
+vCPUs: in another phase all of them took 0.22 ms after a producer.
 """
 from __future__ import annotations
 
@@ -130,7 +131,7 @@ def _copy_kernel(param, target: Target) -> tirx.PrimFunc:
     return CpuRules(target).schedule(te.create_prim_func([src, dst]))[0]
 
 
-def _written_first(lib, dev, stash, target: Target) -> str:
+def _written_first(lib, stash, target: Target) -> str:
     """Registers the f_preproc that flushes the arguments but the first (cold-weights targets) and
     then rewrites the first from `stash` with the module's `written_first` kernel; returns its name."""
     flush = tvm.get_global_func(COLD_FLUSH) if getattr(target, "cold_weights", False) else None
@@ -167,7 +168,7 @@ def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3,
     rng = np.random.default_rng(0)
     args = _args(funcs[0], rng, dev)
     inputs = [a.numpy() for a in args]
-    preproc = _written_first(lib, dev, tvm.runtime.tensor(inputs[0], device=dev), target) if local else None
+    preproc = _written_first(lib, tvm.runtime.tensor(inputs[0], device=dev), target) if local else None
     ref = None
     correct: list[int] = []
     for i in range(len(funcs)):

@@ -116,7 +116,7 @@ def test_every_timed_run_starts_with_the_first_argument_just_written():
     dev = tvm.cpu()
     a, out = (tvm.runtime.tensor(np.zeros(256, "float32"), device=dev) for _ in range(2))
     stash = tvm.runtime.tensor(np.full(256, 7.0, "float32"), device=dev)
-    result = _evaluator(lib, "c0", dev, host, 1, _written_first(lib, dev, stash, host))(a, out)
+    result = _evaluator(lib, "c0", dev, host, 1, _written_first(lib, stash, host))(a, out)
     assert len(result.results) == COLD_RUNS > 1
     assert np.all(out.numpy() == 8.0) and np.all(a.numpy() == 8.0)
 
