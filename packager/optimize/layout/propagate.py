@@ -2,7 +2,8 @@
 
 1. Walk `main` in topological order; for every conv2d with constant weights, score its layout
    candidates with the scheduler (search.py), knowing the layout its producer writes (the block
-   each tensor will have is tracked through element-wise ops and pooling, as propagation will).
+   each tensor will have is tracked through element-wise ops and pooling, as propagation will)
+   and, when one conv alone reads its output, that conv's cost for each output block.
 2. TVM's ConvertLayout applies the choices: each conv gets its data/kernel/output layout, and the
    layouts flow through element-wise, broadcast (bias and batch-norm constants are re-laid-out),
    pooling, concat and reductions, so producers write the consumer's layout directly; a
@@ -37,7 +38,7 @@ from ..schedule.measure import where_measured
 from .clip import clip_as_ops
 from .matmul import matmul_site, pack_matmul_weights
 from .primitives import channel_blocked, conv_weight_blocked
-from .search import ConvSite, Decision, LayoutSearch, ProfileMemo
+from .search import ConvSite, Decision, LayoutSearch, NextConv, ProfileMemo
 
 # Ops through which a channel-blocked layout flows unchanged: element-wise, broadcast binary,
 # pooling; each has a layout rule (FRelaxInferLayout) in TVM 0.27, checked by a test.
@@ -109,6 +110,28 @@ class _Tracker:
             if len(blocks) == 1 and blocks != {1}:
                 self.block_of[b.var] = blocks.pop()
 
+    def next_conv(self, var):
+        """The binding of the plain conv that alone reads `var`, directly or through element-wise
+        ops and pooling that keep its channels and have no other reader; else None."""
+        for _ in range(32):
+            users = self.users.get(var, [])
+            if len(users) != 1:
+                return None
+            b = users[0]
+            if _is_plain_conv(b.value):
+                return b if b.value.args[0].same_as(var) else None
+            shape, out = getattr(var.ty, "shape", None), getattr(b.var.ty, "shape", None)
+            if _op(b.value) not in FOLLOW or shape is None or out is None or len(out) != 4 \
+                    or int(out[1]) != int(shape[1]):
+                return None
+            var = b.var
+        return None
+
+    def allowed_out(self, var) -> tuple[int, ...] | None:
+        """The output blocks a conv writing `var` may use (see partners)."""
+        partners = self.partners(var)
+        return (1, *partners) if len(partners) == 1 else (1,) if partners else None
+
     def partners(self, var) -> set[int]:
         """Blocks of the tensors that `var` meets downstream (through element-wise ops) in a
         binary op or concat: TVM cannot convert one packed block into another there, so a conv
@@ -140,9 +163,9 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch) -> list[tuple[ir.Con
                 continue
             if _is_plain_conv(call):
                 site = ConvSite.of(call)
-                partners = track.partners(b.var)
-                allowed = (1, *partners) if len(partners) == 1 else (1,) if partners else None
-                d = search.decide(site, track.block_of.get(call.args[0], 1), allowed)
+                nxt = track.next_conv(b.var)
+                ahead = NextConv(ConvSite.of(nxt.value), track.allowed_out(nxt.var)) if nxt is not None else None
+                d = search.decide(site, track.block_of.get(call.args[0], 1), track.allowed_out(b.var), ahead)
                 out.append((call.args[1], site, d))
                 track.block_of[b.var] = d.out_block
                 bar.advance()
@@ -235,7 +258,7 @@ def _conv_details(decisions) -> list[dict]:
                     "primitives": {"data": channel_blocked(s.data, 1, d.data_block).describe(),
                                    "weight": conv_weight_blocked(s.weight, d.w_in, d.w_out).describe(),
                                    "output": channel_blocked((s.data[0], s.weight[0], 1, 1), 1, d.out_block).describe()},
-                    "scores_ms": d.scores, "from_database": d.reused})
+                    "scores_ms": d.scores, "next_conv_ms": d.ahead, "from_database": d.reused})
     return out
 
 
@@ -275,10 +298,16 @@ def alter_layouts(mod: tvm.IRModule, target: Target, database=None,
     mm_part = (f"{n_panels}/{len(matmuls)} constant-weight matmuls with B in n_t panels "
                f"({', '.join(f'{n}x n_t={w}' for w, n in sorted(widths.items()))})" if search.measuring else
                f"{len(matmuls)} constant-weight matmuls kept row-major (panels are chosen by measurement only)")
+    ahead = [d for _, _, d in decisions if d.ahead]
+    changed = sum(d.changed_by_lookahead for d in ahead)
+    if ahead:
+        conv_part += (f"; {len(ahead)} convs chose their output block with the cost of the conv reading it, "
+                      f"{changed} of them another block than their own time alone")
     summary = f"{note}{conv_part}; {mm_part}; candidates scored {how}"
     return converted, PassReport("layout", "applied", summary, {
         "convs": len(decisions), "packed": len(packed), "conversions_before": 2 * len(packed),
         "conversions_after": act, "constants_relaid": const, "clip_ops_rewritten": clips,
+        "lookahead": {"convs": len(ahead), "changed": changed},
         "matmuls": len(matmuls), "matmuls_packed": n_panels, "per_conv": _conv_details(decisions),
         "per_matmul": [{"a": list(s.a), "n": s.n, "n_t": d.nt, "scores_ms": d.scores, "from_database": d.reused}
                        for _, s, d in matmuls]})

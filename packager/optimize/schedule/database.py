@@ -31,10 +31,11 @@ RULES = {
                             # baseline every plan is timed against changed; 5: every run timed with
                             # its activation just rewritten on all cores (measure.py)
     "gensor-gpu": 2,        # GPU tile plans (schedule/gensor_gpu.py); 2: walk seeded by kernel structure
-    "layout": 5,            # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
+    "layout": 6,            # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
                             # scratch (reused programs decided between layouts); 3: timed on all cores;
                             # 4: KxK convs scheduled with their input channels innermost; 5: plans
-                            # timed with the activation just rewritten
+                            # timed with the activation just rewritten; 6: a conv read by one conv chooses
+                            # its output block with that conv's cost
     "global-fusion": 7,     # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
                             # with a predicated last row tile; 3 = reduction loops split at a folded
                             # reshape's period, merged kernel and parts timed in alternation; 4 = transposed
