@@ -7,6 +7,7 @@
           for (reduction inside the chunk)            a KxK conv's input channels innermost, unrolled by 4
             register tile: unrolled rows x vectorized lanes (accumulators in registers)
       write back the task's accumulators through the element-wise epilogue
+    (a padding stage: one parallel pass before, or per task where the plan says so)
 """
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ from tvm import s_tir
 from .reduction_order import unroll_contiguous
 from .rules_cpu import CpuRules
 from .tir_util import PARALLEL_MIN_WORK, Anchor
-from .plan import ORDERS, TilePlan
+from .padding import offers_per_task
+from .plan import ORDERS, PADS, TilePlan
 
 
 def lower_cpu(sch: s_tir.Schedule, rules: CpuRules, anchor: Anchor, plan: TilePlan) -> int:
     """Apply `plan` to the prepared anchor in `sch`; returns the parallel extent."""
     plan.check()
+    if plan.pad != PADS[0] and not offers_per_task(anchor):
+        raise ValueError(f"pad {plan.pad}: the kernel has no padding stage worth tiling")
     index = {name: d for d, name in enumerate(plan.axes)}
     outer, chunk, mid, inner, reg, vec_inner = [], [], [], [], [], None
     for iv, lp in anchor.spatial:
@@ -48,5 +52,5 @@ def lower_cpu(sch: s_tir.Schedule, rules: CpuRules, anchor: Anchor, plan: TilePl
     par = tasks if anchor.work >= PARALLEL_MIN_WORK and tasks > 1 else 1
     if par > 1:
         sch.parallel(fused)
-    rules.finish_anchor(sch, anchor, fused, vec_inner, reg + unrolled)
+    rules.finish_anchor(sch, anchor, fused, vec_inner, reg + unrolled, pad_per_task=plan.pad == PADS[1])
     return par

@@ -24,12 +24,22 @@ from .cpu_model import CpuSpace
 from .database import TuningDatabase
 from .hardware import cpu_hardware
 from .measure import can_measure, time_candidates, where_measured
-from .plan import TilePlan
+from .padding import offers_per_task
+from .plan import PADS, TilePlan
 from .reuse import REUSE_TRIALS, ReusePool, Source, features, reuse_candidates, reuse_order, sketch_of, tree_order
 from .walk import construct
 from .workload import Workload, analyze, func_key
 
 RESTARTS = 12
+PAD_VARIANTS = 2              # best-estimated plans also timed with their padding per task (padding.py)
+
+
+def with_pad_variants(plans: list[tuple[float, TilePlan]], wl: Workload, n: int) -> list[tuple[float, TilePlan]]:
+    """`plans`, then the first `n` again with the padding computed per task, where the kernel
+    offers that choice (the cost model does not tell the two apart: measurement does)."""
+    if not wl.pad_choice:
+        return plans
+    return plans + [(est, replace(plan, pad=PADS[1])) for est, plan in plans[:n]]
 
 
 @dataclass
@@ -117,7 +127,8 @@ class GensorCpu:
         except Exception:  # noqa: BLE001 - not a tileable one-reduction kernel (0-d output, ...)
             return None
         vec_name = anchor.vec[0].var.name if anchor.vec else None
-        return replace(wl, vector_axis=wl.axes.index(vec_name) if vec_name in wl.axes else -1)
+        return replace(wl, vector_axis=wl.axes.index(vec_name) if vec_name in wl.axes else -1,
+                       pad_choice=offers_per_task(anchor))
 
     def sketch(self, func: tirx.PrimFunc) -> tuple[str, tuple[int, ...]] | None:
         """(sketch, extents) of a Gensor kernel, None for the kernels the rules take."""
@@ -149,11 +160,12 @@ class GensorCpu:
             source = self.pool.nearest(sketch, wl.extents)
         if self.measure and source is not None:
             plans = [(est, space.to_plan(st)) for est, st in reuse_candidates(space, ranked, source)]
-            choice = self._choose(func, plans, len(ranked), time_rules=source.rules_won)
+            choice = self._choose(func, with_pad_variants(plans, wl, 1), len(ranked), time_rules=source.rules_won)
             choice.reused_from = source.name
         else:
             plans = [(est, space.to_plan(st)) for est, st in ranked[:self.top_k if self.measure else 1]]
-            choice = self._choose(func, plans, len(ranked))
+            choice = self._choose(func, with_pad_variants(plans, wl, PAD_VARIANTS) if self.measure else plans,
+                                  len(ranked))
         record = choice.record()
         if choice.plan is not None:
             record.update(sketch=sketch, features=features(space, choice.plan), kernel=name or None)
@@ -248,6 +260,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
             bar.advance()
     out, per_kernel, counts = {}, {}, {}
     tally = {"scratch": [0, 0], "reused": [0, 0]}                  # kernels, programs timed
+    per_task = 0                                                    # plans padding per task
     for name in kernels:
         out[name], rule, choice = results[name]
         if choice is None:
@@ -257,6 +270,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
         per_kernel[name] = choice.summary()
         label = "gensor" if choice.source == "gensor" else "rules (kept over gensor)"
         counts[label] = counts.get(label, 0) + 1
+        per_task += choice.source == "gensor" and choice.plan is not None and choice.plan.pad == PADS[1]
         if choice.trials:
             row = tally["reused" if choice.reused_from else "scratch"]
             row[0], row[1] = row[0] + 1, row[1] + choice.trials
@@ -266,6 +280,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
     else:
         how = "analytical choice (" + ("measure: false" if not measure else "target does not run here and has no rpc device") + ")"
     summary = (f"{len(kernels)} kernels: " + ", ".join(f"{n} {r}" for r, n in sorted(counts.items()))
+               + (f" ({per_task} padding per task)" if per_task else "")
                + f"; {how}; hardware model {g.hw.name}, {g.hw.cores} cores, L1 {g.hw.level('L1').capacity >> 10} KB, "
                f"L2 {g.hw.level('L2').capacity >> 10} KB")
     if g.pool is not None:
@@ -274,6 +289,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
                     f"({tr} timed; from scratch they would take {nr * (g.top_k + 1)})")
     summary += f"; {time.perf_counter() - t0:.1f} s"
     details = {"scheduler": "gensor", "rules": counts, "kernels": per_kernel, "database": str(db.path),
+               "pad_per_task": per_task,
                "reuse": {"on": g.pool is not None, "tree": parents, "scratch": tally["scratch"],
                          "reused": tally["reused"]}}
     return out, PassReport("schedule", "applied", summary, details)

@@ -16,7 +16,9 @@ the block's order; each gets one tile size per memory level, outer level first:
 Every tile divides the tile above it (and the extent), so the schedule needs no predicates.
 ``order`` (CPU) places the reduction chunk loop outside the L1 tiles (``chunks-outer``: a
 chunk's operands are reused by every L1 tile of the task) or inside them (``chunks-inner``: an L1
-tile's accumulators are finished before the next); the measured tuner searches it.
+tile's accumulators are finished before the next); the measured tuner searches it. ``pad`` (CPU,
+kernels with a padding stage) computes the padded input once for the whole kernel (``staged``) or
+per parallel task, only the region that task reads (``per-task``): see CpuRules.finish_anchor.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 
 SPATIAL, REDUCE = "S", "R"
 ORDERS = ("chunks-outer", "chunks-inner")
+PADS = ("staged", "per-task")
 CPU_LEVELS = ("L2", "L1", "reg")
 GPU_LEVELS = ("block", "thread")
 
@@ -38,6 +41,7 @@ class TilePlan:
     vthreads: tuple[int, ...] = ()            # GPU: virtual threads per iterator (1 = none)
     vector_axis: int = -1                     # CPU: index of the vectorized iterator (-1: none)
     order: str = ORDERS[0]                    # CPU: where the reduction chunk loop sits (ORDERS)
+    pad: str = PADS[0]                        # CPU: where a padding stage is computed (PADS)
 
     def gpu_threads(self) -> int:
         """Threads per CUDA block: block tile over thread tile, over the spatial iterators."""
@@ -71,15 +75,16 @@ class TilePlan:
         rd = [f"{a} {'/'.join(map(str, t))}" for a, k, t, e in zip(self.axes, self.kinds, self.tiles, self.extents)
               if k == REDUCE and e > 1]
         return (" ".join(sp) + (" | " + " ".join(rd) if rd else "")
-                + (f" ({self.order})" if self.order != ORDERS[0] else ""))
+                + (f" ({self.order})" if self.order != ORDERS[0] else "")
+                + (f" (pad {self.pad})" if self.pad != PADS[0] else ""))
 
     def as_dict(self) -> dict:
         return {"axes": list(self.axes), "kinds": list(self.kinds), "extents": list(self.extents),
                 "tiles": [list(t) for t in self.tiles], "levels": list(self.levels),
-                "vthreads": list(self.vthreads), "vector_axis": self.vector_axis, "order": self.order}
+                "vthreads": list(self.vthreads), "vector_axis": self.vector_axis, "order": self.order, "pad": self.pad}
 
     @staticmethod
     def from_dict(d: dict) -> "TilePlan":
         return TilePlan(tuple(d["axes"]), tuple(d["kinds"]), tuple(d["extents"]), tuple(tuple(t) for t in d["tiles"]),
                         tuple(d["levels"]), tuple(d.get("vthreads", ())), d.get("vector_axis", -1),
-                        d.get("order", ORDERS[0]))
+                        d.get("order", ORDERS[0]), d.get("pad", PADS[0]))

@@ -29,6 +29,7 @@ from tvm import s_tir, tirx
 
 from ...targets import Target
 from ..base import PassReport
+from . import padding
 from .reduction_order import contiguous_reduction_last, unroll_contiguous
 from .transpose import tile_transposed_copy
 from .tir_util import (PARALLEL_MIN_COPY, PARALLEL_MIN_WORK, Anchor, KernelSchedule, RuleMismatch, best_factor,
@@ -174,11 +175,11 @@ class CpuRules:
                       self.lanes(blk.writes[0].source.dtype.bits), "; ".join(notes), contiguous_reduction=moved)
 
     def finish_anchor(self, sch: s_tir.Schedule, a: "Anchor", outer, vec_inner, unrolled: list,
-                      init_depth: int = 1) -> None:
+                      init_depth: int = 1, pad_per_task: bool = False) -> None:
         """Accumulators in a local tile written back (with the element-wise epilogue) per
         iteration of `outer`; vectorize, unroll, split the reduction's init (before the anchor's
         loop at `init_depth`, the first loop inside `outer`); staged producers parallel +
-        vectorized."""
+        vectorized, or computed per iteration of `outer` (padding.py)."""
         writeback = sch.cache_write(a.block, 0, "local")
         sch.reverse_compute_at(writeback, outer)
         for c in a.consumers[:-1]:
@@ -197,6 +198,9 @@ class CpuRules:
         if vec_inner is not None:
             sch.vectorize(vec_inner)
         sch.decompose_reduction(a.block, sch.get_loops(a.block)[init_depth])
+        if pad_per_task:
+            padding.pad_per_task(sch, a.staged, outer)
+            return
         for b in a.staged:
             self._flat_parallel_vector(sch, b, PARALLEL_MIN_COPY)
 

@@ -6,9 +6,10 @@ spends a per-model budget in rounds. A round of one kernel:
 
 1. parents: the kernel's fastest measured programs (the level-2 choice first);
 2. children: each parent mutated once or twice: one iterator's tile at one level moved to a
-   neighbouring divisor (the levels under it repaired), or the reduction chunk loop moved
-   inside / outside the L1 tiles (TilePlan.order); invalid (over a cache or the registers) and
-   already-measured children are dropped;
+   neighbouring divisor (the levels under it repaired), the reduction chunk loop moved
+   inside / outside the L1 tiles (TilePlan.order), or a memory-bound kernel's padding computed
+   per task instead of staged or back (TilePlan.pad); invalid (over a cache or the registers)
+   and already-measured children are dropped;
 3. the batch: the children the cost model ranks best plus a few random ones (the model is
    wrong often enough that a search led only by it stalls);
 4. the batch is compiled in one module and timed in one run next to the kernel's current best:
@@ -53,7 +54,7 @@ from .cpu_model import CpuSpace
 from .database import TuningDatabase
 from .gensor import RESTARTS, Choice, GensorCpu, schedule_kernels_gensor, seed_of, tuned_key
 from .measure import can_measure, time_candidates, where_measured
-from .plan import ORDERS, REDUCE, TilePlan
+from .plan import ORDERS, PADS, REDUCE, TilePlan
 from .reuse import ReusePool, Source, adapt, features, reuse_tree
 from .tune_progress import Progress
 from .walk import State, construct
@@ -127,12 +128,16 @@ class Budget:
 
 
 def mutate(space: CpuSpace, plan: TilePlan, rng: np.random.Generator) -> TilePlan:
-    """One or two random moves: a tile to a neighbouring candidate, or the chunk loop's order."""
+    """One or two random moves: a tile to a neighbouring candidate, the chunk loop's order, or
+    (kernels that offer it) where the padding is computed."""
     tiles = [list(r) for r in plan.tiles]
-    order = plan.order
+    order, pad = plan.order, plan.pad
     for _ in range(1 + int(rng.random() < 0.4)):
         if rng.random() < 0.15 and any(k == REDUCE and e > 1 for k, e in zip(space.wl.kinds, space.extents)):
             order = ORDERS[1 - ORDERS.index(order)]
+            continue
+        if space.wl.pad_choice and rng.random() < 0.15:
+            pad = PADS[1 - PADS.index(pad)]
             continue
         sites = [(d, k) for d in range(len(tiles)) for k in range(len(tiles[d]))
                  if len(space.candidates(d, k, space.extents[d] if k == 0 else tiles[d][k - 1])) > 1]
@@ -144,7 +149,7 @@ def mutate(space: CpuSpace, plan: TilePlan, rng: np.random.Generator) -> TilePla
         step = int(rng.choice([-1, 1])) if rng.random() < 0.8 else int(rng.integers(-len(cands), len(cands)))
         tiles[d][k] = cands[min(max(i + step, 0), len(cands) - 1)]
         _repair(space, tiles, d)
-    return replace(plan, tiles=tuple(tuple(r) for r in tiles), order=order)
+    return replace(plan, tiles=tuple(tuple(r) for r in tiles), order=order, pad=pad)
 
 
 def _repair(space: CpuSpace, tiles: list[list[int]], d: int) -> None:
@@ -215,7 +220,7 @@ class Tuner:
         if not children and not forced:
             t.exhausted = True
             return
-        ranked = forced + sorted((c for c in children if c not in forced), key=lambda p: (children[p], p.tiles, p.order))
+        ranked = forced + sorted((c for c in children if c not in forced), key=lambda p: (children[p], p.tiles, p.order, p.pad))
         size = min(self.budget.room(self.used), t.cap - t.trials if t.cap else BATCH)
         random = min(RANDOM, size // 4)
         pick, rest = ranked[:size - random], ranked[size - random:]
@@ -252,7 +257,8 @@ class Tuner:
             return []
         t.adapted = True
         state = adapt(t.space, src)
-        plan = replace(t.space.to_plan(state), order=src.order) if state is not None else None
+        pad = src.pad if t.space.wl.pad_choice else PADS[0]
+        plan = replace(t.space.to_plan(state), order=src.order, pad=pad) if state is not None else None
         return [plan] if plan is not None and plan not in t.measured else []
 
     def run(self, tasks: list[Task], share: int) -> None:

@@ -45,6 +45,7 @@ class Workload:
     flops_per_point: int                  # per point of the iteration space (MAC = 2)
     vector_axis: int                      # iterator of the output's innermost index (-1: none)
     key: str                              # stable identity of the kernel (tuning database key)
+    pad_choice: bool = False              # its padding stage may be computed per task (padding.py)
 
     @property
     def inputs(self) -> tuple[Access, ...]:
