@@ -3,7 +3,8 @@
 1. Walk `main` in topological order; for every conv2d with constant weights, score its layout
    candidates with the scheduler (search.py), knowing the layout its producer writes (the block
    each tensor will have is tracked through element-wise ops and pooling, as propagation will)
-   and, when one conv alone reads its output, that conv's cost for each output block.
+   and, when one depthwise (memory-bound) conv alone reads its output, that conv's cost for
+   each output block.
 2. TVM's ConvertLayout applies the choices: each conv gets its data/kernel/output layout, and the
    layouts flow through element-wise, broadcast (bias and batch-norm constants are re-laid-out),
    pooling, concat and reductions, so producers write the consumer's layout directly; a
@@ -164,7 +165,8 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch) -> list[tuple[ir.Con
             if _is_plain_conv(call):
                 site = ConvSite.of(call)
                 nxt = track.next_conv(b.var)
-                ahead = NextConv(ConvSite.of(nxt.value), track.allowed_out(nxt.var)) if nxt is not None else None
+                nxt_site = ConvSite.of(nxt.value) if nxt is not None else None
+                ahead = NextConv(nxt_site, track.allowed_out(nxt.var)) if nxt_site and nxt_site.memory_bound else None
                 d = search.decide(site, track.block_of.get(call.args[0], 1), track.allowed_out(b.var), ahead)
                 out.append((call.args[1], site, d))
                 track.block_of[b.var] = d.out_block
