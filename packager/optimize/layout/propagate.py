@@ -3,8 +3,8 @@
 1. Walk `main` in topological order; for every conv2d with constant weights, score its layout
    candidates with the scheduler (search.py), knowing the layout its producer writes (the block
    each tensor will have is tracked through element-wise ops and pooling, as propagation will)
-   and, when one depthwise (memory-bound) conv alone reads its output, that conv's cost for
-   each output block.
+   and, when one memory-bound conv (depthwise, 1x1 from few channels) alone reads its output,
+   that conv's cost for each output block.
 2. TVM's ConvertLayout applies the choices: each conv gets its data/kernel/output layout, and the
    layouts flow through element-wise, broadcast (bias and batch-norm constants are re-laid-out),
    pooling, concat and reductions, so producers write the consumer's layout directly; a

@@ -9,15 +9,16 @@ A candidate whose input layout differs from what the producer writes pays for on
 
 A conv whose output only one conv reads (through element-wise ops: MobileNet's expand -> clip ->
 depthwise) chooses its output block with that conv's cost when that conv reads each input
-element only a few times (depthwise convs, 1x1 convs from few channels: ConvSite.memory_bound):
-each candidate scores its own time plus the next conv's best candidate given that block as its input
-(conversion included), one step of ALT's joint search along the chain. Greedy choice had given
-MobileNetV2's 16->96 expand conv at 112x112 a plain NCHW output (0.285 vs 0.320 ms), so the
+element only a few times (a depthwise conv, a 1x1 conv from few channels: ConvSite.memory_bound):
+each candidate scores its own time plus the next conv's best candidate given that block as its
+input (conversion included), one step of ALT's joint search along the chain. Greedy choice had
+given MobileNetV2's 16->96 expand conv at 112x112 a plain NCHW output (0.285 vs 0.320 ms), so the
 depthwise conv after it gathered its 16-channel vectors across planes: 0.85 ms in the package
 against onnxruntime's 0.13 ms. A conv with many products per output (a 3x3 conv, a 1x1 conv from
 many channels) amortizes its input's layout: looking ahead to every conv changed none of
-ResNet-50's choices and took its layout stage from 37 to 63 s. Only output blocks whose own score is within LOOKAHEAD_WITHIN of the best
-alone are looked ahead for, so a clearly slower block costs no extra timing.
+ResNet-50's choices and took its layout stage from 37 to 63 s. Only output blocks whose own score
+is within LOOKAHEAD_WITHIN of the best alone are looked ahead for, so a clearly slower block costs
+no extra timing.
 
 Candidates per conv: output block o_t in {1 (NCHW), v, 2v} (v = fp32 vector lanes; the paper
 reports o_t = 2v as the usual winner when spatial dims are not tiled), input block = the
@@ -34,8 +35,8 @@ from tvm import relax, te
 
 from ...targets import Target
 from ..schedule.database import TuningDatabase
-from ..schedule.padding import MEMORY_BOUND_REDUCTION
 from ..schedule.gensor import GensorCpu
+from ..schedule.padding import MEMORY_BOUND_REDUCTION
 from .conv import ConvLayouts, conv2d_packed
 from .matmul import MatmulSite
 from .primitives import layout_name
@@ -73,8 +74,8 @@ class ConvSite:
 
     @property
     def memory_bound(self) -> bool:
-        """Few products per output (a depthwise or narrow grouped conv): its input's layout decides
-        how fast it streams, nothing amortizes it."""
+        """Few products per output (a depthwise conv, a 1x1 conv from few channels): its input's
+        layout decides how fast it streams, and no reuse amortizes it."""
         return self.weight[1] * self.weight[2] * self.weight[3] <= MEMORY_BOUND_REDUCTION
 
     def weight_blocks(self, data_block: int, out_block: int) -> tuple[int, int]:

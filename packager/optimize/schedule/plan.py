@@ -18,7 +18,7 @@ Every tile divides the tile above it (and the extent), so the schedule needs no 
 chunk's operands are reused by every L1 tile of the task) or inside them (``chunks-inner``: an L1
 tile's accumulators are finished before the next); the measured tuner searches it. ``pad`` (CPU,
 kernels with a padding stage) computes the padded input once for the whole kernel (``staged``) or
-per parallel task, only the region that task reads (``per-task``): see CpuRules.finish_anchor.
+per parallel task, only the region that task reads (``per-task``): see padding.py.
 """
 from __future__ import annotations
 
@@ -81,7 +81,8 @@ class TilePlan:
     def as_dict(self) -> dict:
         return {"axes": list(self.axes), "kinds": list(self.kinds), "extents": list(self.extents),
                 "tiles": [list(t) for t in self.tiles], "levels": list(self.levels),
-                "vthreads": list(self.vthreads), "vector_axis": self.vector_axis, "order": self.order, "pad": self.pad}
+                "vthreads": list(self.vthreads), "vector_axis": self.vector_axis, "order": self.order,
+                "pad": self.pad}
 
     @staticmethod
     def from_dict(d: dict) -> "TilePlan":

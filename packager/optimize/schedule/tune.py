@@ -220,7 +220,8 @@ class Tuner:
         if not children and not forced:
             t.exhausted = True
             return
-        ranked = forced + sorted((c for c in children if c not in forced), key=lambda p: (children[p], p.tiles, p.order, p.pad))
+        ranked = forced + sorted((c for c in children if c not in forced),
+                                 key=lambda p: (children[p], p.tiles, p.order, p.pad))
         size = min(self.budget.room(self.used), t.cap - t.trials if t.cap else BATCH)
         random = min(RANDOM, size // 4)
         pick, rest = ranked[:size - random], ranked[size - random:]
