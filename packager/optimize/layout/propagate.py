@@ -3,8 +3,8 @@
 1. Walk `main` in topological order; for every conv2d with constant weights, score its layout
    candidates with the scheduler (search.py), knowing the layout its producer writes (the block
    each tensor will have is tracked through element-wise ops and pooling, as propagation will)
-   and, when one memory-bound conv (depthwise, 1x1 from few channels) alone reads its output,
-   that conv's cost for each output block.
+   and, when one memory-bound conv (depthwise, 1x1 from few channels) or one pooling alone reads
+   its output, that conv's or pooling's cost for each output block.
 2. TVM's ConvertLayout applies the choices: each conv gets its data/kernel/output layout, and the
    layouts flow through element-wise, broadcast (bias and batch-norm constants are re-laid-out),
    pooling, concat and reductions, so producers write the consumer's layout directly; a
@@ -39,13 +39,14 @@ from ..schedule.measure import where_measured
 from .clip import clip_as_ops
 from .matmul import matmul_site, pack_matmul_weights
 from .primitives import channel_blocked, conv_weight_blocked
-from .search import ConvSite, Decision, LayoutSearch, NextConv, ProfileMemo
+from .search import ConvSite, Decision, LayoutSearch, NextConv, PoolSite, ProfileMemo
 
 # Ops through which a channel-blocked layout flows unchanged: element-wise, broadcast binary,
 # pooling; each has a layout rule (FRelaxInferLayout) in TVM 0.27, checked by a test.
 FOLLOW = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
           "relax.nn.relu", "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu", "relax.nn.max_pool2d",
           "relax.nn.avg_pool2d", "relax.power", "relax.exp", "relax.nn.prelu", "relax.negative", "relax.sqrt"}
+POOLS = {"relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
 
 
 def _op(call) -> str | None:
@@ -114,16 +115,29 @@ class _Tracker:
     def next_conv(self, var):
         """The binding of the plain conv that alone reads `var`, directly or through element-wise
         ops and pooling that keep its channels and have no other reader; else None."""
+        return self._alone_reader(var, lambda b, v: _is_plain_conv(b.value) and b.value.args[0].same_as(v))
+
+    def pool_after(self, var):
+        """The binding of the 2-D pooling that alone reads `var`, directly or through element-wise
+        ops that keep its channels and have no other reader (it runs in `var`'s block); else None."""
+        return self._alone_reader(var, lambda b, v: _op(b.value) in POOLS, through_pools=False)
+
+    def _alone_reader(self, var, wanted, through_pools: bool = True):
+        """Follow `var`'s single reader through channel-keeping FOLLOW ops until a binding
+        `wanted(binding, tensor it reads)` accepts (None when a tensor has several readers or
+        another op comes first)."""
         for _ in range(32):
             users = self.users.get(var, [])
             if len(users) != 1:
                 return None
             b = users[0]
+            if wanted(b, var):
+                return b
             if _is_plain_conv(b.value):
-                return b if b.value.args[0].same_as(var) else None
+                return None
             shape, out = getattr(var.ty, "shape", None), getattr(b.var.ty, "shape", None)
-            if _op(b.value) not in FOLLOW or shape is None or out is None or len(out) != 4 \
-                    or int(out[1]) != int(shape[1]):
+            if _op(b.value) not in FOLLOW or (not through_pools and _op(b.value) in POOLS) or shape is None \
+                    or out is None or len(out) != 4 or int(out[1]) != int(shape[1]):
                 return None
             var = b.var
         return None
@@ -167,7 +181,8 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch) -> list[tuple[ir.Con
                 nxt = track.next_conv(b.var)
                 nxt_site = ConvSite.of(nxt.value) if nxt is not None else None
                 ahead = NextConv(nxt_site, track.allowed_out(nxt.var)) if nxt_site and nxt_site.memory_bound else None
-                d = search.decide(site, track.block_of.get(call.args[0], 1), track.allowed_out(b.var), ahead)
+                pool = PoolSite.of(p.value) if (p := track.pool_after(b.var)) is not None else None
+                d = search.decide(site, track.block_of.get(call.args[0], 1), track.allowed_out(b.var), ahead, pool)
                 out.append((call.args[1], site, d))
                 track.block_of[b.var] = d.out_block
                 bar.advance()
@@ -260,7 +275,7 @@ def _conv_details(decisions) -> list[dict]:
                     "primitives": {"data": channel_blocked(s.data, 1, d.data_block).describe(),
                                    "weight": conv_weight_blocked(s.weight, d.w_in, d.w_out).describe(),
                                    "output": channel_blocked((s.data[0], s.weight[0], 1, 1), 1, d.out_block).describe()},
-                    "scores_ms": d.scores, "next_conv_ms": d.ahead, "from_database": d.reused})
+                    "scores_ms": d.scores, "next_conv_ms": d.ahead, "pool_ms": d.pool, "from_database": d.reused})
     return out
 
 
@@ -305,11 +320,17 @@ def alter_layouts(mod: tvm.IRModule, target: Target, database=None,
     if ahead:
         conv_part += (f"; {len(ahead)} convs chose their output block with the cost of the conv reading it, "
                       f"{changed} of them another block than their own time alone")
+    pooled = [d for _, _, d in decisions if d.pool]
+    pool_changed = sum(d.changed_by_lookahead for d in pooled)
+    if pooled:
+        conv_part += (f"; {len(pooled)} convs chose their output block with the time of the pooling after them, "
+                      f"{pool_changed} of them another block than their own time alone")
     summary = f"{note}{conv_part}; {mm_part}; candidates scored {how}"
     return converted, PassReport("layout", "applied", summary, {
         "convs": len(decisions), "packed": len(packed), "conversions_before": 2 * len(packed),
         "conversions_after": act, "constants_relaid": const, "clip_ops_rewritten": clips,
         "lookahead": {"convs": len(ahead), "changed": changed},
+        "pooling": {"convs": len(pooled), "changed": pool_changed},
         "matmuls": len(matmuls), "matmuls_packed": n_panels, "per_conv": _conv_details(decisions),
         "per_matmul": [{"a": list(s.a), "n": s.n, "n_t": d.nt, "scores_ms": d.scores, "from_database": d.reused}
                        for _, s, d in matmuls]})

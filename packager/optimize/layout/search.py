@@ -20,6 +20,12 @@ ResNet-50's choices and took its layout stage from 37 to 63 s. Only output block
 is within LOOKAHEAD_WITHIN of the best alone are looked ahead for, so a clearly slower block costs
 no extra timing.
 
+A pooling that alone reads a conv's output (through element-wise ops: ResNet's stem -> relu ->
+max pool) runs in the block that conv writes, so each output block also scores the pooling's
+time in that block (PoolSite). The stem's own scores were 3-5% apart and noise picked NCHW on
+some builds, where the 3x3/2 max pool gathered W-strided lanes: 0.30 ms against 0.09 ms over
+32-channel blocks (onnxruntime: 0.08 ms).
+
 Candidates per conv: output block o_t in {1 (NCHW), v, 2v} (v = fp32 vector lanes; the paper
 reports o_t = 2v as the usual winner when spatial dims are not tiled), input block = the
 producer's block, or v when the producer writes NCHW. Unfold (overlapped spatial tiles) and
@@ -31,7 +37,7 @@ import json
 from dataclasses import dataclass, field
 
 import numpy as np
-from tvm import relax, te
+from tvm import relax, te, topi
 
 from ...targets import Target
 from ..schedule.database import TuningDatabase
@@ -117,10 +123,47 @@ class NextConv:
         return json.dumps([json.loads(self.site.key()), self.allowed_out])
 
 
+@dataclass(frozen=True)
+class PoolSite:
+    """A max or average pooling (NCHW) that alone reads a conv's output: propagation runs it in
+    the conv's output block, so its time in each block is part of that conv's choice."""
+
+    data: tuple[int, int, int, int]
+    kind: str                                   # "max" or "avg"
+    pool_size: tuple[int, int]
+    strides: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    dilation: tuple[int, int]
+    ceil_mode: bool
+    count_include_pad: bool
+    dtype: str
+
+    @staticmethod
+    def of(call: relax.Call) -> "PoolSite":
+        a = call.attrs
+        return PoolSite(tuple(int(d) for d in call.args[0].ty.shape), call.op.name.split(".")[-1][:3],
+                        tuple(int(k) for k in a.pool_size), tuple(int(s) for s in a.strides),
+                        tuple(int(p) for p in a.padding), tuple(int(d) for d in a.dilation), bool(a.ceil_mode),
+                        bool(getattr(a, "count_include_pad", False)), str(call.args[0].ty.dtype))
+
+    def kernel(self, block: int):
+        """The pooling over NCHW{block}c as relax legalizes it (topi.nn.pool2d), as a PrimFunc."""
+        n, c, h, w = self.data
+        x = te.placeholder((n, c // block, h, w, block) if block > 1 else self.data, self.dtype, "x")
+        y = topi.nn.pool2d(x, self.pool_size, self.strides, self.dilation, self.padding, self.kind, self.ceil_mode,
+                           layout_name("NCHW", block), self.count_include_pad)
+        return te.create_prim_func([x, y])
+
+    def key(self) -> str:
+        return json.dumps([self.data, self.kind, self.pool_size, self.strides, self.padding, self.dilation,
+                           self.ceil_mode, self.count_include_pad, self.dtype])
+
+
 @dataclass
 class Decision:
-    """The layouts chosen for one conv, with every candidate's score (ms) and, when the next conv
-    was looked ahead to, its best score per output block of this one (`ahead`)."""
+    """The layouts chosen for one conv, with every candidate's score (ms), and per output block of
+    this one: the next conv's best score when it was looked ahead to (`ahead`), the pooling's time
+    when a pooling alone reads the output (`pool`)."""
 
     data_block: int
     out_block: int
@@ -130,11 +173,15 @@ class Decision:
     measured: bool = False
     reused: bool = False
     ahead: dict[str, float] = field(default_factory=dict)
+    pool: dict[str, float] = field(default_factory=dict)
 
     @property
     def changed_by_lookahead(self) -> bool:
         """The output block differs from the one this conv's own scores alone would choose."""
-        return bool(self.ahead) and int(min(self.scores, key=self.scores.get).split("/")[1]) != self.out_block
+        return bool(self.ahead or self.pool) and self._alone_block() != self.out_block
+
+    def _alone_block(self) -> int:
+        return int(_out(min(self.scores, key=self.scores.get)))
 
     def layouts(self) -> tuple[str, str, str]:
         kernel = "OIHW" if (self.w_in, self.w_out) == (1, 1) else f"OIHW{self.w_in}i{self.w_out}o"
@@ -142,12 +189,17 @@ class Decision:
 
     def record(self) -> dict:
         return {"data_block": self.data_block, "out_block": self.out_block, "w_in": self.w_in, "w_out": self.w_out,
-                "scores": self.scores, "measured": self.measured, "ahead": self.ahead}
+                "scores": self.scores, "measured": self.measured, "ahead": self.ahead, "pool": self.pool}
 
     @staticmethod
     def from_record(r: dict) -> "Decision":
         return Decision(r["data_block"], r["out_block"], r["w_in"], r["w_out"], r.get("scores", {}),
-                        r.get("measured", False), reused=True, ahead=r.get("ahead", {}))
+                        r.get("measured", False), reused=True, ahead=r.get("ahead", {}), pool=r.get("pool", {}))
+
+
+def _out(candidate: str) -> str:
+    """The output block of a "data/out" candidate key."""
+    return candidate.split("/")[1]
 
 
 def candidates(site: ConvSite, incoming: int, lanes: int, allowed_out: tuple[int, ...] | None = None
@@ -201,30 +253,46 @@ class LayoutSearch:
             scores[f"{data_block}/{out_block}"] = round(ms, 4)
         return scores
 
+    @staticmethod
+    def _worth_ahead(scores: dict[str, float]) -> list[int]:
+        """Output blocks whose own score is within LOOKAHEAD_WITHIN of the best alone."""
+        best_alone = min(scores.values())
+        return sorted({int(_out(k)) for k, ms in scores.items() if ms <= LOOKAHEAD_WITHIN * best_alone})
+
     def _ahead(self, scores: dict[str, float], next_conv: NextConv) -> dict[str, float]:
         """The next conv's best score for each output block worth looking ahead for."""
-        best_alone = min(scores.values())
-        outs = sorted({int(k.split("/")[1]) for k, ms in scores.items() if ms <= LOOKAHEAD_WITHIN * best_alone})
         nxt = next_conv.site
         return {str(o): min(self._scores(nxt, o, candidates(nxt, o, self.lanes, next_conv.allowed_out)).values())
-                for o in outs}
+                for o in self._worth_ahead(scores)}
+
+    def _pool_scores(self, scores: dict[str, float], pool: PoolSite) -> dict[str, float]:
+        """The pooling's time in each output block worth looking ahead for."""
+        return {str(o): round(self._score_pool(pool, o), 4) for o in self._worth_ahead(scores)}
+
+    def _score_pool(self, pool: PoolSite, block: int) -> float:
+        return self._score_func(pool.kernel(block), f"layout pool {'x'.join(map(str, pool.data))} {block}")
 
     def decide(self, site: ConvSite, incoming: int, allowed_out: tuple[int, ...] | None = None,
-               next_conv: NextConv | None = None) -> Decision:
+               next_conv: NextConv | None = None, pool: PoolSite | None = None) -> Decision:
         pairs = candidates(site, incoming, self.lanes, allowed_out)
         key = f"layout/{self.gensor.target_key}/{site.key()}/in{incoming}/{pairs}"
         if next_conv is not None:
             key += f"/next{next_conv.key()}"
+        if pool is not None:
+            key += f"/pool{pool.key()}"
         rec = self.db.get(key, measured_only=self.measuring, kind="layout")
         if rec is not None:
             return Decision.from_record(rec)
         scores = self._scores(site, incoming, pairs)
         ahead = self._ahead(scores, next_conv) if next_conv is not None else {}
-        total = {k: ms + ahead[k.split("/")[1]] for k, ms in scores.items() if k.split("/")[1] in ahead} or scores
+        pooled = self._pool_scores(scores, pool) if pool is not None else {}
+        looked = set(ahead) | set(pooled)
+        total = {k: ms + ahead.get(_out(k), 0.0) + pooled.get(_out(k), 0.0) for k, ms in scores.items()
+                 if _out(k) in looked} or scores
         best = min(total, key=total.get)
         data_block, out_block = (int(x) for x in best.split("/"))
         d = Decision(data_block, out_block, *site.weight_blocks(data_block, out_block), scores, self.measuring,
-                     ahead=ahead)
+                     ahead=ahead, pool=pooled)
         self.db.put(key, d.record(), "layout", self.gensor.target_key)
         return d
 
@@ -283,13 +351,14 @@ class _Replaying:
     def measuring(self) -> bool:
         return self.search.measuring
 
-    def decide(self, site: ConvSite, incoming: int, allowed_out=None, next_conv: NextConv | None = None) -> Decision:
+    def decide(self, site: ConvSite, incoming: int, allowed_out=None, next_conv: NextConv | None = None,
+               pool: PoolSite | None = None) -> Decision:
         i, self.n_conv = self.n_conv, self.n_conv + 1
         if i < len(self.memo.convs):
             old, d = self.memo.convs[i]
             if old.weight == site.weight and old.data[1] == site.data[1] and old.groups == site.groups:
                 return d
-        d = self.search.decide(site, incoming, allowed_out, next_conv)
+        d = self.search.decide(site, incoming, allowed_out, next_conv, pool)
         if i >= len(self.memo.convs):
             self.memo.convs.append((site, d))
         return d

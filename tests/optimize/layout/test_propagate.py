@@ -45,7 +45,7 @@ class FixedSearch:
         self.blocks = list(blocks)
         self.panels = panels
 
-    def decide(self, site: ConvSite, incoming: int, allowed_out=None, next_conv=None) -> Decision:
+    def decide(self, site: ConvSite, incoming: int, allowed_out=None, next_conv=None, pool=None) -> Decision:
         data_block, out_block = self.blocks.pop(0)
         data_block = incoming if data_block is None else data_block
         return Decision(data_block, out_block, *site.weight_blocks(data_block, out_block))
@@ -223,9 +223,9 @@ def test_conv_meeting_a_packed_tensor_downstream_must_use_its_block():
     from packager.optimize.layout.propagate import decide_layouts
 
     class Recording(FixedSearch):
-        def decide(self, site, incoming, allowed_out=None, next_conv=None):
+        def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None):
             self.allowed.append(allowed_out)
-            return super().decide(site, incoming, allowed_out, next_conv)
+            return super().decide(site, incoming, allowed_out, next_conv, pool)
 
     m = _model([_conv("x", "w1", None, "a"), helper.make_node("Relu", ["a"], ["ra"]),
                 _conv("x", "w2", None, "b"), helper.make_node("Add", ["ra", "b"], ["y"])],
