@@ -22,9 +22,9 @@ no extra timing.
 
 A pooling that alone reads a conv's output (through element-wise ops: ResNet's stem -> relu ->
 max pool) runs in the block that conv writes, so each output block also scores the pooling's
-time in that block (PoolSite). The stem's own scores were 3-5% apart and noise picked NCHW on
-some builds, where the 3x3/2 max pool gathered W-strided lanes: 0.30 ms against 0.09 ms over
-32-channel blocks (onnxruntime: 0.08 ms).
+time in that block (PoolSite). The stem's own scores are 3-5% apart and noise picked NCHW in
+some cold builds, where the 3x3/2 max pool gathers W-strided lanes: 0.48 ms against 0.15 ms
+over 16-channel blocks (onnxruntime: 0.08 ms).
 
 Candidates per conv: output block o_t in {1 (NCHW), v, 2v} (v = fp32 vector lanes; the paper
 reports o_t = 2v as the usual winner when spatial dims are not tiled), input block = the
