@@ -120,9 +120,9 @@ class _Tracker:
     def pool_after(self, var):
         """The binding of the 2-D pooling that alone reads `var`, directly or through element-wise
         ops that keep its channels and have no other reader (it runs in `var`'s block); else None."""
-        return self._alone_reader(var, lambda b, v: _op(b.value) in POOLS, through_pools=False)
+        return self._alone_reader(var, lambda b, v: _op(b.value) in POOLS)
 
-    def _alone_reader(self, var, wanted, through_pools: bool = True):
+    def _alone_reader(self, var, wanted):
         """Follow `var`'s single reader through channel-keeping FOLLOW ops until a binding
         `wanted(binding, tensor it reads)` accepts (None when a tensor has several readers or
         another op comes first)."""
@@ -136,8 +136,8 @@ class _Tracker:
             if _is_plain_conv(b.value):
                 return None
             shape, out = getattr(var.ty, "shape", None), getattr(b.var.ty, "shape", None)
-            if _op(b.value) not in FOLLOW or (not through_pools and _op(b.value) in POOLS) or shape is None \
-                    or out is None or len(out) != 4 or int(out[1]) != int(shape[1]):
+            if _op(b.value) not in FOLLOW or shape is None or out is None or len(out) != 4 \
+                    or int(out[1]) != int(shape[1]):
                 return None
             var = b.var
         return None
