@@ -7,6 +7,7 @@ result needs only libc/libm: no libtvm, no symbols from the process that loads i
 """
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,38 @@ def symbol_of(kernel: str) -> str:
     return f"__tvm_ffi_{kernel}"
 
 
-def build_object(kernels: dict, target: CpuTarget, out: Path) -> None:
-    """Compile all kernels of a target into one ELF object file."""
+_DEFINE = re.compile(r"^define [^@\n]*@([\w.$]+)\(", re.M)
+_REFERENCE = re.compile(r"@([\w.$]+)")
+_BARRIER = ("@__TVMBackendParallelBarrier", "@TVMBackendParallelBarrier")
+
+
+def barrier_kernels(llvm_ir: str, names: list[str]) -> list[str]:
+    """The kernels whose code (through the parallel lambdas they launch) calls TVM's parallel
+    barrier: their tasks must all run at once, so the runtime launches them one task per thread
+    instead of handing chunks to whichever thread is free. Read from the LLVM IR that TVM emitted,
+    so every way TVM has of emitting a barrier is covered."""
+    starts = [(m.start(), m.group(1)) for m in _DEFINE.finditer(llvm_ir)]
+    bodies = {name: llvm_ir[s:e] for (s, name), (e, _) in zip(starts, starts[1:] + [(len(llvm_ir), "")])}
+    refs = {name: set(_REFERENCE.findall(body)) & bodies.keys() for name, body in bodies.items()}
+    calls = {name for name, body in bodies.items() if any(b in body for b in _BARRIER)}
+
+    def reaches(fn: str) -> bool:
+        seen, todo = set(), [fn]
+        while todo:
+            f = todo.pop()
+            if f in calls:
+                return True
+            if f not in seen:
+                seen.add(f)
+                todo.extend(refs.get(f, ()))
+        return False
+
+    return [n for n in names if reaches(symbol_of(n))]
+
+
+def build_object(kernels: dict, target: CpuTarget, out: Path) -> list[str]:
+    """Compile all kernels of a target into one ELF object file; returns the kernels that call
+    the parallel barrier."""
     import tvm
 
     mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in kernels.items()})
@@ -36,6 +67,7 @@ def build_object(kernels: dict, target: CpuTarget, out: Path) -> None:
         raise InternalError(f"code generation for target '{target.name}' failed: "
                             f"{lines[-1] if lines else type(e).__name__}") from None
     lib.write_to_file(str(out))
+    return barrier_kernels(lib.inspect_source("ll"), list(kernels))
 
 
 def link_kernels(obj: Path, target: CpuTarget, out: Path) -> None:
@@ -62,10 +94,13 @@ class CpuBackend:
 
     def compile(self, kernels: dict, target: CpuTarget, folder: str, w) -> Compiled:
         obj = w.path(f"{folder}/kernels.o")
-        build_object(kernels, target, obj)
+        together = build_object(kernels, target, obj)
         link_kernels(obj, target, w.path(f"{folder}/kernels.so"))
         obj.unlink()
-        return Compiled([(name, symbol_of(name), len(f.params)) for name, f in kernels.items()])
+        note = f", {len(together)} kernel(s) whose parallel tasks meet at a barrier run them together" if together else ""
+        return Compiled([(name, symbol_of(name), len(f.params)) for name, f in kernels.items()],
+                        {name: {"parallel": "together"} for name in together},
+                        {"parallel_together": together} if together else {}, note)
 
     def plan_fields(self) -> dict[str, Any]:
         return {}

@@ -90,11 +90,17 @@ PlanLaunch parse_launch(const json& l, const PlanKernel& pk, const Bad& bad) {
   return pl;
 }
 
-// A kernel: name, symbol, argument count; for CUDA plans its workspace and launches.
+// A kernel: name, symbol, argument count, whether its parallel tasks must run together (CPU);
+// for CUDA plans its workspace and launches.
 PlanKernel parse_kernel(const json& k, const Plan& plan, const Bad& bad) {
-  PlanKernel pk{k.at("name").get<std::string>(), k.at("symbol").get<std::string>(), 0, {}, {}};
+  PlanKernel pk{k.at("name").get<std::string>(), k.at("symbol").get<std::string>(), 0, false, {}, {}};
   pk.num_args = json_int<int>(k, "num_args", bad.where + ": kernel '" + pk.name + "'");
   if (pk.num_args < 0 || pk.num_args > kMaxKernelArgs) bad("kernel '" + pk.name + "': bad argument count");
+  if (k.contains("parallel")) {   // CPU kernels that call the parallel barrier: "together"
+    if (!k.at("parallel").is_string() || k.at("parallel").get<std::string>() != "together")
+      bad("kernel '" + pk.name + "': \"parallel\" must be \"together\"");
+    pk.together = true;
+  }
   if (plan.device == "cuda") {
     pk.workspace = json_ints<uint64_t>(k.at("workspace"), bad.where + ": kernel '" + pk.name + "' workspace");
     if (pk.workspace.size() > 1024) bad("kernel '" + pk.name + "' has more than 1024 scratch buffers");

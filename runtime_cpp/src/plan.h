@@ -49,6 +49,7 @@ struct PlanLaunch {
 struct PlanKernel {
   std::string name, symbol;
   int num_args = 0;
+  bool together = false;             // CPU: "parallel": "together" (calls the parallel barrier)
   std::vector<PlanLaunch> launches;  // CUDA plans only
   std::vector<uint64_t> workspace;   // CUDA plans only: scratch buffer sizes
 };

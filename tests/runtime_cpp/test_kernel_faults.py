@@ -1,22 +1,19 @@
 """Kernels that fail or misbehave, in a package written by hand around a small C kernels.so (the
-packager's glue + kernels below): a failure in a worker thread's parallel task reaches the caller
+packager's glue + kernels below, support/synthetic.py): a failure in a worker thread's parallel task reaches the caller
 with its text, and the weights are read-only memory (a kernel that writes them faults instead of
 corrupting them for every later run). The packrt-run used is the cnn package's."""
 from __future__ import annotations
 
-import hashlib
-import json
 import signal
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from support.packrt import cli, one_line_error, run
+from support.synthetic import synthetic_package as _synthetic
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 
 KERNELS_C = r"""
 #include <stdint.h>
@@ -48,42 +45,8 @@ int __tvm_ffi_write_first_arg(void* self, const Any* args, int32_t n, Any* r) {
 """
 
 
-def _sha(p: Path) -> dict:
-    data = p.read_bytes()
-    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-
-
 def synthetic_package(root: Path, symbol: str, input_storage: str) -> Path:
-    """A one-step package: kernel `symbol` (arg 0: a float32[4] input or weight, arg 1: the output)."""
-    tdir = root / "targets" / "x86-64"
-    tdir.mkdir(parents=True)
-    src = root / "kernels.c"
-    src.write_text(KERNELS_C)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-o", str(tdir / "kernels.so"), str(src),
-                    str(REPO / "runtime_cpp" / "kernel_glue" / "packrt_kernel_glue.c")], check=True)
-    src.unlink()
-    weights = np.arange(16, dtype=np.float32)            # 64 bytes
-    (tdir / "weights.bin").write_bytes(weights.tobytes())
-    t = {"dtype": "float32", "shape": [4], "bytes": 16}
-    tensors = [dict(t, storage="arena", offset=0), dict(t, storage="arena", offset=64), dict(t, storage="weights", offset=0)]
-    src_id = 0 if input_storage == "arena" else 2
-    plan = {"format": "packager-plan", "version": 3, "target": "x86-64", "device": "cpu",
-            "weights": {"file": "weights.bin", "bytes": 64},
-            "kernels": [{"name": symbol, "symbol": f"__tvm_ffi_{symbol}", "num_args": 2}],
-            "profiles": [{"name": "default", "arena_bytes": 128, "tensors": tensors,
-                          "inputs": [{"name": "x", "tensor": 0}], "outputs": [{"name": "y", "tensor": 1}],
-                          "steps": [{"op": "kernel", "kernel": 0, "args": [src_id, 1], "outputs": 1}]}]}
-    (tdir / "plan.json").write_text(json.dumps(plan))
-    files = {f"targets/x86-64/{n}": _sha(tdir / n) for n in ("plan.json", "kernels.so", "weights.bin")}
-    manifest = {"format": "packager-package", "version": 1, "name": "synthetic", "id": "synthetic",
-                "inputs": [{"name": "x", "dtype": "float32", "shape": [4]}],
-                "outputs": [{"name": "y", "dtype": "float32", "shape": [4]}],
-                "targets": [{"name": "x86-64", "kind": "cpu", "arch": "x86_64", "isa": "x86-64", "cpu_features": [],
-                             "path": "targets/x86-64", "plan": "targets/x86-64/plan.json",
-                             "weights": "targets/x86-64/weights.bin", "kernels": "targets/x86-64/kernels.so"}],
-                "files": files}
-    (root / "manifest.json").write_text(json.dumps(manifest))
-    return root
+    return _synthetic(root, symbol, input_storage, kernels_c=KERNELS_C)
 
 
 @pytest.fixture

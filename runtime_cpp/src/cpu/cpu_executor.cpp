@@ -113,6 +113,7 @@ void CpuExecutor::execute(Context& ctx, std::vector<double>* step_ms) {
       TVMFFIAny result;
       std::memset(&result, 0, sizeof result);
       auto& args = ctx.args[s];
+      scope.next_kernel(plan_.kernels[step.kernel].together);
       if (fns_[step.kernel](nullptr, args.data(), static_cast<int32_t>(args.size()), &result) != 0)
         fail(PACKRT_ERROR_RUNTIME, "kernel '" + plan_.kernels[step.kernel].name + "' (step " + std::to_string(s) +
                                        ") failed: " + kernels_.last_error());

@@ -31,11 +31,12 @@ std::mutex g_loader_mu;
 
 thread_local ThreadPool* tls_pool = nullptr;
 thread_local const KernelLibrary* tls_library = nullptr;
+thread_local bool tls_together = false;   // the running kernel's launches need their tasks at once
 
 int parallel_launch(ParallelLambda fn, void* cdata, int num_task) {
   if (tls_pool) {
     std::string worker_error;
-    int rc = tls_pool->launch(fn, cdata, num_task, tls_library ? tls_library->error_reader() : nullptr, &worker_error);
+    int rc = tls_pool->launch(fn, cdata, num_task, tls_together, tls_library ? tls_library->error_reader() : nullptr, &worker_error);
     if (rc != 0 && tls_library && !worker_error.empty()) tls_library->set_error(worker_error);
     return rc;
   }
@@ -189,6 +190,8 @@ KernelLibrary::KernelLibrary(const uint8_t* image, size_t size, const std::strin
   set_hook(own_symbol("__TVMBackendFreeWorkspace", false), &free_workspace);
   set_hook(own_symbol("__TVMBackendParallelLaunch", false), &parallel_launch);
   set_hook<packrt_parallel_barrier_fn>(own_symbol("packrt_parallel_barrier", false), &parallel_barrier);
+  // TVM's LLVM codegen calls the barrier through this hook variable of its own
+  set_hook<packrt_parallel_barrier_fn>(own_symbol("__TVMBackendParallelBarrier", false), &parallel_barrier);
 }
 
 KernelLibrary::~KernelLibrary() {
@@ -237,6 +240,9 @@ PoolScope::PoolScope(ThreadPool* pool, const KernelLibrary* library) : previous_
 PoolScope::~PoolScope() {
   tls_pool = previous_;
   tls_library = previous_library_;
+  tls_together = false;
 }
+
+void PoolScope::next_kernel(bool together) { tls_together = together; }
 
 }  // namespace packrt

@@ -46,6 +46,8 @@ class PoolScope {
  public:
   PoolScope(ThreadPool* pool, const KernelLibrary* library);
   ~PoolScope();
+  // The kernel about to run calls the parallel barrier: its launches run one task per thread, together.
+  void next_kernel(bool together);
 
  private:
   ThreadPool* previous_;
