@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections import Counter
 from dataclasses import replace
@@ -39,7 +40,7 @@ from .frontend.opset import check_conversion
 from .frontend.lowering import describe_lowered
 from .frontend.units import split_units
 from .frontend.model import weight_bytes
-from .optimize.schedule.measure import TALLY, with_cold_weights
+from .optimize.schedule.measure import BUSY_CORES, TALLY, busy_cores, with_cold_weights
 from .spec import Spec
 from .targets import host_arch, resolve_all
 
@@ -107,6 +108,9 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
         ort_note = "" if ort_libs or not bundle_runtime else f"custom-op library not built: {ort_headers()[1]}"
         measured = {"programs": TALLY.programs - timed_before.programs,
                     "seconds": round(TALLY.seconds - timed_before.seconds, 3)}
+        busy = busy_cores(timed_before, TALLY)
+        if busy is not None:
+            measured.update(busy_cores=round(busy, 2), busy=busy >= BUSY_CORES)
         w.write_json("build_report.json", build_report(spec, model, units, split, st.times,
                                                        time.perf_counter() - t_start, ort_note, refs.summary(), measured))
         root_sha = w.write_manifest(package_manifest(spec, model, dtypes, units, split, targets,
@@ -120,6 +124,10 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
     _log_passes(log, units, ort_note)
     timed = (f"; {measured['programs']} candidate programs timed, {measured['seconds']:.1f} s of it"
              if measured["programs"] else "")
+    if measured.get("busy"):
+        log(f"  the machine was busy while candidates were timed: other processes kept {measured['busy_cores']:.1f} "
+            f"of {os.cpu_count()} cores busy on average, so the choices may differ from a quiet machine's; "
+            f"rebuild on a quiet machine (or into an empty tuning database) for the package's best speed")
     log(f"wrote {out} ({time.perf_counter() - t_start:.1f} s{timed})")
     return out
 

@@ -116,11 +116,15 @@ def bench(package: Path = typer.Argument(..., help="package folder, or a spec to
           warmup: int = typer.Option(5, help="untimed runs before each round"),
           ablate: Optional[List[str]] = typer.Option(None, "--ablate", help="also rebuild with this pass off (gensor: rule-based scheduler; tuning: level 2)"),
           top: int = typer.Option(5, help="slowest kernels to show"),
+          load: str = typer.Option("none", "--load", help="what runs beside each timed round: none, twin (a second "
+                                   "process of the same runtime and model) or busy:N (N busy loops)"),
           json_out: Optional[Path] = typer.Option(None, "--json", help="write the report as JSON")):
     """Time the package against onnxruntime (CPU EP), side by side; per-kernel roofline."""
     from .tools.bench import bench as run_bench
+    from .tools.load import Load
 
-    report = run_bench(package, target, threads, iters, rounds, warmup, ablate or [], top, log=_log)
+    report = run_bench(package, target, threads, iters, rounds, warmup, ablate or [], top, log=_log,
+                       load=Load.parse(load))
     if json_out:
         json_out.write_text(json.dumps(report, indent=1) + "\n")
     if Path(package).is_dir():

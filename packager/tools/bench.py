@@ -30,6 +30,7 @@ from ..errors import InternalError, UserError
 from ..frontend import load_model, random_inputs
 from ..spec import PASS_NAMES, load_spec
 from ..targets import host_arch, host_ghz
+from .load import Load, ort_twin_command, packrt_twin_command
 from .runners import find_model, ort_session, runner_command
 
 
@@ -44,6 +45,7 @@ class Variant:
     timed: int | None = None                                          # candidate programs its build timed
     times: dict[str, list[float]] = field(default_factory=dict)      # profile -> ms per run
     peak_mb: float | None = None
+    threads: int | None = None                                       # None: the benchmark's
 
 
 def _percentiles(xs: list[float]) -> dict[str, float]:
@@ -86,7 +88,8 @@ def _run_cli(v: Variant, args: list[str], threads: int, warmup: int, iters: int,
     """One packrt-run invocation; returns its JSON stats (latencies, steps, its own peak RSS)."""
     cmd, _ = runner_command(v.pkg, v.target)
     stats = tmp / "stats.json"
-    r = subprocess.run([*cmd, str(v.pkg.root), "--target", v.target["name"], *args, "--threads", str(threads),
+    r = subprocess.run([*cmd, str(v.pkg.root), "--target", v.target["name"], *args,
+                        "--threads", str(v.threads or threads),
                         "--warmup", str(warmup), "--iters", str(iters), "--json", str(stats),
                         *(["--profile"] if profile else [])], capture_output=True, text=True)
     if r.returncode != 0:
@@ -175,10 +178,19 @@ def kernel_roofline(pkg: PackageInfo, target: dict, steps: list[dict], threads: 
     return rows
 
 
+def _twin(v: Variant, args: list[str], threads: int, feeds: Path) -> list[str]:
+    """The command of a twin of variant `v`'s runtime: packrt-run, or the wrapper in onnxruntime."""
+    if v.target is None:
+        return ort_twin_command(v.pkg.root / v.pkg.manifest["ort"]["model"], threads, feeds,
+                                v.pkg.root / v.pkg.manifest["ort"]["library"][host_arch()])
+    return packrt_twin_command(runner_command(v.pkg, v.target)[0], v.pkg.root, v.target["name"], args, threads)
+
+
 def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 50, rounds: int = 5,
           warmup: int = 5, ablate: list[str] | None = None, top: int = 5, model: Path | None = None,
-          log=print) -> dict:
-    """Benchmark a package (or build one from a spec first); returns the report."""
+          log=print, load: Load = Load()) -> dict:
+    """Benchmark a package (or build one from a spec first); returns the report. Under a `load`
+    (see load.py) a packrt-run variant is also timed with one thread, under the same load."""
     threads = threads or os.cpu_count() or 1
     if Path(path).suffix in (".yaml", ".yml"):
         from ..build import build
@@ -195,6 +207,10 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
             variants.append(Variant(f"no {p}", apkg, _pick_target(apkg, base.target and base.target["name"]), seconds,
                                     _build_facts(apkg)[1]))
         on_gpu = bool(base.target) and backend_for(base.target).reference_on_gpu()
+        if load.kind != "none" and on_gpu:
+            raise UserError("--load applies to CPU benchmarks: a GPU's neighbours are not other processes' threads")
+        if load.kind != "none" and base.target is not None and threads > 1:
+            variants.append(Variant("ours 1 thread", pkg, base.target, base.build_s, base.timed, threads=1))
         reference = ort_session(str(model_path), threads, cuda=on_gpu)
         wrappers = {id(v): ort_session(str(v.pkg.root / v.pkg.manifest["ort"]["model"]), threads,
                                         v.pkg.root / v.pkg.manifest["ort"]["library"][host_arch()])
@@ -208,27 +224,33 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
             inputs = random_inputs(loaded, {n: tuple(s) for n, s in prof["inputs"].items()}, dtypes, seed=k,
                                    values=pkg.manifest.get("verify", {}).get("inputs"))
             args = _save_inputs(inputs, tmp)
+            feeds = tmp / "feeds.npz"
+            np.savez(feeds, **inputs)
             for _ in range(warmup):
                 reference.run(None, inputs)
             for _ in range(rounds):
                 for v in variants:
-                    if v.target is None:
-                        sess = wrappers[id(v)]
-                        v.times.setdefault(prof["name"], []).extend(
-                            _time(lambda s=sess, x=inputs: s.run(None, x), iters))
-                    else:
-                        stats = _run_cli(v, args, threads, warmup, iters, tmp)
-                        v.times.setdefault(prof["name"], []).extend(stats["latency_ms"])
-                        v.peak_mb = max(v.peak_mb or 0.0, stats["peak_rss_mb"])
-                ort_times.setdefault(prof["name"], []).extend(
-                    _time(lambda x=inputs: reference.run(None, x), iters))
+                    with load.beside(_twin(v, args, threads, feeds)):
+                        if v.target is None:
+                            sess = wrappers[id(v)]
+                            v.times.setdefault(prof["name"], []).extend(
+                                _time(lambda s=sess, x=inputs: s.run(None, x), iters))
+                        else:
+                            stats = _run_cli(v, args, threads, warmup, iters, tmp)
+                            v.times.setdefault(prof["name"], []).extend(stats["latency_ms"])
+                            v.peak_mb = max(v.peak_mb or 0.0, stats["peak_rss_mb"])
+                with load.beside(ort_twin_command(model_path, threads, feeds)):
+                    ort_times.setdefault(prof["name"], []).extend(
+                        _time(lambda x=inputs: reference.run(None, x), iters))
             ort_peak[prof["name"]] = float("nan") if on_gpu else _ort_peak_mb(model_path, inputs, threads, tmp)
             if base.target is not None:
                 steps = _run_cli(base, args, threads, warmup, max(iters // 2, 3), tmp, profile=True)["steps"]
                 kernels[prof["name"]] = kernel_roofline(pkg, base.target, steps, threads, len(steps))
     report = {"package": pkg.name, "target": base.target["name"] if base.target else "onnxruntime + packaged parts",
               "reference": "onnxruntime CUDA EP" if on_gpu else "onnxruntime CPU EP",
-              "threads": threads, "rounds": rounds, "iters": iters, "host_ghz": host_ghz(), "profiles": []}
+              "threads": threads, "rounds": rounds, "iters": iters, "host_ghz": host_ghz(),
+              "load": load.kind if load.kind != "busy" else f"busy:{load.loops}", "load_note": load.describe(threads),
+              "profiles": []}
     if base.target is not None:
         gflops, gbs = backend_for(base.target).roofline_peaks(base.target, threads)
         report["roofline"] = {"gflops": gflops, "gbs": gbs,
@@ -241,7 +263,8 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
                  "kernels": kernels.get(name, [])}
         for v in variants:
             ours = _percentiles(v.times[name])
-            entry["variants"].append({"variant": v.label, **ours, "peak_mb": v.peak_mb, "build_s": v.build_s,
+            entry["variants"].append({"variant": v.label, **ours, "threads": v.threads or threads,
+                                      "peak_mb": v.peak_mb, "build_s": v.build_s,
                                       "build_programs_timed": v.timed,
                                       "ratio_median": ours["median_ms"] / ort["median_ms"]})
         report["profiles"].append(entry)
@@ -252,7 +275,8 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
 def _print(report: dict, log, top: int) -> None:
     """The table, and the `top` slowest kernels (the report keeps them all)."""
     log(f"pack bench {report['package']} [{report['target']}] vs {report['reference']}, {report['threads']} thread(s), "
-        f"{report['rounds']} rounds x {report['iters']} runs, interleaved")
+        f"{report['rounds']} rounds x {report['iters']} runs, interleaved"
+        + (f", each {report['load_note']}" if report.get("load", "none") != "none" else ""))
     log(f"  {'profile':10s} {'variant':12s} {'median':>10s} {'p90':>9s} {'vs ORT':>7s} {'peak MB':>8s} {'build s':>8s} {'timed':>6s}")
     for p in report["profiles"]:
         o = p["onnxruntime"]

@@ -31,6 +31,7 @@ vCPUs: in another phase all of them took 0.22 ms after a producer.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, replace
 
@@ -44,19 +45,52 @@ MIN_SECONDS = 0.01            # each timing repeat runs the kernel at least this
 PRUNE = 1.25                  # a candidate this much slower than the fastest gets no more repeats
 COLD_RUNS = 5                 # cold runs (each after a cache flush) per repeat of a cold-weights target
 COLD_FLUSH = "cache_flush_cpu_non_first_arg"   # TVM runtime's clflush of every argument but the first
+BUSY_CORES = 0.25             # other processes keeping this many cores busy while timing: the build says so
+
+
+def cpu_seconds() -> tuple[float, float] | None:
+    """(seconds every CPU of this machine has spent busy or stolen by the hypervisor, seconds this
+    process's threads have spent on a CPU), both since boot; None where /proc/stat is missing."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks + [0] * (8 - len(ticks))
+    own = os.times()
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK"), own.user + own.system
 
 
 @dataclass
 class Tally:
-    """Programs this process compiled and timed, and the seconds that took (a build reports
-    the difference over its run: what tuning cost)."""
+    """Programs this process compiled and timed, the seconds that took, and the CPU time other
+    processes took meanwhile (a build reports the difference over its run: what tuning cost, and
+    whether the machine was busy while it timed)."""
 
     programs: int = 0
     seconds: float = 0.0
+    others_cpu_s: float = 0.0      # CPU seconds not this process's, while timing
+    watched_s: float = 0.0         # seconds over which others_cpu_s was watched
 
-    def add(self, programs: int, since: float) -> None:
+    def start(self) -> tuple[float, tuple[float, float] | None]:
+        return time.perf_counter(), cpu_seconds()
+
+    def add(self, programs: int, since: tuple[float, tuple[float, float] | None]) -> None:
+        t0, cpu0 = since
+        wall = time.perf_counter() - t0
         self.programs += programs
-        self.seconds += time.perf_counter() - since
+        self.seconds += wall
+        cpu1 = cpu_seconds()
+        if cpu0 is not None and cpu1 is not None:
+            self.others_cpu_s += max(0.0, (cpu1[0] - cpu0[0]) - (cpu1[1] - cpu0[1]))
+            self.watched_s += wall
+
+
+def busy_cores(before: Tally, after: Tally) -> float | None:
+    """Cores other processes kept busy, on average, while this process timed candidates between
+    two readings of the tally; None when nothing was timed or the machine does not say."""
+    watched = after.watched_s - before.watched_s
+    return (after.others_cpu_s - before.others_cpu_s) / watched if watched >= 0.5 else None
 
 
 TALLY = Tally()
@@ -161,7 +195,7 @@ def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3,
     then only those within PRUNE of the fastest so far get the next; a pruned candidate keeps its
     (upper-bound) time. The winner still gets `repeat` repeats, spread over the whole call so a
     noisy second hits every close candidate alike, and the clearly slower ones cost one repeat."""
-    t0 = time.perf_counter()
+    t0 = TALLY.start()
     local = target.rpc is None and bool(funcs[0].params)
     extra = {"written_first": _copy_kernel(funcs[0].params[0], target)} if local else None
     lib, dev = _load(_build(funcs, target, "c", extra), target)
@@ -209,7 +243,7 @@ def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3
     alternation for `rounds` rounds and the minimum kept per kernel: on a machine whose
     neighbours slow it for seconds at a time, kernels compared with each other (a merged kernel
     and the kernels it replaces) see the same slow and quiet periods. None: failed to run."""
-    t0 = time.perf_counter()
+    t0 = TALLY.start()
     lib, dev = _load(_build(funcs, target, "k"), target)
     rng = np.random.default_rng(0)
     args = [_args(f, rng, dev) for f in funcs]

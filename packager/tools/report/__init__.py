@@ -72,11 +72,13 @@ def _e(x) -> str:
 
 
 def _header(m: dict, r: dict, bench: dict | None) -> str:
-    opt = r.get("optimize", {})
+    opt, measured = r.get("optimize", {}), r.get("measured") or {}
+    busy = (f"; other processes kept {measured['busy_cores']:.1f} cores busy meanwhile"
+            if measured.get("busy") else "")
     lines = [f"<h1>{_e(m['name'])}</h1>",
              f"<p>model <code>{_e(m['source_model']['path'])}</code>, packager {_e(m['packager_version'])}, "
              f"optimize level {_e(opt.get('level', '?'))}, built in {r.get('seconds', 0):.1f} s"
-             f" ({_e((r.get('measured') or {}).get('programs', 0))} programs timed)</p>"]
+             f" ({_e(measured.get('programs', 0))} programs timed{_e(busy)})</p>"]
     if bench:
         lines.append(f"<p>times from <code>pack bench</code>: target {_e(bench['target'])}, {bench['threads']} "
                      f"thread(s), vs {_e(bench['reference'])}: " + "; ".join(

@@ -131,3 +131,24 @@ def test_weight_bytes_count_initializers():
              numpy_helper.from_array(np.zeros(7, np.int64), "i")]
     g = helper.make_graph([], "g", [], [helper.make_tensor_value_info("w", TensorProto.FLOAT, [3, 5])], inits)
     assert weight_bytes(helper.make_model(g)) == 3 * 5 * 4 + 7 * 8
+
+
+def test_the_tally_sees_other_processes_busy_while_it_times():
+    """A busy loop in another process during a timing window counts as a busy core (the build
+    then says its timings were taken on a busy machine)."""
+    import subprocess
+    import sys
+    import time
+
+    from packager.optimize.schedule.measure import Tally, busy_cores
+
+    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)                                  # the loop is running
+        tally = Tally()
+        since = tally.start()
+        time.sleep(1.0)
+        tally.add(0, since)
+    finally:
+        loop.kill()
+    assert busy_cores(Tally(), tally) > 0.5
