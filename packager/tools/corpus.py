@@ -47,6 +47,7 @@ class Row:
     ours_ms: float | None = None
     ort_ms: float | None = None
     ratio: float | None = None
+    ratio_twin: float | None = None      # the same, each runtime beside a twin process of itself
     offload: str = ""                    # ops left to ONNX Runtime (partial offload)
     stage: str = ""
     error: str = ""
@@ -111,6 +112,7 @@ def run_entry(e: Entry, out_dir: Path, threads: int = 1, iters: int = 10, log=pr
     from ..build import build
     from ..spec import load_spec
     from .bench import bench
+    from .load import Load
     from .verify import verify_package
 
     row, quiet = Row(e.name, e.origin), (lambda _m: None)
@@ -142,6 +144,9 @@ def run_entry(e: Entry, out_dir: Path, threads: int = 1, iters: int = 10, log=pr
         prof = report["profiles"][0]
         row.ours_ms, row.ort_ms = prof["variants"][0]["median_ms"], prof["onnxruntime"]["median_ms"]
         row.ratio = prof["variants"][0]["ratio_median"]
+        enter("bench beside a twin")
+        twin = bench(pkg, None, threads, iters, 2, 2, [], 1, log=quiet, load=Load("twin"))
+        row.ratio_twin = twin["profiles"][0]["variants"][0]["ratio_median"]
         stage = ""
     except Exception as ex:  # noqa: BLE001 - a failure is a row, whatever raised it
         row.stage, row.error = stage, first_line(ex)
@@ -214,8 +219,8 @@ def _cell(text: str) -> str:
 def markdown_table(rows: list[Row]) -> str:
     """One line per model; a failed stage shows as `stage: first error line`."""
     lines = ["| model | source | nodes | op types | notable ops | build s | verify (max abs err) | "
-             "ours / ORT (ms) | ratio | offload to ORT | error |",
-             "|---|---|---:|---:|---|---:|---|---:|---:|---|---|"]
+             "ours / ORT (ms) | ratio | ratio beside a twin | offload to ORT | error |",
+             "|---|---|---:|---:|---|---:|---|---:|---:|---:|---|---|"]
     for r in rows:
         ops = r.op_types or []
         verify = r.verify + (f" ({r.max_err:.2g})" if r.max_err is not None else "")
@@ -223,11 +228,12 @@ def markdown_table(rows: list[Row]) -> str:
         err = f"{r.stage}: {r.error}" if r.stage else ""
         lines.append(f"| {r.model} | {_cell(r.source)} | {r.nodes or '-'} | {len(ops) or '-'} | "
                      f"{_cell(' '.join(notable_ops(ops)))} | {_num(r.build_s, '.1f')} | {verify} | {lat} | "
-                     f"{_num(r.ratio, '.2f')} | {_cell(r.offload)} | {_cell(err)} |")
+                     f"{_num(r.ratio, '.2f')} | {_num(r.ratio_twin, '.2f')} | {_cell(r.offload)} | {_cell(err)} |")
     ok = sum(r.ok for r in rows)
     lines.append("")
     lines.append(f"{ok} of {len(rows)} models build and verify; ratio = our median latency / onnxruntime's "
-                 "(CPU EP, same inputs and threads; below 1 is faster).")
+                 "(CPU EP, same inputs and threads; below 1 is faster); beside a twin: each runtime timed while a "
+                 "second process of itself runs the same model (`pack bench --load twin`).")
     return "\n".join(lines) + "\n"
 
 

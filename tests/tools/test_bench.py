@@ -37,6 +37,42 @@ def test_bench_reports_ratio_memory_ablation_and_roofline(packages, tmp_path):
     assert roof["gflops"] > 0 and roof["gbs"] > 0 and "GHz this machine reports" in roof["basis"]
 
 
+@pytest.mark.slow
+def test_bench_under_a_twin_times_one_thread_too(packages, tmp_path):
+    out = tmp_path / "bench.json"
+    r = run_pack("bench", packages["cnn"], "--threads", "2", "--iters", "3", "--rounds", "1", "--warmup", "1",
+                 "--load", "twin", "--json", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(out.read_text())
+    assert report["load"] == "twin" and "beside a twin process" in r.stdout
+    variants = report["profiles"][0]["variants"]
+    assert [(v["variant"], v["threads"]) for v in variants] == [("ours", 2), ("ours 1 thread", 1)]
+    assert all(v["median_ms"] > 0 for v in variants) and report["profiles"][0]["onnxruntime"]["median_ms"] > 0
+
+
+def test_a_load_is_none_twin_or_busy_loops():
+    from packager.errors import UserError
+    from packager.tools.load import Load
+
+    assert Load.parse("busy:3") == Load("busy", 3) and Load.parse("twin").kind == "twin"
+    for bad in ("busy", "busy:0", "busy:x", "twins"):
+        with pytest.raises(UserError, match="expected none, twin or busy:N"):
+            Load.parse(bad)
+
+
+def test_busy_loops_run_only_while_a_round_is_timed():
+    import psutil
+
+    from packager.tools.load import Load
+
+    me = psutil.Process()
+    before = {c.pid for c in me.children()}
+    with Load("busy", 2).beside(None):
+        loops = [c for c in me.children() if c.pid not in before]
+        assert len(loops) == 2 and all(c.is_running() for c in loops)
+    assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in loops)
+
+
 def test_bench_rejects_unknown_ablation(packages):
     r = run_pack("bench", packages["mlp"], "--iters", "1", "--rounds", "1", "--ablate", "magic")
     assert r.returncode == 2 and "unknown pass" in r.stderr
