@@ -116,8 +116,9 @@ def bench(package: Path = typer.Argument(..., help="package folder, or a spec to
           warmup: int = typer.Option(5, help="untimed runs before each round"),
           ablate: Optional[List[str]] = typer.Option(None, "--ablate", help="also rebuild with this pass off (gensor: rule-based scheduler; tuning: level 2)"),
           top: int = typer.Option(5, help="slowest kernels to show"),
-          load: str = typer.Option("none", "--load", help="what runs beside each timed round: none, twin (a second "
-                                   "process of the same runtime and model) or busy:N (N busy loops)"),
+          load: str = typer.Option("none", "--load", help="what runs beside the timing: none, twin (a second process of "
+                                   "the same runtime and model), busy:N (N busy loops) or build:SPEC "
+                                   "(pack build SPEC over and over)"),
           json_out: Optional[Path] = typer.Option(None, "--json", help="write the report as JSON")):
     """Time the package against onnxruntime (CPU EP), side by side; per-kernel roofline."""
     from .tools.bench import bench as run_bench

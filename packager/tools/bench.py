@@ -198,7 +198,7 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
     pkg = open_package(path)
     model_path = find_model(pkg, model)
     base = Variant("ours", pkg, _pick_target(pkg, target), *_build_facts(pkg))
-    with tempfile.TemporaryDirectory(prefix="pack-bench-") as tmpdir:
+    with tempfile.TemporaryDirectory(prefix="pack-bench-") as tmpdir, load.throughout():
         tmp = Path(tmpdir)
         variants = [base]
         for p in ablate or []:
@@ -249,7 +249,7 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
     report = {"package": pkg.name, "target": base.target["name"] if base.target else "onnxruntime + packaged parts",
               "reference": "onnxruntime CUDA EP" if on_gpu else "onnxruntime CPU EP",
               "threads": threads, "rounds": rounds, "iters": iters, "host_ghz": host_ghz(),
-              "load": load.kind if load.kind != "busy" else f"busy:{load.loops}", "load_note": load.describe(threads),
+              "load": load.label, "load_note": load.describe(threads),
               "profiles": []}
     if base.target is not None:
         gflops, gbs = backend_for(base.target).roofline_peaks(base.target, threads)

@@ -56,7 +56,7 @@ def test_a_load_is_none_twin_or_busy_loops():
 
     assert Load.parse("busy:3") == Load("busy", 3) and Load.parse("twin").kind == "twin"
     for bad in ("busy", "busy:0", "busy:x", "twins"):
-        with pytest.raises(UserError, match="expected none, twin or busy:N"):
+        with pytest.raises(UserError, match="expected none, twin, busy:N"):
             Load.parse(bad)
 
 
