@@ -24,6 +24,8 @@ rule, and a kernel no rule fits stays as TVM legalized it (reported as ``naive``
 from __future__ import annotations
 
 
+from typing import Iterator
+
 import tvm
 from tvm import s_tir, tirx
 
@@ -51,6 +53,10 @@ class CpuRules:
     # -- entry -----------------------------------------------------------------------------
     def schedule(self, func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, KernelSchedule]:
         """Apply the first rule that fits; a rule that fails leaves no trace."""
+        return next(self.candidates(func))
+
+    def candidates(self, func: tirx.PrimFunc) -> Iterator[tuple[tirx.PrimFunc, KernelSchedule]]:
+        """Every rule that fits, in order of preference, then the naive loops (`func` itself)."""
         reasons = []
         for rule in (self.tiled_reduction, self.reduction_epilogue, self.row_region, self.vector_row_reduction,
                      self.row_reduction, self.injective, self.fallback):
@@ -61,8 +67,8 @@ class CpuRules:
                 lines = str(e).strip().splitlines()
                 reasons.append(f"{rule.__name__}: {lines[-1][:100] if lines else type(e).__name__}")
                 continue
-            return sch.mod["main"], info
-        return func, KernelSchedule("naive", note="; ".join(reasons))
+            yield sch.mod["main"], info
+        yield func, KernelSchedule("naive", note="; ".join(reasons))
 
     # -- helpers ---------------------------------------------------------------------------
     def _blocks(self, sch: s_tir.Schedule) -> list:

@@ -1,6 +1,7 @@
 """The reduction-epilogue CPU rule: a conv or matmul whose output is summed right away over its
 channels by a memory-intensive reduction, e.g. CSRNet's last 3x3 conv (+ bias, ReLU) followed by
-the 1x1 conv to one density map (global fusion makes such kernels, globalfuse/epilogue.py).
+the 1x1 conv to one density map (global fusion makes such kernels, globalfuse/epilogue.py), or
+over all its pixels (a global pool); not a pooling window that slides with the output.
 
 The anchor (the first reduction) is tiled as the tiled-reduction rule tiles it, except that its
 loops over the axes the second reduction sums (a 1x1 conv's channels; a global pool's pixels)
@@ -85,6 +86,12 @@ def _summed_anchor_vars(sch: s_tir.Schedule, a, tail) -> set:
     dims = [d for d, rg in enumerate(reads[0].region) if free_vars(rg.min) & reduce_vars]
     if not dims:
         raise RuleMismatch("the second reduction does not sum the first's output")
+    spatial_vars = {iv.var for iv in blk.iter_vars if iv.iter_type == tirx.IterVar.DataPar}
+    if any(free_vars(reads[0].region[d].min) & spatial_vars for d in dims):
+        # a window that slides with the output (max pool 2x2/2): reverse_compute_at bounds its
+        # reduction from the producer's region and, when that region is not a whole number of
+        # windows (225 rows under 112 windows of 2), cut the window to one row: wrong answers
+        raise RuleMismatch("the second reduction slides a window over the first's output")
     summed = set()
     for d in dims:
         summed |= free_vars(anchor.writes[0].region[d].min)

@@ -44,3 +44,31 @@ def test_the_rule_needs_a_second_reduction_over_the_first_ones_output():
     conv = next(c.prim for c in kernel_graph(mod).calls.values() if "relu" in c.name)
     with pytest.raises(RuleMismatch, match="two reduction blocks"):
         CpuRules(target).reduction_epilogue(s_tir.Schedule(conv))
+
+
+def _conv_relu_max_pool(rows: int):
+    """DNSMOS's pattern as one kernel: 3x3 conv (+ ReLU) whose output a 2x2/2 max pool reads;
+    `rows` odd leaves the last row outside every window."""
+    from tvm import te, topi
+
+    x = te.placeholder((1, 8, rows, 10), name="x")
+    w = te.placeholder((8, 8, 3, 3), name="w")
+    y = topi.nn.relu(topi.nn.conv2d_nchw(x, w, 1, 1, 1))
+    p = topi.nn.pool2d(y, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), "max", layout="NCHW")
+    return te.create_prim_func([x, w, p])
+
+
+@pytest.mark.parametrize("rows", [9, 10])
+def test_a_sliding_pooling_window_is_not_an_epilogue(rows):
+    """reverse_compute_at cut the pool's window to one row when 225 conv rows fed 112 windows:
+    DNSMOS's untimed build answered wrong in every element. The rule refuses such a tail, and
+    whatever rule schedules the kernel instead computes what the loops compute."""
+    target = host_target()
+    func = _conv_relu_max_pool(rows)
+    with pytest.raises(RuleMismatch, match="slides a window"):
+        CpuRules(target).reduction_epilogue(s_tir.Schedule(func))
+    scheduled, info = CpuRules(target).schedule(func)
+    assert info.rule != "reduction-epilogue"
+    args = random_args(func)
+    np.testing.assert_allclose(run_kernel(scheduled, target, [a.copy() for a in args]),
+                               run_kernel(func, target, [a.copy() for a in args]), rtol=1e-4, atol=1e-4)
