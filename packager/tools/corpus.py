@@ -69,15 +69,19 @@ def select(names: list[str] | None = None, fast: bool = False) -> list[Entry]:
 
 # ---- one model: spec -> build -> verify -> bench ------------------------------------------------
 
-def write_spec(e: Entry, model: Path, folder: Path) -> Path:
-    """The default spec for a corpus model: x86-64, default optimize level, the entry's bindings."""
+def write_spec(e: Entry, model: Path, folder: Path, target: str = "x86-64", measure: bool = True) -> Path:
+    """The default spec for a corpus model: one target (x86-64, or arm64 verified under qemu),
+    default optimize level (`measure` off: every schedule chosen without timing), the entry's
+    bindings."""
     import yaml
 
     folder.mkdir(parents=True, exist_ok=True)
     rtol, atol = e.tolerance
     spec = {"name": e.name, "model": str(model.resolve()), "output": str((folder / "pkg").resolve()),
             "inputs": {n: {"dtype": dt, "shape": list(shape)} for n, (dt, shape) in e.inputs.items()},
-            "targets": ["x86-64"], "verify": {"rtol": rtol, "atol": atol, **({"inputs": e.values} if e.values else {})}}
+            "targets": [target], "verify": {"rtol": rtol, "atol": atol, **({"inputs": e.values} if e.values else {})}}
+    if not measure:
+        spec["optimize"] = {"tuning": {"measure": False}}
     path = folder / "spec.yaml"
     path.write_text(f"# corpus model {e.name}: {e.origin}\n" + yaml.safe_dump(spec, sort_keys=False))
     return path
@@ -107,7 +111,8 @@ def _offload(pkg: Path) -> str:
     return ", ".join(kept)
 
 
-def run_entry(e: Entry, out_dir: Path, threads: int = 1, iters: int = 10, log=print) -> Row:
+def run_entry(e: Entry, out_dir: Path, threads: int = 1, iters: int = 10, log=print, target: str = "x86-64",
+              measure: bool = True) -> Row:
     """Every stage for one model; the first failing stage ends it and is recorded in the row."""
     from ..build import build
     from ..spec import load_spec
@@ -128,7 +133,7 @@ def run_entry(e: Entry, out_dir: Path, threads: int = 1, iters: int = 10, log=pr
         model = fetch(e)
         describe(model, row)
         enter("spec")
-        spec = load_spec(write_spec(e, model, out_dir / e.name))
+        spec = load_spec(write_spec(e, model, out_dir / e.name, target, measure))
         enter("build")
         t0 = time.perf_counter()
         pkg = build(spec, log=log)
@@ -139,6 +144,9 @@ def run_entry(e: Entry, out_dir: Path, threads: int = 1, iters: int = 10, log=pr
         errs = [c.max_abs for r in results for c in r.outputs]
         row.max_err = max(errs) if errs else None
         row.verify = "pass" if results and all(r.status == "pass" for r in results) else "fail"
+        if target != "x86-64":                     # emulated: correctness only, no timing
+            log(f"{e.name}: ok")
+            return row
         enter("bench")
         report = bench(pkg, None, threads, iters, 2, 2, [], 1, log=quiet)
         prof = report["profiles"][0]
@@ -154,11 +162,14 @@ def run_entry(e: Entry, out_dir: Path, threads: int = 1, iters: int = 10, log=pr
     return row
 
 
-def _child_cmd(name: str, out_dir: Path, row_file: Path, threads: int, iters: int) -> list[str]:
-    return [sys.executable, "-m", "packager.tools.corpus", name, str(out_dir), str(row_file), str(threads), str(iters)]
+def _child_cmd(name: str, out_dir: Path, row_file: Path, threads: int, iters: int, target: str = "x86-64",
+               measure: bool = True) -> list[str]:
+    return [sys.executable, "-m", "packager.tools.corpus", name, str(out_dir), str(row_file), str(threads), str(iters),
+            target, "on" if measure else "off"]
 
 
-def run_isolated(e: Entry, out_dir: Path, timeout: float, threads: int = 1, iters: int = 10) -> Row:
+def run_isolated(e: Entry, out_dir: Path, timeout: float, threads: int = 1, iters: int = 10, target: str = "x86-64",
+                 measure: bool = True) -> Row:
     """run_entry in a child process (own session, killed as a group at the time limit): a crash or
     a hang in the compiler is this model's failed row. It runs in the model's work folder, so a
     stray file any library writes into the working directory stays with that model."""
@@ -167,7 +178,7 @@ def run_isolated(e: Entry, out_dir: Path, timeout: float, threads: int = 1, iter
     row_file.unlink(missing_ok=True)
     log_file = out_dir / e.name / "log.txt"
     with open(log_file, "w") as logf:
-        proc = subprocess.Popen(_child_cmd(e.name, out_dir, row_file, threads, iters), stdout=logf,
+        proc = subprocess.Popen(_child_cmd(e.name, out_dir, row_file, threads, iters, target, measure), stdout=logf,
                                 stderr=subprocess.STDOUT, start_new_session=True, cwd=row_file.parent,
                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(
                                     [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])})
@@ -192,14 +203,15 @@ def _last_stage(log_file: Path) -> str:
 
 
 def run_corpus(names: list[str] | None, out_dir: Path, fast: bool = False, timeout: float = 600,
-               threads: int = 1, iters: int = 10, log=print) -> list[Row]:
-    """Fetch, build, verify and time each selected model, one after another; a row per model."""
+               threads: int = 1, iters: int = 10, log=print, target: str = "x86-64", measure: bool = True) -> list[Row]:
+    """Fetch, build, verify and time each selected model, one after another; a row per model
+    (`target` arm64: built for arm64 and verified under qemu, not timed)."""
     entries = select(names, fast)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for k, e in enumerate(entries, 1):
         t0 = time.perf_counter()
-        row = run_isolated(e, out_dir, timeout, threads, iters)
+        row = run_isolated(e, out_dir, timeout, threads, iters, target, measure)
         rows.append(row)
         verdict = "ok" if row.ok else (f"{row.stage}: {row.error}" if row.stage else f"verify {row.verify}")
         log(f"[{k}/{len(entries)}] {e.name} ({time.perf_counter() - t0:.0f}s): {verdict}")
@@ -265,8 +277,8 @@ def write_results(rows: list[Row], table: Path | None, json_out: Path | None, me
 
 def _child(argv: list[str]) -> None:
     """Entry point of run_isolated's child: one model, its row written as JSON."""
-    name, out_dir, row_file, threads, iters = argv
-    row = run_entry(ENTRIES[name], Path(out_dir), int(threads), int(iters))
+    name, out_dir, row_file, threads, iters, target, measure = argv
+    row = run_entry(ENTRIES[name], Path(out_dir), int(threads), int(iters), target=target, measure=measure == "on")
     Path(row_file).write_text(json.dumps(asdict(row)) + "\n")
 
 
