@@ -49,13 +49,6 @@ def synthetic_package(root: Path, symbol: str, input_storage: str) -> Path:
     return _synthetic(root, symbol, input_storage, kernels_c=KERNELS_C)
 
 
-@pytest.fixture
-def x_npy(tmp_path) -> Path:
-    p = tmp_path / "x.npy"
-    np.save(p, np.array([1, 2, 3, 4], np.float32))
-    return p
-
-
 def test_synthetic_package_runs(packages, tmp_path, x_npy):
     pkg = synthetic_package(tmp_path / "pkg", "copy", "arena")
     r = run([*cli(packages["cnn"]), pkg, "--input", f"x={x_npy}", "--output-dir", tmp_path / "out", "--iters", "1"])

@@ -6,7 +6,7 @@ barrier the plan does not announce fails the run instead of hanging it."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
 
 import numpy as np
 import pytest
@@ -83,13 +83,6 @@ int __tvm_ffi_barrier_unannounced(void* self, const Any* args, int32_t n, Any* r
 """.replace("HOLD_S", str(HOLD_S))
 
 
-@pytest.fixture
-def x_npy(tmp_path) -> Path:
-    p = tmp_path / "x.npy"
-    np.save(p, np.array([1, 2, 3, 4], np.float32))
-    return p
-
-
 def test_a_parallel_loop_completes_while_the_worker_is_held(packages, tmp_path, x_npy):
     pkg = synthetic_package(tmp_path / "pkg", "hold_workers", kernels_c=KERNELS_C)
     stats = tmp_path / "stats.json"
@@ -148,3 +141,9 @@ def test_tvm_barrier_kernels_are_marked_and_run_together(packages, tmp_path):
                  "--threads", "2", "--iters", "20"], timeout=60)
         assert r.returncode == 0, r.stderr
         np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), (x[::-1] + 1) * 2)
+
+
+def test_a_bad_wait_setting_is_one_line(packages, tmp_path, x_npy):
+    pkg = synthetic_package(tmp_path / "pkg", "hold_workers", kernels_c=KERNELS_C)
+    r = run([*cli(packages["cnn"]), pkg, "--input", f"x={x_npy}"], env={**os.environ, "PACKRT_SPIN_US": "abc"})
+    one_line_error(r, 2, "PACKRT_SPIN_US='abc'", "microseconds")
