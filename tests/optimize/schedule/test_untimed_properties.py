@@ -35,7 +35,7 @@ from packager.optimize.schedule.workload import func_key
 from packager.spec import OptimizeSpec
 from support.kernel_cases import _imported, host_target
 
-PROPERTIES = settings(max_examples=16, deadline=None, derandomize=True, database=None,
+PROPERTIES = settings(max_examples=12, deadline=None, derandomize=True, database=None,
                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 # 8 of the first 12 pooled examples failed before the reduction-epilogue rule refused sliding windows
 POOLED = settings(PROPERTIES, max_examples=10)
