@@ -106,7 +106,6 @@ def test_a_barrier_the_plan_does_not_announce_fails_instead_of_hanging(packages,
 def test_tvm_barrier_kernels_are_marked_and_run_together(packages, tmp_path):
     """Two parallel loops with a barrier between them (TVM's parallel_launch_point): the second
     reads what other tasks wrote in the first, so without all tasks at the barrier it goes wrong."""
-    import tvm
     from tvm.script import tirx as T
 
     from packager.codegen.cpu import build_object, link_kernels

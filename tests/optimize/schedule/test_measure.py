@@ -101,8 +101,6 @@ def test_weights_over_the_last_level_cache_are_timed_cold():
     """A model whose weights exceed the cache is timed with the caches flushed before every run
     (its kernels read their weights from DRAM in the package): only targets timed here are
     marked, their records are keyed apart, and a cold target's runs are each timed after a flush."""
-    from dataclasses import replace
-
     from packager.optimize.schedule.gensor import _target_key
     from packager.optimize.schedule.hardware import cpu_hardware, last_level_cache
     from packager.optimize.schedule.measure import with_cold_weights
