@@ -97,9 +97,9 @@ def _run_cli(v: Variant, args: list[str], threads: int, warmup: int, iters: int,
     return json.loads(stats.read_text())
 
 
-def _ort_peak_mb(model: Path, inputs: dict[str, np.ndarray], threads: int, tmp: Path) -> float:
-    """Resident memory an onnxruntime session adds to a fresh process (after three runs), MB."""
-    np.savez(tmp / "feeds.npz", **inputs)
+def _ort_peak_mb(model: Path, feeds: Path, threads: int) -> float:
+    """Resident memory an onnxruntime session adds to a fresh process (after three runs), MB;
+    `feeds`: the inputs as an .npz."""
     script = (
         "import sys, numpy as np, onnxruntime as ort\n"
         "from packager.tools.runners import ort_session\n"
@@ -109,7 +109,7 @@ def _ort_peak_mb(model: Path, inputs: dict[str, np.ndarray], threads: int, tmp: 
         "s = ort_session(sys.argv[1], int(sys.argv[3]))\n"
         "for _ in range(3): s.run(None, feeds)\n"
         "print((rss() - base) / 1024)\n")
-    r = subprocess.run([sys.executable, "-c", script, str(model), str(tmp / "feeds.npz"), str(threads)],
+    r = subprocess.run([sys.executable, "-c", script, str(model), str(feeds), str(threads)],
                        capture_output=True, text=True)
     return float(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 and r.stdout.strip() else float("nan")
 
@@ -242,7 +242,7 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
                 with load.beside(ort_twin_command(model_path, threads, feeds)):
                     ort_times.setdefault(prof["name"], []).extend(
                         _time(lambda x=inputs: reference.run(None, x), iters))
-            ort_peak[prof["name"]] = float("nan") if on_gpu else _ort_peak_mb(model_path, inputs, threads, tmp)
+            ort_peak[prof["name"]] = float("nan") if on_gpu else _ort_peak_mb(model_path, feeds, threads)
             if base.target is not None:
                 steps = _run_cli(base, args, threads, warmup, max(iters // 2, 3), tmp, profile=True)["steps"]
                 kernels[prof["name"]] = kernel_roofline(pkg, base.target, steps, threads, len(steps))
