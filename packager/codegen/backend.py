@@ -63,6 +63,9 @@ class Backend(Protocol):
     def reference_on_gpu(self) -> bool:
         """Whether verify/bench compare it with onnxruntime's CUDA EP (else the CPU EP)."""
 
+    def emulated(self) -> bool:
+        """Whether the package carries its kernels in a form the CPU runs (`pack verify --gpu-emulate`)."""
+
     def roofline_peaks(self, target: dict[str, Any], threads: int) -> tuple[float, float]:
         """(peak GFLOP/s, peak GB/s) of a manifest target running with `threads`."""
 

@@ -133,6 +133,9 @@ class CpuBackend:
     def reference_on_gpu(self) -> bool:
         return False
 
+    def emulated(self) -> bool:
+        return False
+
     def roofline_peaks(self, target: dict[str, Any], threads: int) -> tuple[float, float]:
         return (target.get("flops_per_cycle", 16) * host_ghz() * threads,
                 target.get("dram_gbs_per_core", 6.0) * threads)

@@ -8,7 +8,8 @@ from ..targets import CudaTarget, host_arch, local_cuda_sm
 from .backend import Compiled
 from ..optimize.schedule.phases import phase_sizes
 from .cuda_grid import GridReport, cooperative_launches, join_phases
-from .cuda_source import generate_cuda
+from .cuda_source import CudaKernel, CudaModule, generate_cuda
+from .opencl import opencl_emulation
 from .cuda_toolchain import check_cuda_toolchain, compile_fatbin
 
 
@@ -20,6 +21,8 @@ class CudaBackend:
 
     def compile(self, kernels: dict, target: CudaTarget, folder: str, w) -> Compiled:
         cm = generate_cuda(kernels, target)
+        unjoined = CudaModule(cm.source, {n: CudaKernel(list(k.launches), list(k.workspace))
+                                          for n, k in cm.kernels.items()})
         fatbin = w.path(f"{folder}/kernels.fatbin")
         phased = {name for name, f in kernels.items() if phase_sizes(f) is not None}
         grid = GridReport()
@@ -34,18 +37,20 @@ class CudaBackend:
         for name, launch in cooperative.items():
             cm.kernels[name].launches = [launch]
         w.write_text(f"{folder}/kernels.cu", source)
+        emulated = _write_emulation(kernels, unjoined, set(cooperative), target, folder, w)
         launches = {name: {"launches": [ln.as_dict() for ln in k.launches], "workspace": k.workspace}
                     for name, k in cm.kernels.items()}
         table = [(name, cm.kernels[name].launches[0].function, len(f.params)) for name, f in kernels.items()]
         info = {"compiler": compiler, "device_functions": sum(len(k.launches) for k in cm.kernels.values()),
-                "source_bytes": len(source), "grid_sync": grid.as_dict()}
+                "source_bytes": len(source), "grid_sync": grid.as_dict(), "emulation": emulated}
         return Compiled(table, launches, {"cuda": info}, f", {compiler} for {target.sm}{grid.note()}")
 
     def plan_fields(self) -> dict[str, Any]:
         return {"module": "kernels.fatbin"}
 
     def manifest_files(self, folder: str) -> dict[str, str]:
-        return {"kernels": f"{folder}/kernels.fatbin", "source": f"{folder}/kernels.cu"}
+        return {"kernels": f"{folder}/kernels.fatbin", "source": f"{folder}/kernels.cu",
+                "emulation": f"{folder}/{EMULATION_FOLDER}/emulation.json"}
 
     def readme_cell(self, target: CudaTarget) -> str:
         return f"{target.sm} (kernels.fatbin + kernels.cu)"
@@ -72,9 +77,26 @@ class CudaBackend:
     def reference_on_gpu(self) -> bool:
         return True
 
+    def emulated(self) -> bool:
+        return True
+
     def roofline_peaks(self, target: dict[str, Any], threads: int) -> tuple[float, float]:
         """Datasheet peaks of the GPU (threads do not apply)."""
         return target.get("fp32_tflops", 10.0) * 1e3, target.get("dram_gbs", 1000.0)
+
+
+EMULATION_FOLDER = "emulation"
+
+
+def _write_emulation(kernels: dict, unjoined: CudaModule, cooperative: set[str], target: CudaTarget, folder: str,
+                     w) -> dict[str, Any]:
+    """The same kernels as OpenCL C (codegen/opencl.py) for `pack verify --gpu-emulate`; the
+    build report's summary of it."""
+    source, doc = opencl_emulation(kernels, unjoined, cooperative, f"target '{target.name}' (OpenCL emulation)")
+    w.write_text(f"{folder}/{EMULATION_FOLDER}/kernels.cl", source)
+    w.write_json(f"{folder}/{EMULATION_FOLDER}/emulation.json", doc)
+    refused = {n: k["reason"] for n, k in doc["kernels"].items() if not k["emulated"]}
+    return {"kernels": len(kernels), "emulated": len(kernels) - len(refused), "not_emulated": refused}
 
 
 BACKEND = CudaBackend()

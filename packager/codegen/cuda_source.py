@@ -130,8 +130,17 @@ def _host_launches(name: str, f: tvm.tirx.PrimFunc) -> CudaKernel:
 
 def generate_cuda(kernels: dict[str, tvm.tirx.PrimFunc], target: Target) -> CudaModule:
     """CUDA C source of all kernels of one target, and each PrimFunc's launches."""
-    tgt = tvm.target.Target(target.tvm_target(), host=tvm.target.Target({"kind": "llvm"}))
-    mod = tvm.IRModule({n: f.with_attr("global_symbol", n) for n, f in kernels.items()})
+    return device_module(kernels, tvm.target.Target(target.tvm_target()), f"target '{target.name}'")
+
+
+def device_module(kernels: dict[str, tvm.tirx.PrimFunc], device: tvm.target.Target, what: str,
+                  retarget: bool = False) -> CudaModule:
+    """Device source of thread-bound kernels lowered for `device`, and each PrimFunc's launches,
+    read from the host function. `retarget`: lower every kernel for `device`, also those whose
+    schedule bound them to another target (dlight records the target it scheduled for)."""
+    tgt = tvm.target.Target(device, host=tvm.target.Target({"kind": "llvm"}))
+    mod = tvm.IRModule({n: f.with_attr("global_symbol", n).with_attr("target", tgt) if retarget
+                        else f.with_attr("global_symbol", n) for n, f in kernels.items()})
     captured: dict = {}
 
     @tvm.instrument.pass_instrument
@@ -145,7 +154,7 @@ def generate_cuda(kernels: dict[str, tvm.tirx.PrimFunc], target: Target) -> Cuda
             lib = tvm.tirx.build(mod, target=tgt)
     except Exception as e:  # noqa: BLE001 - TVM raises many error kinds from lowering/codegen
         lines = str(e).strip().splitlines()
-        raise InternalError(f"CUDA code generation for target '{target.name}' failed: "
+        raise InternalError(f"{device.kind.name} code generation for {what} failed: "
                             f"{lines[-1] if lines else type(e).__name__}") from None
     host = captured["mod"]
     launches = {gv.name_hint: _host_launches(gv.name_hint, f) for gv, f in host.functions_items()
@@ -153,5 +162,4 @@ def generate_cuda(kernels: dict[str, tvm.tirx.PrimFunc], target: Target) -> Cuda
     missing = set(kernels) - set(launches)
     if missing:
         raise InternalError(f"no host function found for kernel(s) {', '.join(sorted(missing))}")
-    source = lib.imports[0].inspect_source("cuda")
-    return CudaModule(source, launches)
+    return CudaModule(lib.imports[0].inspect_source(), launches)

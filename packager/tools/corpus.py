@@ -24,6 +24,8 @@ from ..errors import UserError
 from .corpus_fetch import OPSET, corpus_dir, fetch, first_line
 from .corpus_models import ENTRIES, Entry
 
+GPU_TARGETS = ("a100", "v100", "orin", "h100")   # corpus --target: built for it, its kernels verified on PoCL
+
 __all__ = ["Row", "corpus_dir", "markdown_table", "run_corpus", "run_entry", "select", "write_results"]
 
 # op types left out of the table's "notable ops": shape plumbing and plain elementwise arithmetic
@@ -70,7 +72,8 @@ def select(names: list[str] | None = None, fast: bool = False) -> list[Entry]:
 # ---- one model: spec -> build -> verify -> bench ------------------------------------------------
 
 def write_spec(e: Entry, model: Path, folder: Path, target: str = "x86-64", measure: bool = True) -> Path:
-    """The default spec for a corpus model: one target (x86-64, or arm64 verified under qemu),
+    """The default spec for a corpus model: one target (x86-64, arm64 verified under qemu, or a
+    GPU verified on PoCL),
     default optimize level (`measure` off: every schedule chosen without timing), the entry's
     bindings."""
     import yaml
@@ -140,7 +143,8 @@ def run_entry(e: Entry, out_dir: Path, threads: int = 1, iters: int = 10, log=pr
         row.build_s = time.perf_counter() - t0
         row.offload = _offload(pkg)
         enter("verify")
-        results = [r for r in verify_package(pkg, log=log) if r.status != "skipped"]
+        on_gpu = target in GPU_TARGETS             # no GPU here: its kernels run as OpenCL on PoCL
+        results = [r for r in verify_package(pkg, log=log, gpu_emulate=on_gpu) if r.status != "skipped"]
         errs = [c.max_abs for r in results for c in r.outputs]
         row.max_err = max(errs) if errs else None
         row.verify = "pass" if results and all(r.status == "pass" for r in results) else "fail"
@@ -205,7 +209,8 @@ def _last_stage(log_file: Path) -> str:
 def run_corpus(names: list[str] | None, out_dir: Path, fast: bool = False, timeout: float = 600,
                threads: int = 1, iters: int = 10, log=print, target: str = "x86-64", measure: bool = True) -> list[Row]:
     """Fetch, build, verify and time each selected model, one after another; a row per model
-    (`target` arm64: built for arm64 and verified under qemu, not timed)."""
+    (`target` arm64: built for arm64 and verified under qemu; a GPU: its kernels verified as OpenCL
+    on PoCL; neither is timed)."""
     entries = select(names, fast)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -20,12 +20,15 @@ from ..codegen.backend import backend_for
 from ..emit.manifest import open_package
 from ..emit.reference import read_reference
 from ..errors import UserError
+from ..targets import host_arch
 from ..frontend import load_model, random_inputs, without_static_control_flow
 from .runners import (cuda_ep_available, find_model, model_reference, run_package, runner_command, units_of,
                       wrapper_outputs)
 
 ORT_CHECK = "onnxruntime"          # the row name of the end-to-end check through ort/model.onnx
 REQUANTIZE_OPS = {"QuantizeLinear", "DynamicQuantizeLinear"}
+EMULATION_BLIND_SPOTS = ("the schedules' arithmetic and indexing are checked; not the fatbin, the driver API, "
+                         "cooperative launches, CUDA graphs, warp shuffles or timing (`pack gpu-suite` on a GPU)")
 ROUNDING_FLIPS = 0.01              # share of elements a model that re-quantizes activations may have off
 
 
@@ -46,6 +49,7 @@ class TargetResult:
     reason: str = ""
     outputs: list[OutputCheck] = field(default_factory=list)
     part: str = ""
+    emulated: bool = False         # a CUDA target's kernels run as OpenCL on PoCL (reason: what that covered)
 
 
 def compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float,
@@ -104,12 +108,15 @@ class _Run:
     boundary: list[str]
     gpu_ref: bool
     work: Path
+    emulate: bool = False          # also run CUDA targets' kernels as OpenCL on the CPU
 
 
 def verify_package(path: Path, targets: list[str] | None = None, model: Path | None = None,
-                   rtol: float | None = None, atol: float | None = None, log=print) -> list[TargetResult]:
+                   rtol: float | None = None, atol: float | None = None, log=print,
+                   gpu_emulate: bool = False) -> list[TargetResult]:
     """Run every target (or the named ones) on seeded inputs per profile, and the ORT wrapper
-    model, against onnxruntime; prints one line per output and returns the results."""
+    model, against onnxruntime; prints one line per output and returns the results.
+    `gpu_emulate`: also run each CUDA target's kernels as OpenCL on the CPU (tools/emulate.py)."""
     pkg = open_package(path)
     model_path = find_model(pkg, model)
     tol = pkg.manifest.get("verify", {})
@@ -124,10 +131,15 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
                                                 for p in pkg.manifest["profiles"]]) if boundary else loaded
     inlined = flat.proto if flat.control_flow and flat.control_flow.inlined else None
     has_gpu = any(backend_for(t).reference_on_gpu() for _, u in units for t in u.manifest["targets"])
+    if gpu_emulate and not any(backend_for(t).emulated() for _, u in units for t in u.manifest["targets"]
+                               if not targets or t["name"] in targets):
+        raise UserError(f"{path}: --gpu-emulate runs CUDA targets' kernels on the CPU, and "
+                        f"{'these targets have' if targets else 'the package has'} no CUDA target")
     results: list[TargetResult] = []
     with tempfile.TemporaryDirectory(prefix="pack-verify-") as tmp:
         flips = flips_for(loaded.proto)
-        run = _Run(pkg, units, model_path, rtol, atol, flips, boundary, has_gpu and cuda_ep_available(), Path(tmp))
+        run = _Run(pkg, units, model_path, rtol, atol, flips, boundary, has_gpu and cuda_ep_available(), Path(tmp),
+                   gpu_emulate)
         stored = None if model else stored_reference(pkg, units)
         for k, prof in enumerate(pkg.manifest["profiles"]):
             if stored:
@@ -173,6 +185,8 @@ def _check_targets(run: _Run, targets: list[str] | None, profile: str, k: int, i
                 raise UserError(f"{unit.root}: no target '{name}' (targets: {', '.join(names)})")
             t = unit.target(name)
             ref = gpu_ref if backend_for(t).reference_on_gpu() else cpu_ref
+            if run.emulate and backend_for(t).emulated():
+                results.append(_check_emulated(run, unit, t, part, profile, inputs, cpu_ref))
             cmd, why = runner_command(run.pkg, t)
             if cmd is None:
                 results.append(TargetResult(name, profile, "skipped", why, part=part))
@@ -187,11 +201,31 @@ def _check_targets(run: _Run, targets: list[str] | None, profile: str, k: int, i
     return results
 
 
+def _check_emulated(run: _Run, unit, t: dict, part: str, profile: str, inputs: dict,
+                    ref: dict) -> TargetResult:
+    """A CUDA target's plan with its kernels as OpenCL on PoCL, against the CPU EP's reference."""
+    from .emulate import emulate, read_emulation
+
+    info = read_emulation(unit.root, t)[2]
+    feeds = {i["name"]: ref[i["name"]] if i["name"] in ref else inputs[i["name"]] for i in unit.manifest["inputs"]}
+    outs = [o["name"] for o in unit.manifest["outputs"]]
+    try:
+        ours = emulate(unit.root, t, profile, feeds)
+    except UserError as e:
+        return TargetResult(t["name"], profile, "skipped", f"{info.summary()}; {e}", part=part, emulated=True)
+    checks = [OutputCheck(n, *compare(ours[n], ref[n], run.rtol, run.atol, run.flips)) for n in outs]
+    return TargetResult(t["name"], profile, "pass" if all(c.ok for c in checks) else "fail", info.summary(),
+                        checks, part, emulated=True)
+
+
 def _check_wrapper(run: _Run, profile: str, inputs: dict, cpu_ref: dict, gpu_ref: dict) -> list[TargetResult]:
     """ort/model.onnx end to end in onnxruntime (CPU EP, and CUDA EP where it is usable)."""
     results = []
     for row, on_cuda, ref in ((ORT_CHECK, False, cpu_ref), (ORT_CHECK + "-cuda", True, gpu_ref)):
         if on_cuda and not run.gpu_ref:
+            continue
+        if not on_cuda and not _cpu_target_runs(run):
+            results.append(TargetResult(row, profile, "skipped", "the package has no CPU target that runs here"))
             continue
         got = wrapper_outputs(run.pkg, inputs, cuda=on_cuda)
         if isinstance(got, str):
@@ -203,6 +237,13 @@ def _check_wrapper(run: _Run, profile: str, inputs: dict, cpu_ref: dict, gpu_ref
     return results
 
 
+def _cpu_target_runs(run: _Run) -> bool:
+    """Whether the wrapper model on onnxruntime's CPU EP has a target to run: a CPU target this host
+    executes natively (the custom op runs no emulator)."""
+    return any(not backend_for(t).reference_on_gpu() and t.get("arch") == host_arch()
+               and runner_command(run.pkg, t)[0] is not None for _, u in run.units for t in u.manifest["targets"])
+
+
 def _print(log, name: str, rtol: float, atol: float, flips: float, gpu_ref: bool,
            results: list[TargetResult], stored: bool = False) -> None:
     refs = ("CPU EP, stored in the package at build time" if stored else "CPU EP") + (
@@ -212,8 +253,12 @@ def _print(log, name: str, rtol: float, atol: float, flips: float, gpu_ref: bool
     if flips:
         log(f"  the model quantizes activations: up to {flips:.0%} of a tensor's elements may be off by "
             "quantization rounding flips")
+    described = set()
     for r in results:
-        label = f"{r.target} [{r.part}]" if r.part else r.target
+        label = (f"{r.target} [{r.part}]" if r.part else r.target) + (" on PoCL" if r.emulated else "")
+        if r.emulated and r.status != "skipped" and label not in described:
+            described.add(label)
+            log(f"  {label}: {r.reason}")
         if r.status == "skipped":
             log(f"  {label:14s} {r.profile:10s} SKIPPED  {r.reason}")
             continue
@@ -221,3 +266,5 @@ def _print(log, name: str, rtol: float, atol: float, flips: float, gpu_ref: bool
             log(f"  {label:14s} {r.profile:10s} {'ok  ' if c.ok else 'FAIL'}    {c.name}: "
                 f"max abs err {c.max_abs:.3g}, max err / tensor scale {c.max_rel:.3g}"
                 + (f", {c.outside * 100:.2g}% of elements outside" if c.outside else ""))
+    if any(r.emulated for r in results):
+        log(f"  on PoCL: {EMULATION_BLIND_SPOTS}")

@@ -82,18 +82,37 @@ def test_every_launch_names_a_module_kernel_with_matching_parameters(cuda_packag
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_every_sample_verifies_on_pocl_for_every_gpu_target(cuda_packages, sample):
+    """The scheduled kernels of each GPU target, run as OpenCL on the CPU (`pack verify --gpu-emulate`),
+    match onnxruntime: v100's sm_70 schedules as well as the newer ones."""
+    from packager.tools.verify import verify_package
+
+    lines: list[str] = []
+    results = verify_package(cuda_packages[sample], targets=GPU_TARGETS, gpu_emulate=True, log=lines.append)
+    emulated = [r for r in results if r.emulated]
+    profiles = json.loads((cuda_packages[sample] / "manifest.json").read_text())["profiles"]
+    assert sorted((r.target, r.profile) for r in emulated) == sorted(
+        (t, p["name"]) for t in GPU_TARGETS for p in profiles), lines
+    assert all(r.status == "pass" for r in emulated), "\n".join(lines)
+
+
+@pytest.mark.slow
 def test_manifest_report_and_orin_host(cuda_packages):
     pkg = cuda_packages["cnn"]
     manifest = json.loads((pkg / "manifest.json").read_text())
     by_name = {t["name"]: t for t in manifest["targets"]}
     assert by_name["orin"]["arch"] == "aarch64" and by_name["orin"]["sm"] == "sm_87"
     assert by_name["h100"]["kernels"] == "targets/h100/kernels.fatbin"
+    assert by_name["h100"]["emulation"] == "targets/h100/emulation/emulation.json"
     assert (pkg / "runtime" / "aarch64" / "bin" / "packrt-run").is_file()   # Orin's host runtime
     report = json.loads((pkg / "build_report.json").read_text())
     tr = {t["name"]: t for t in report["targets"]}
     assert tr["v100"]["cuda"]["compiler"] == "nvrtc" and tr["a100"]["cuda"]["compiler"] == "nvcc"
     sched = next(p for p in tr["h100"]["kernel_passes"] if p["pass"] == "schedule")
     assert sched["pass"] == "schedule" and sched["status"] == "applied" and "dlight" in sched["summary"]
+    emulation = tr["h100"]["cuda"]["emulation"]
+    assert emulation["emulated"] == emulation["kernels"] > 0 and emulation["not_emulated"] == {}
     assert "sm_87" in (pkg / "README.md").read_text()
 
 

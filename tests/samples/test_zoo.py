@@ -4,6 +4,7 @@ pass's ConvTransposes) also for arm64 under qemu."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -72,8 +73,8 @@ def test_bert_hf_mini_builds_and_verifies_on_x86_and_arm64(tmp_path):
 def test_infogan_conv_transposes_are_derived_and_verify_on_x86_and_arm64(tmp_path):
     """EinNet's InfoGAN generator: the derive pass rewrites its stride-2 ConvTransposes (timed on
     x86-64, estimated for arm64 and the GPUs), both CPU targets still match onnxruntime, and the
-    four GPU targets compile the derived program (it runs where a GPU is: `pack gpu-suite B
-    --model infogan`)."""
+    four GPU targets compile the derived program and match it as OpenCL on PoCL (on a GPU: `pack
+    gpu-suite B --model infogan`)."""
     gpus = ["h100", "a100", "v100", "orin"]
     spec = _spec_for_x86_and_arm64("infogan", tmp_path)
     targets = ", ".join(["x86-64", "arm64", *gpus])
@@ -87,10 +88,29 @@ def test_infogan_conv_transposes_are_derived_and_verify_on_x86_and_arm64(tmp_pat
         derive = {p["pass"]: p for p in t["kernel_passes"]}["derive"]
         assert len(derive["details"]["sites"]) == 5, t["name"]
         assert any(s["taken"] for s in derive["details"]["sites"]), derive["summary"]
-    r = run_pack("verify", pkg)
+    r = run_pack("verify", pkg, "--gpu-emulate")
     assert r.returncode == 0, r.stdout + r.stderr
-    ok = {ln.split()[0] for ln in r.stdout.splitlines() if ln.startswith("  ") and " ok " in ln}
-    assert ok >= {"x86-64", "arm64", "onnxruntime"}, r.stdout
+    ok = {" ".join(ln.split()[:3]) if "on PoCL" in ln else ln.split()[0]
+          for ln in r.stdout.splitlines() if ln.startswith("  ") and " ok " in ln}
+    assert ok >= {"x86-64", "arm64", "onnxruntime", *(f"{g} on PoCL" for g in gpus)}, r.stdout
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "bert_mini"])
+def test_zoo_model_for_h100_and_v100_verifies_on_pocl(tmp_path, name):
+    """The GPU schedules (Gensor's plans, dlight, global fusion's phases) of a CNN and a transformer,
+    for sm_90 and sm_70, run as OpenCL on the CPU and match onnxruntime, all kernels emulated."""
+    r = subprocess.run([sys.executable, str(REPO / "samples" / "zoo" / "make_zoo.py"), name, "--out", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    spec = tmp_path / name / "spec.yaml"
+    spec.write_text(spec.read_text().replace("targets: [x86-64]\n", "targets: [h100, v100]\n"))
+    r = run_pack("build", spec)
+    assert r.returncode == 0, r.stderr
+    r = run_pack("verify", tmp_path / name / "dist" / name, "--gpu-emulate")
+    assert r.returncode == 0, r.stdout + r.stderr
+    counts = re.findall(r"(h100|v100) on PoCL: (\d+) of (\d+) kernels emulated", r.stdout)
+    assert sorted(c[0] for c in counts) == ["h100", "v100"] and all(c[1] == c[2] for c in counts), r.stdout
+    assert "all 2 target/profile runs match onnxruntime" in r.stdout, r.stdout
 
 
 def test_csrnet_block_with_dilated_convs_verifies_on_x86_and_arm64(tmp_path):

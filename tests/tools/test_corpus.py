@@ -169,6 +169,8 @@ def test_corpus_refuses_an_unknown_measure_or_target():
 
     r = run_pack("corpus", "--only", "bert", "--measure", "maybe")
     assert r.returncode == 2 and "--measure takes on or off" in r.stderr
+    r = run_pack("corpus", "--only", "bert", "--target", "tpu")
+    assert r.returncode == 2 and "--target x86-64, arm64 or a100, v100, orin, h100 (got tpu)" in r.stderr
 
 
 @pytest.mark.slow
@@ -180,3 +182,13 @@ def test_a_corpus_subset_builds_for_arm64_untimed_and_verifies_under_qemu(tmp_pa
     failed = [f"{r.model}: {r.stage or 'verify'}: {r.error or r.verify}" for r in rows if not r.ok]
     assert not failed, "\n".join(failed)
     assert all(r.ratio is None and r.max_err is not None for r in rows)
+
+
+@pytest.mark.slow
+def test_dnsmos_built_for_h100_verifies_on_pocl(tmp_path):
+    """The model whose untimed CPU build once answered wrong, scheduled for a GPU (always untimed)
+    and run as OpenCL on the CPU."""
+    rows = cp.run_corpus(["dnsmos_sig_bak_ovr"], tmp_path, timeout=900, target="h100")
+    failed = [f"{r.model}: {r.stage or 'verify'}: {r.error or r.verify}" for r in rows if not r.ok]
+    assert not failed, "\n".join(failed)
+    assert rows[0].max_err is not None and rows[0].ratio is None
