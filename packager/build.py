@@ -36,10 +36,11 @@ from .emit.runtime import build_runtime, bundle_runtimes
 from .errors import UserError
 from .frontend import (bind_profiles, check_configurations, check_operators, load_model, profile_shapes,
                        random_inputs, without_static_control_flow)
-from .frontend.opset import check_conversion
+from .frontend.opset import check_conversion, check_onnxruntime_knows
 from .frontend.lowering import describe_lowered
 from .frontend.units import split_units
 from .frontend.model import weight_bytes
+from .frontend.sizes import check_sizes
 from .optimize.schedule.measure import BUSY_CORES, TALLY, busy_cores, with_cold_weights
 from .spec import Spec
 from .targets import host_arch, resolve_all
@@ -143,6 +144,7 @@ def check_inputs(spec: Spec, only_targets: list[str] | None):
     and their toolchains, and an output folder that can take the package."""
     model = load_model(spec.model)
     dtypes = bind_profiles(spec, model)
+    check_sizes(spec, model, dtypes)
     if model.conversion is not None:
         shapes = profile_shapes(model, spec.profiles[0])
         try:
@@ -156,6 +158,8 @@ def check_inputs(spec: Spec, only_targets: list[str] | None):
     if not spec.onnxruntime.partial:
         check_operators(model)
         check_configurations(model)
+    else:
+        check_onnxruntime_knows(model.proto, spec.model)
     targets = resolve_all(spec, only_targets)
     for kind in dict.fromkeys(t.kind for t in targets):
         backend_for(kind).check_toolchain([t for t in targets if t.kind == kind])

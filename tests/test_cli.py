@@ -1,6 +1,7 @@
 """`pack` as a user meets it: bad input gives one clear line, exit code 2, no traceback, no output."""
 from __future__ import annotations
 
+import os
 import shutil
 
 import numpy as np
@@ -100,6 +101,38 @@ def test_shape_disagrees_with_model(tmp_path):
 def test_missing_model_file(tmp_path):
     r = run_pack("build", write_spec(tmp_path, SPEC))
     assert_clean_error(r, 2, "model file not found")
+
+
+def test_a_model_path_that_is_a_folder_or_a_fifo_says_so(tmp_path):
+    (tmp_path / "model.onnx").mkdir()
+    assert_clean_error(run_pack("build", write_spec(tmp_path, SPEC)), 2, "model.onnx is a folder, not an ONNX file")
+    (tmp_path / "model.onnx").rmdir()
+    os.mkfifo(tmp_path / "model.onnx")
+    assert_clean_error(run_pack("build", write_spec(tmp_path, SPEC)), 2, "not a regular file (a FIFO")
+
+
+def test_checker_errors_keep_the_node_they_name(tmp_path):
+    save_model(tiny_model([helper.make_node("Relu", ["x"], ["y"], name="relu_7", foo=3)]), tmp_path / "model.onnx")
+    assert_clean_error(run_pack("build", write_spec(tmp_path, SPEC)), 2, "Unrecognized attribute: foo for operator Relu",
+                       "Name: relu_7 OpType: Relu")
+
+
+def test_a_graph_without_outputs_is_refused(tmp_path):
+    m = tiny_model()
+    del m.graph.output[:]
+    save_model(m, tmp_path / "model.onnx")
+    assert_clean_error(run_pack("build", write_spec(tmp_path, SPEC)), 2, "the graph has no outputs")
+
+
+def test_an_operator_onnxruntime_does_not_know_either_is_refused_with_partial_offload(tmp_path):
+    """With partial offload the node would stay in onnxruntime, whose wrapper model then cannot load."""
+    m = tiny_model([helper.make_node("Relu", ["x"], ["t"], name="relu0"),
+                    helper.make_node("Frobnicate", ["t"], ["y"], name="custom_1", domain="com.example")])
+    m.opset_import.append(helper.make_opsetid("com.example", 1))
+    save_model(m, tmp_path / "model.onnx")
+    assert_clean_error(run_pack("build", write_spec(tmp_path, SPEC)), 2,
+                       "neither the packager nor onnxruntime implements com.example.Frobnicate (nodes: custom_1)")
+    assert no_output_left(tmp_path)
 
 
 def test_unknown_target(tmp_path):

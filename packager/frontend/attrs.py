@@ -6,6 +6,17 @@ import onnx
 from onnx import helper, numpy_helper
 
 
+def all_graphs(graph: onnx.GraphProto):
+    """`graph` and every subgraph (If/Loop/Scan bodies) below it."""
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        yield g
+        for n in g.node:
+            for a in n.attribute:
+                stack.extend(([a.g] if a.HasField("g") else []) + list(a.graphs))
+
+
 def attr(node: onnx.NodeProto, name: str, default=None):
     """The value of attribute `name` of `node`, or `default` when it is not set."""
     for a in node.attribute:

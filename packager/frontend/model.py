@@ -17,7 +17,7 @@ from onnx import numpy_helper
 from ..errors import UnsupportedConfigError, UnsupportedOpsError, UserError
 from ..spec import Profile, Spec, spec_error
 from . import recurrent, selection
-from .attrs import initializer
+from .attrs import all_graphs, initializer
 from .opset import OPSET_MAX, OpsetConversion, default_opset, to_supported_opset
 
 if TYPE_CHECKING:
@@ -97,7 +97,8 @@ def weight_bytes(proto: onnx.ModelProto) -> int:
 def load_model(path: Path) -> LoadedModel:
     """Load and check an ONNX file (external data next to it is fine), in the supported opset range."""
     if not path.is_file():
-        raise UserError(f"{path}: model file not found")
+        what = "a folder" if path.is_dir() else "not a regular file" if path.exists() else "not found"
+        raise UserError(f"{path}: model file {what}; give the path of an ONNX file")
     try:
         proto = onnx.load(str(path), load_external_data=True)
     except Exception as e:  # protobuf decode errors, missing external data files
@@ -106,8 +107,11 @@ def load_model(path: Path) -> LoadedModel:
     try:
         onnx.checker.check_model(str(path))   # path form: works for models over 2 GB too
     except Exception as e:
-        raise UserError(f"{path}: ONNX checker rejected the model: {first_line(e)}") from None
+        raise UserError(f"{path}: ONNX checker rejected the model: {checker_message(e)}") from None
     _check_tensors(proto.graph, path)
+    if not proto.graph.output:
+        raise UserError(f"{path}: the graph has no outputs, so a package of it would compute nothing; "
+                        "export the model with its outputs")
     proto, conversion = to_supported_opset(proto, path)
     inits = {i.name for i in proto.graph.initializer}
     inputs = [_tensor_info(v, path) for v in proto.graph.input if v.name not in inits]
@@ -120,7 +124,7 @@ def _check_tensors(graph: onnx.GraphProto, path: Path) -> None:
     """Every initializer and constant attribute (subgraphs included) decodes: a known element type
     and data that fits its dims. ONNX's checker misses some (raw_data of the wrong length, element
     type 99), which would otherwise fail deep inside the rewrites or TVM's importer."""
-    for g in _graphs(graph):
+    for g in all_graphs(graph):
         tensors = [(f"initializer '{t.name}'", t) for t in g.initializer]
         for k, n in enumerate(g.node):
             for a in n.attribute:
@@ -136,20 +140,17 @@ def _check_tensors(graph: onnx.GraphProto, path: Path) -> None:
                                 f"dims {list(t.dims)}; re-export the model") from None
 
 
-def _graphs(graph: onnx.GraphProto):
-    """`graph` and every subgraph (If/Loop/Scan bodies) below it."""
-    stack = [graph]
-    while stack:
-        g = stack.pop()
-        yield g
-        for n in g.node:
-            for a in n.attribute:
-                stack.extend(([a.g] if a.HasField("g") else []) + list(a.graphs))
-
-
 def first_line(e: Exception) -> str:
     text = str(e).strip() or type(e).__name__
     return text.splitlines()[0][:300]
+
+
+def checker_message(e: Exception) -> str:
+    """The ONNX checker's message on one line, with the node it names: its context ("==> Context:
+    Bad node spec for node. Name: relu_7 OpType: Relu") follows the first line after a blank one."""
+    lines = [ln.strip() for ln in (str(e).strip() or type(e).__name__).splitlines() if ln.strip()]
+    context = [ln.removeprefix("==> Context:").strip() for ln in lines[1:] if ln.startswith("==> Context:")]
+    return (lines[0] + "".join(f" ({c})" for c in context))[:400]
 
 
 def _tensor_info(v: onnx.ValueInfoProto, path: Path) -> TensorInfo:

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 
 from ..errors import UserError
+from .attrs import all_graphs
 
 OPSET_MIN, OPSET_MAX = 11, 21          # what TVM's importer and our rewrites are tested on
 ONNXRUNTIME_MIN_OPSET = 7              # the oldest default-domain opset onnxruntime runs
@@ -126,3 +127,24 @@ def check_conversion(original: Path, converted: onnx.ModelProto, inputs: dict[st
         if a.size and a.dtype.kind in "fc":
             worst = max(worst, float(np.nanmax(np.abs(a.astype(np.float64) - b.astype(np.float64)))))
     conv.check = f"checked against the original in onnxruntime: max abs err {worst:.3g}"
+
+
+def check_onnxruntime_knows(proto: onnx.ModelProto, path: Path) -> None:
+    """With partial offload, the nodes the packager cannot compile stay in onnxruntime; a node of an
+    operator onnxruntime does not know either (a custom domain) would leave a package whose
+    ort/model.onnx cannot load. Refuse it, naming the operators and their nodes."""
+    from onnxruntime.capi import _pybind_state as ort_schemas
+
+    known = {(s.domain, s.name) for s in ort_schemas.get_all_operator_schema()}
+    known |= {(f.domain, f.name) for f in proto.functions}         # the model's own functions
+    unknown: dict[str, list[str]] = {}
+    for g in all_graphs(proto.graph):
+        for i, n in enumerate(g.node):
+            domain = "" if n.domain == "ai.onnx" else n.domain
+            if (domain, n.op_type) not in known:
+                unknown.setdefault(f"{domain}.{n.op_type}" if domain else n.op_type, []).append(n.name or f"#{i}")
+    if unknown:
+        ops = "; ".join(f"{op} (nodes: {', '.join(names)})" for op, names in sorted(unknown.items()))
+        raise UserError(f"{path}: neither the packager nor onnxruntime implements {ops}: the package's "
+                        "ort/model.onnx could not load; replace these nodes with standard ONNX operators")
+

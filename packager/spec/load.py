@@ -151,6 +151,15 @@ def _is_file(r: _Reader, path: Path, field: str) -> bool:
     raise AssertionError("unreachable")
 
 
+def _what_is(path: Path) -> str:
+    """What a path that is not a regular file is, for the one-line error."""
+    if path.is_dir():
+        return "a folder"
+    if path.exists():
+        return "not a regular file (a FIFO, socket or device)"
+    return "missing (model file not found)"
+
+
 def load_spec(path: str | Path, output_override: str | Path | None = None) -> Spec:
     """Read and validate a spec file; raises UserError naming the file, line and field."""
     path = Path(path)
@@ -213,7 +222,7 @@ def _files(r: _Reader, top: dict, base: Path, output_override) -> tuple[str, Pat
         r.fail("model", "expected the path of an ONNX file")
     model = _path(r, top["model"], "model", base)
     if not _is_file(r, model, "model"):
-        r.fail("model", f"model file not found: {model}")
+        r.fail("model", f"{model} is {_what_is(model)}, not an ONNX file; give the model file's path")
     out = output_override if output_override is not None else _section(top, "output", f"dist/{name}")
     if not isinstance(out, (str, Path)):
         r.fail("output", "expected a folder path")

@@ -19,7 +19,8 @@ std::string shape_str(const std::vector<int64_t>& s) { return shape_str(s.data()
 }  // namespace
 
 Model::Model(const std::string& package_dir, const packrt_options& options) {
-  Package pkg(package_dir, options.verify_checksums != 0, options.expected_sha256 ? options.expected_sha256 : "");
+  Package pkg(package_dir, options.verify_checksums != 0,
+              options.expected_sha256 ? std::optional<std::string>(options.expected_sha256) : std::nullopt);
   if (options.device_type != PACKRT_DEVICE_ANY && options.device_type != PACKRT_DEVICE_CPU &&
       options.device_type != PACKRT_DEVICE_CUDA)
     fail(PACKRT_ERROR_INVALID_ARGUMENT, "device_type must be 0 (any), 1 (CPU) or 2 (CUDA)");

@@ -70,8 +70,8 @@ static std::string normalized_pin(const std::string& pin) {
   return out;
 }
 
-Package::Package(const std::string& dir, bool verify, const std::string& expected_sha256) {
-  const std::string pin = expected_sha256.empty() ? "" : normalized_pin(expected_sha256);
+Package::Package(const std::string& dir, bool verify, const std::optional<std::string>& expected_sha256) {
+  const std::string pin = expected_sha256 ? normalized_pin(*expected_sha256) : "";
   verify_ = verify || !pin.empty();   // a pin covers every file only if every file is checked
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))

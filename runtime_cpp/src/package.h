@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,10 @@ struct FileEntry {
 class Package {
  public:
   // Opens dir/manifest.json. `verify`: read() checks every file's sha256 (else only its size);
-  // a non-empty `expected_sha256` is the hash the manifest must have, and implies verify.
-  explicit Package(const std::string& dir, bool verify = true, const std::string& expected_sha256 = "");
+  // `expected_sha256`, when given, is the hash the manifest must have (64 hex digits: anything
+  // else, the empty string included, is refused), and implies verify.
+  explicit Package(const std::string& dir, bool verify = true,
+                   const std::optional<std::string>& expected_sha256 = std::nullopt);
 
   const std::string& root() const { return root_; }
   const std::string& name() const { return name_; }

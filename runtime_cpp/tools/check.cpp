@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../src/sha256.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -112,12 +114,32 @@ struct Reference {
   std::vector<std::string> targets;   // the manifest's target names
 };
 
-Reference load_reference(const std::string& pkg) {
+// With `verify`, a reference file must be listed in the manifest with the sha256 it has: an edited
+// reference would otherwise be reported as the package computing wrong answers.
+void check_listed(const json& manifest, const std::string& pkg, const std::string& rel, bool verify) {
+  if (!verify) return;
+  const json files = manifest.value("files", json::object());
+  if (!files.contains(rel) || !files.at(rel).is_object() || !files.at(rel).contains("sha256"))
+    throw Failure(pkg + "/" + rel + " is not listed in the package's manifest; rebuild the package");
+  std::ifstream f(inside(pkg, rel), std::ios::binary);
+  if (!f) throw Failure(pkg + "/" + rel + ": cannot read it");
+  packrt::Sha256 h;
+  std::vector<char> buf(1 << 16);
+  while (f.read(buf.data(), static_cast<std::streamsize>(buf.size())) || f.gcount() > 0)
+    h.update(buf.data(), static_cast<size_t>(f.gcount()));
+  if (h.hex() != files.at(rel).at("sha256").get<std::string>())
+    throw Failure(pkg + "/" + rel + " is not the file the package was built with (its sha256 differs from the "
+                                    "manifest's): the reference data was changed; rebuild the package");
+}
+
+Reference load_reference(const std::string& pkg, bool verify) {
   json m = read_json(pkg + "/manifest.json");
   if (!m.is_object() || !m.contains("reference"))
     throw Failure(pkg + " has no reference data (built with verify: {reference: false}, or it was over 16 MB); "
                         "rebuild with verify: {reference: true}");
-  std::string file = inside(pkg, m.at("reference").get<std::string>());
+  const std::string listed = m.at("reference").get<std::string>();
+  std::string file = inside(pkg, listed);
+  check_listed(m, pkg, listed, verify);
   json r = read_json(file);
   Reference ref;
   for (const auto& t : m.value("targets", json::array()))
@@ -130,10 +152,13 @@ Reference load_reference(const std::string& pkg) {
     ref.flips = r.value("flips", 0.0);
     for (const auto& p : r.at("profiles")) {
       Profile prof{p.at("name").get<std::string>(), {}, {}};
-      for (auto& [name, rel] : p.at("inputs").items())
-        prof.inputs.emplace_back(name, packrt::npy::load(inside(pkg, rel.get<std::string>())));
-      for (auto& [name, rel] : p.at("outputs").items())
-        prof.outputs.emplace_back(name, packrt::npy::load(inside(pkg, rel.get<std::string>())));
+      for (auto* side : {&p.at("inputs"), &p.at("outputs")}) {
+        for (auto& [name, rel] : side->items()) {
+          check_listed(m, pkg, rel.get<std::string>(), verify);
+          (side == &p.at("inputs") ? prof.inputs : prof.outputs)
+              .emplace_back(name, packrt::npy::load(inside(pkg, rel.get<std::string>())));
+        }
+      }
       ref.profiles.push_back(std::move(prof));
     }
   } catch (const json::exception& e) {
@@ -204,7 +229,7 @@ bool check_profile(packrt::Model& model, const Profile& prof, const Reference& r
 int run_check(const CheckOptions& opt) {
   Reference ref;
   try {
-    ref = load_reference(opt.package);
+    ref = load_reference(opt.package, opt.verify);
   } catch (const Failure& e) {
     std::fprintf(stderr, "packrt-run: error: %s\n", e.what());
     return 2;

@@ -13,8 +13,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -72,7 +74,8 @@ void print_info(const packrt::Model& m) {
 
 // Command line.
 struct Args {
-  std::string package, target, output_dir, json_path, expect_sha256;
+  std::string package, target, output_dir, json_path;
+  std::optional<std::string> expect_sha256;   // given (even empty): pin the manifest
   std::vector<std::string> inputs;
   int warmup = 1, iters = 10, threads = 0, cuda_device = 0;
   bool cuda_graph = false;
@@ -102,7 +105,8 @@ int parse_args(int argc, char** argv, Args& a) {
   app.add_flag("--profile", a.profile, "time every plan step and print the slowest kernels");
   auto* no_verify = app.add_flag("--no-verify", a.no_verify, "skip sha256 checks of package files (sizes are still checked)");
   app.add_option("--expect-sha256", a.expect_sha256,
-                 "run only the package whose manifest.json has this sha256 (see --info); checks every file")
+                 "run only the package whose manifest.json has this sha256 (see --info); checks the sha256 of "
+                 "every file the run uses")
       ->excludes(no_verify);
   try {
     app.parse(argc, argv);
@@ -200,7 +204,6 @@ std::vector<double> time_runs(packrt::Model& model, const Args& a, const Inputs&
 // Prints every output (writing NAME.npy into `output_dir` if given); returns them as JSON.
 nlohmann::json write_outputs(const Outputs& out, const std::string& output_dir) {
   nlohmann::json outputs_json = nlohmann::json::array();
-  if (!output_dir.empty()) std::filesystem::create_directories(output_dir);   // like `mkdir -p`
   for (size_t k = 0; k < out.tensors.size(); ++k) {
     const packrt_tensor& t = out.tensors[k];
     const std::string& name = out.infos[k].name;
@@ -210,7 +213,11 @@ nlohmann::json write_outputs(const Outputs& out, const std::string& output_dir) 
       file = output_dir + "/" + file_safe(name) + ".npy";
       uint64_t nbytes = packrt_dtype_size(t.dtype);
       for (int64_t d : shape) nbytes *= static_cast<uint64_t>(d);
-      packrt::npy::save(file, t.dtype, shape.data(), static_cast<int>(shape.size()), t.data, nbytes);
+      try {
+        packrt::npy::save(file, t.dtype, shape.data(), static_cast<int>(shape.size()), t.data, nbytes);
+      } catch (const std::runtime_error& e) {
+        throw UsageError(std::string("cannot write an output: ") + e.what());
+      }
     }
     std::printf("output %s: %s %s%s%s\n", name.c_str(), packrt_dtype_name(t.dtype), shape_str(shape).c_str(),
                 file.empty() ? "" : " -> ", file.c_str());
@@ -274,8 +281,27 @@ nlohmann::json report_steps(const packrt::Model& model) {
 void write_json(const std::string& path, const nlohmann::json& j) {
   if (path == "-") {
     std::cout << j.dump(1) << std::endl;
-  } else {
-    std::ofstream(path) << j.dump(1) << "\n";
+    return;
+  }
+  std::ofstream f(path);
+  f << j.dump(1) << "\n";
+  f.close();
+  if (!f) throw UsageError("--json " + path + ": cannot write it");
+}
+
+// Fails before anything runs when --output-dir or --json cannot be written.
+void check_output_paths(const Args& a) {
+  if (!a.output_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.output_dir, ec);   // like `mkdir -p`
+    if (!std::filesystem::is_directory(a.output_dir))
+      throw UsageError("--output-dir " + a.output_dir + ": " +
+                       (std::filesystem::exists(a.output_dir) ? "exists and is not a folder"
+                                                              : "cannot create it (" + ec.message() + ")"));
+  }
+  if (!a.json_path.empty() && a.json_path != "-") {
+    std::ofstream f(a.json_path, std::ios::app);              // does not truncate a file it cannot replace yet
+    if (!f) throw UsageError("--json " + a.json_path + ": cannot write it (" + std::strerror(errno) + ")");
   }
 }
 
@@ -285,6 +311,7 @@ int run(int argc, char** argv) {
   if (a.check)
     return packrt_cli::run_check({a.package, a.target, a.expect_sha256, a.all_targets, !a.no_verify, a.threads,
                                   a.cuda_device});
+  check_output_paths(a);
   packrt::Model model = open_model(a);
   if (a.info) {
     print_info(model);

@@ -77,6 +77,11 @@ int main(int argc, char** argv) {
   printf("ok device_type CUDA on a CPU package -> UNSUPPORTED: %s\n", packrt_last_error());
   opt.device_type = PACKRT_DEVICE_ANY;
   opt.target = NULL;
+  opt.expected_sha256 = ""; /* an empty pin is refused like any other that is not 64 hex digits */
+  CHECK(packrt_open(argv[1], &opt, &bad) == PACKRT_ERROR_INVALID_ARGUMENT && bad == NULL, "open empty pin");
+  CHECK(strstr(packrt_last_error(), "is not 64 hex digits"), "msg: %s", packrt_last_error());
+  printf("ok empty expected_sha256 -> INVALID_ARGUMENT: %s\n", packrt_last_error());
+  opt.expected_sha256 = NULL;
 
   CHECK(packrt_open(argv[1], &opt, &g_model) == PACKRT_OK, "open: %s", packrt_last_error());
   CHECK(strcmp(packrt_model_name(g_model), "cnn") == 0, "name");

@@ -132,6 +132,7 @@ def test_expect_sha256_pins_the_package(cnn_copy, cnn_input):
     one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", image, "--expect-sha256", other]), 2,
                    "not the pinned", "not the package that was expected")
     one_line_error(run([*cli(cnn_copy), cnn_copy, "--expect-sha256", "abc"]), 2, "is not 64 hex digits")
+    one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", image, "--expect-sha256", ""]), 2, "is not 64 hex digits")
     one_line_error(run([*cli(cnn_copy), cnn_copy, "--expect-sha256", sha, "--no-verify"]), 2, "excludes")
 
 
@@ -147,6 +148,29 @@ def test_a_pin_covers_the_files_the_manifest_lists(cnn_copy, cnn_input):
     assert r.returncode == 0, r.stderr                       # sizes only: runs
     one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", f"image={cnn_input[0]}", "--expect-sha256", sha]), 2,
                    "weights.bin")
+
+
+def test_outputs_that_cannot_be_written_fail_before_the_run(cnn_copy, cnn_input, tmp_path):
+    image = f"image={cnn_input[0]}"
+    (tmp_path / "a_file").write_text("x")
+    one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", image, "-o", tmp_path / "a_file"]), 2,
+                   "--output-dir", "exists and is not a folder")
+    one_line_error(run([*cli(cnn_copy), cnn_copy, "--input", image, "--json", tmp_path / "no" / "such" / "r.json"]), 2,
+                   "--json", "cannot write it")
+    assert (tmp_path / "a_file").read_text() == "x"
+
+
+def test_check_refuses_edited_reference_data(cnn_copy):
+    """An edited reference output is a changed package, not the kernels computing wrong answers."""
+    ref = json.loads((cnn_copy / "reference" / "reference.json").read_text())
+    out = cnn_copy / ref["profiles"][0]["outputs"]["logits"]
+    a = np.load(out)
+    a.flat[0] += 1
+    np.save(out, a)
+    one_line_error(run([*cli(cnn_copy), cnn_copy, "--check"]), 2, "is not the file the package was built with",
+                   "reference data was changed")
+    r = run([*cli(cnn_copy), cnn_copy, "--check", "--no-verify"])         # unchecked: reported as a mismatch
+    assert r.returncode == 1 and "MISMATCH" in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("args, needle", [(["--threads", "-1"], "--threads"), (["--threads", "5000"], "0 to 1024"),

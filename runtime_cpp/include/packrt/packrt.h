@@ -78,9 +78,10 @@ typedef struct packrt_options {
   int32_t device_type;       /* packrt_device_type, used with target NULL: ANY (default), CPU only or CUDA only */
   int32_t cuda_device;       /* CUDA device ordinal for CUDA targets (default 0) */
   int32_t cuda_graph;        /* 1: after a profile's first packrt_run, replay its kernels as a CUDA graph */
-  const char* expected_sha256; /* NULL: any package. Else the sha256 (64 hex digits) its manifest.json must
-                                  have: pins one build (the manifest lists every file's sha256), and every
-                                  file used is then checked whatever verify_checksums says */
+  const char* expected_sha256; /* NULL: any package. Else the sha256 (64 hex digits; anything else, the
+                                  empty string included, is refused) its manifest.json must have: pins one
+                                  build (the manifest lists every file's sha256), and every file the run
+                                  uses is then checked whatever verify_checksums says */
 } packrt_options;
 
 /* A tensor passed to or from packrt_run, also used to describe inputs/outputs.

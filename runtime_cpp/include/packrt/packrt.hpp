@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,7 +40,7 @@ struct Options {
   int32_t device_type = PACKRT_DEVICE_ANY;  // a packrt_device_type; with no target: any, CPU only or CUDA only
   int cuda_device = 0;  // CUDA device ordinal
   bool cuda_graph = false;  // replay each profile's kernels as a CUDA graph after its first run
-  std::string expected_sha256;  // non-empty: the sha256 manifest.json must have (pins one build)
+  std::optional<std::string> expected_sha256;  // the sha256 manifest.json must have (pins one build)
 };
 
 class Model {
@@ -53,7 +54,7 @@ class Model {
     o.device_type = opt.device_type;
     o.cuda_device = opt.cuda_device;
     o.cuda_graph = opt.cuda_graph ? 1 : 0;
-    o.expected_sha256 = opt.expected_sha256.empty() ? nullptr : opt.expected_sha256.c_str();
+    o.expected_sha256 = opt.expected_sha256 ? opt.expected_sha256->c_str() : nullptr;
     check(packrt_open(package_dir.c_str(), &o, &m_));
   }
   ~Model() { packrt_close(m_); }
