@@ -39,7 +39,7 @@ from .frontend import (bind_profiles, check_configurations, check_operators, loa
 from .frontend.opset import check_conversion, check_onnxruntime_knows
 from .frontend.lowering import describe_lowered
 from .frontend.units import split_units
-from .frontend.model import weight_bytes
+from .frontend.model import check_kernel_shapes, weight_bytes
 from .frontend.sizes import check_sizes
 from .optimize.schedule.measure import BUSY_CORES, TALLY, busy_cores, with_cold_weights
 from .spec import Spec
@@ -144,6 +144,7 @@ def check_inputs(spec: Spec, only_targets: list[str] | None):
     and their toolchains, and an output folder that can take the package."""
     model = load_model(spec.model)
     dtypes = bind_profiles(spec, model)
+    check_kernel_shapes(model)
     check_sizes(spec, model, dtypes)
     if model.conversion is not None:
         shapes = profile_shapes(model, spec.profiles[0])

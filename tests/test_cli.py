@@ -135,6 +135,19 @@ def test_an_operator_onnxruntime_does_not_know_either_is_refused_with_partial_of
     assert no_output_left(tmp_path)
 
 
+def test_a_conv_whose_kernel_shape_contradicts_its_weights_is_refused(tmp_path):
+    w = onnx.numpy_helper.from_array(np.ones((4, 2, 3, 3), np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv_big", kernel_shape=[2 ** 40, 3])],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    save_model(m, tmp_path / "model.onnx")
+    spec = SPEC.replace("x: {dtype: float32, shape: [2, 4]}", "x: {dtype: float32, shape: [1, 2, 8, 8]}")
+    assert_clean_error(run_pack("build", write_spec(tmp_path, spec)), 2,
+                       "node conv_big (Conv) has kernel_shape [1099511627776, 3], but its weights 'w' are [4, 2, 3, 3]")
+
+
 def test_unknown_target(tmp_path):
     save_model(tiny_model(), tmp_path / "model.onnx")
     r = run_pack("build", write_spec(tmp_path, SPEC.replace("[x86-64]", "[x86-65]")))

@@ -230,6 +230,20 @@ def unsupported_configuration(node: onnx.NodeProto, graph: onnx.GraphProto | Non
     return None
 
 
+def check_kernel_shapes(model: LoadedModel) -> None:
+    """A Conv/ConvTranspose whose kernel_shape attribute disagrees with its weights is an invalid
+    model (onnxruntime refuses to run it); compiled, it would compute what the weights imply."""
+    graph = model.proto.graph
+    for k, node in enumerate(graph.node):
+        if node.op_type not in ("Conv", "ConvTranspose") or len(node.input) < 2:
+            continue
+        kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), None)
+        w = next((t for t in graph.initializer if t.name == node.input[1]), None)
+        if kernel is not None and w is not None and kernel != list(w.dims[2:]):
+            raise UserError(f"{model}: node {node.name or f'#{k}'} ({node.op_type}) has kernel_shape {kernel}, but its "
+                            f"weights '{w.name}' are {list(w.dims)}; fix or drop the attribute")
+
+
 def runtime_values(nodes, seeds: set[str], opaque: set[int] = frozenset()) -> set[str]:
     """Tensors whose values are known only at run time: the `seeds`, everything computed from
     them (Shape/Size see only shapes, which are static), and all outputs of the `opaque` nodes."""
