@@ -5,7 +5,7 @@ so that it can check itself where it runs, with no Python (`packrt-run PKG --che
 Every (sub-)package that runs on its own gets one: the whole model's, or each compiled part's
 (its boundary tensors) and the root's (the wrapper model's inputs and outputs). Layout, relative
 to that package's folder:
-  reference/reference.json   {format "packager-reference", version 1, source, rtol, atol, flips,
+  reference/reference.json   {format "packager-reference", version 1, source, rtol, atol, flips, steps,
                               profiles [{name, inputs {name: file}, outputs {name: file}}]}
   reference/<profile>/in-<k>.npy, out-<k>.npy   (k: the tensor's index; names may not be file names)
 The inputs are verify's (random_inputs, seed = the profile's index, verify.inputs applied), so
@@ -22,6 +22,7 @@ import onnxruntime as ort
 
 from ..errors import PackagerError, UserError
 from ..frontend import profile_shapes, random_inputs
+from ..frontend.rounding import flips_for, quantization_steps
 
 REFERENCE_FILE = "reference/reference.json"
 REFERENCE_FORMAT, REFERENCE_VERSION = "packager-reference", 1
@@ -35,6 +36,7 @@ class UnitReference:
     rel: str
     profiles: list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray]]] = field(default_factory=list)
     flips: float = 0.0             # share of elements a re-quantizing model may have a rounding step off
+    steps: dict[str, float] = field(default_factory=dict)   # output -> quantization step (frontend/rounding.py)
 
 
 @dataclass
@@ -55,7 +57,6 @@ def compute_references(spec, model, dtypes: dict[str, str], units, split) -> Ref
     """Runs onnxruntime on the source model for every profile (unless verify.reference is false,
     or auto and the tensors would exceed AUTO_LIMIT)."""
     from ..tools.runners import model_reference
-    from ..tools.verify import flips_for
 
     mode = spec.verify.reference
     if mode is False:
@@ -82,8 +83,11 @@ def compute_references(spec, model, dtypes: dict[str, str], units, split) -> Ref
         total += sum(a.nbytes for u in out.values() for a in [*u.profiles[-1][1].values(), *u.profiles[-1][2].values()])
         if mode == "auto" and total > AUTO_LIMIT:
             return References([], total, f"over {AUTO_LIMIT >> 20} MB (verify.reference: true stores it anyway)")
+    steps = quantization_steps(model.proto)
     for u in out.values():
         u.flips = flips_for(model.proto)
+        compared = {n for _, _, outs in u.profiles for n in outs}
+        u.steps = {n: s for n, s in steps.items() if n in compared}
     return References(list(out.values()), total)
 
 
@@ -100,7 +104,8 @@ def write_reference(w, ref: UnitReference, rtol: float, atol: float) -> None:
         profiles.append(entry)
     doc = {"format": REFERENCE_FORMAT, "version": REFERENCE_VERSION,
            "source": f"onnxruntime {ort.__version__}, CPU execution provider, basic graph optimizations",
-           "rtol": rtol, "atol": atol, "flips": ref.flips, "profiles": profiles}
+           "rtol": rtol, "atol": atol, "flips": ref.flips, "steps": ref.steps,
+           "profiles": profiles}
     w.write_text(_under(ref.rel, REFERENCE_FILE), json.dumps(doc, indent=1) + "\n")
 
 

@@ -77,3 +77,53 @@ def test_without_reference_data_nothing_is_checked(cnn):
     r = run([*cli(cnn), cnn, "--check"])
     assert r.returncode == 2 and "has no reference data" in r.stderr, r.stdout + r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def qdq_cnn(sample_root, tmp_path_factory):
+    """The cnn sample quantized by onnxruntime (QDQ, per-channel, u8 activations / s8 weights), built untimed."""
+    import yaml
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from packager.build import build
+    from packager.spec import load_spec
+
+    folder = tmp_path_factory.mktemp("qdq")
+    rng = np.random.default_rng(0)
+    feeds = iter([{"image": rng.standard_normal((1, 3, 64, 64)).astype(np.float32)} for _ in range(4)])
+
+    class Reader(CalibrationDataReader):
+        def get_next(self):
+            return next(feeds, None)
+
+    quantize_static(str(sample_root / "cnn" / "model.onnx"), str(folder / "model.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+    spec = {"name": "qcnn", "model": "model.onnx", "inputs": {"image": {"dtype": "float32", "shape": [1, 3, 64, 64]}},
+            "targets": ["x86-64"], "optimize": {"tuning": {"measure": False}}}
+    (folder / "spec.yaml").write_text(yaml.safe_dump(spec))
+    return build(load_spec(folder / "spec.yaml"), log=lambda m: None)
+
+
+def test_a_dequantized_output_may_be_one_step_off_but_not_two(qdq_cnn, tmp_path):
+    """reference.json carries the output's quantization step; --check allows one step in up to half
+    of the elements (flips propagated through the quantized layers), never two."""
+    pkg = tmp_path / "qcnn"
+    shutil.copytree(qdq_cnn, pkg, symlinks=True)
+    ref = json.loads((pkg / "reference" / "reference.json").read_text())
+    step = ref["steps"]["logits"]
+    assert ref["flips"] > 0 and step > 0
+    r = run([*cli(pkg), pkg, "--check"])
+    assert r.returncode == 0 and "dequantized outputs up to one step" in r.stdout, r.stdout + r.stderr
+    rel = ref["profiles"][0]["outputs"]["logits"]
+    out = np.load(pkg / rel)
+    out.flat[::3] += np.float32(step)                       # a third of the logits one step off
+    np.save(pkg / rel, out)
+    resign(pkg, rel)
+    r = run([*cli(pkg), pkg, "--check"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    out.flat[0] += np.float32(step)                         # one of them two steps off
+    np.save(pkg / rel, out)
+    resign(pkg, rel)
+    r = run([*cli(pkg), pkg, "--check"])
+    assert r.returncode == 1 and "MISMATCH" in r.stdout, r.stdout + r.stderr
