@@ -25,6 +25,7 @@ def combine_siblings(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, None]:
         return mod, None
     mod = mod.clone()                      # the caller's module is shared (other targets, profiles)
     mod.update_func(mod.get_global_var("main"), main)
+    mod = relax.transform.Normalize()(mod)   # the rebuilt calls get their types (LeViT: some lacked them)
     taken: list[int] = []
 
     def check(lhs, rhs_list, bias_list, bindings) -> bool:

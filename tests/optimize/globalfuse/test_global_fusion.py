@@ -147,6 +147,27 @@ def test_combined_weight_is_the_concatenation(transformer):
     assert ctx.notes["horizontal"] == {"groups": 1, "matmuls": 3, "conv_groups_left": 0}
 
 
+def test_two_heads_without_bias_combine_and_compute_the_same():
+    """LeViT's two classifier heads (dynamo export: bias-free Gemms on one pooled tensor, summed)
+    made the combiner fail on a rebuilt call whose type was never populated."""
+    rng = np.random.default_rng(0)
+    x = relax.Var("x", relax.TensorType((1, 384), "float32"))
+    w1, w2 = (relax.const(rng.standard_normal((384, 100)).astype(np.float32)) for _ in range(2))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.matmul(x, w1))
+            b = bb.emit(relax.op.matmul(x, w2))
+            out = bb.emit_output(relax.op.add(a, b))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    ctx = PassContext(None, OptimizeSpec(level=2))
+    combined, _ = combine_siblings(mod, ctx)
+    assert ctx.notes["horizontal"]["groups"] == 1
+    feed = rng.standard_normal((1, 384)).astype(np.float32)
+    np.testing.assert_allclose(_run(combined, feed), _run(mod, feed), rtol=1e-5, atol=1e-4)
+
+
 def test_layout_only_means_a_plain_copy():
     assert all(is_layout_only(f) for f in kernels_of(CASES["transpose"]).values())
     for name in ("matmul_odd", "add_broadcast", "softmax_last", "conv3x3"):
