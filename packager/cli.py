@@ -203,7 +203,7 @@ def conformance(op: Optional[List[str]] = typer.Option(None, "--op", help="only 
                 expected: Optional[Path] = typer.Option(None, help="expectation file: fail if a case expected "
                                                                    "to pass does not"),
                 update_expected: bool = typer.Option(False, help="rewrite the expectation file from this run"),
-                readme: Optional[Path] = typer.Option(None, help="rewrite the operator table in this README")):
+                readme: Optional[Path] = typer.Option(None, help="rewrite the operator table in this Markdown file (docs/operators.md)")):
     """Run ONNX's backend node tests for the claimed operators through the packager and runtime."""
     from .tools import conformance as conf
 
