@@ -201,7 +201,23 @@ def _reshape_allowzero(node, t: _Types, b: _Builder):
     return [helper.make_node("Reshape", list(node.input), list(node.output), name=node.name)]
 
 
-REWRITES = {"Shape": _shape_or_size, "Size": _shape_or_size, "Pow": _pow, "ReduceMax": _reduce_min_max,
+def _clip_defaults(node, t: _Types, b: _Builder):
+    """Clip without min or max clamps to the type's lowest / max (ONNX's defaults: +-inf become
+    +-FLT_MAX, as in onnxruntime), which TVM's importer drops; written as Max/Min with the bounds,
+    which keep a NaN (optimize/ieee.py)."""
+    elem = t.elem.get(node.input[0])
+    dtype = helper.tensor_dtype_to_np_dtype(elem) if elem else None
+    ins = list(node.input) + [""] * (3 - len(node.input))
+    if dtype is None or dtype.kind != "f" or ins[1] or ins[2]:
+        return None
+    info = np.finfo(dtype)
+    low = b.fresh(f"{node.name or 'clip'}_low")
+    return [helper.make_node("Max", [ins[0], b.const("lowest", np.array(info.min, dtype))], [low]),
+            helper.make_node("Min", [low, b.const("highest", np.array(info.max, dtype))], list(node.output),
+                             name=node.name)]
+
+
+REWRITES = {"Clip": _clip_defaults, "Shape": _shape_or_size, "Size": _shape_or_size, "Pow": _pow, "ReduceMax": _reduce_min_max,
             "ReduceMin": _reduce_min_max, "Split": _split, "Trilu": _trilu, "Mod": _mod,
             "LayerNormalization": _layernorm, "Reshape": _reshape_allowzero, **LOWERINGS}
 

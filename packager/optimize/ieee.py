@@ -1,0 +1,120 @@
+"""ONNX's NaN and infinity semantics for Relu, Clip, Max and Min (what onnxruntime computes).
+
+TVM lowers a float max(a, b) to `a > b ? a : b` and min(a, b) to `a < b ? a : b`: a NaN in `a`
+gives `b`, a NaN in `b` gives NaN. TOPI writes relu as max(x, 0), so a NaN input became 0 where
+onnxruntime returns NaN; with the constant first, max(0, x) returns x when it is NaN, at no cost.
+TVM's importer writes ONNX Max/Min as a reduction over a stack of its inputs (a NaN survives
+only in the last one); they become binary maximum/minimum here, a constant operand first, and
+between two tensors a NaN on either side is kept with one select. Other dtypes keep TVM's own
+lowering. Not covered: Clip with bounds (the importer emits its TOPI kernel directly: a NaN
+becomes a bound) and CUDA targets (CUDA's fmaxf/fminf drop NaN whatever the order).
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, te, topi
+
+from .relax_util import is_const, rewrite_functions
+
+FLOATS = ("float16", "float32", "float64")
+
+
+def _default(op: str):
+    return tvm.ir.Op.get(op).get_attr("FLegalize")
+
+
+def _relu(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    x = call.args[0]
+    if str(x.ty.dtype) not in FLOATS:
+        return _default("relax.nn.relu")(bb, call)
+
+    def compute(t):
+        zero = tvm.tirx.const(0, t.dtype)
+        return te.compute(t.shape, lambda *i: tvm.tirx.max(zero, t(*i)), name="compute", tag=topi.tag.ELEMWISE)
+
+    return bb.call_te(compute, x, primfunc_name_hint="relu")
+
+
+def _binary(name: str):
+    """relax.maximum / relax.minimum: a constant operand goes first; between two tensors a NaN on
+    either side is kept."""
+    pick = tvm.tirx.max if name == "maximum" else tvm.tirx.min
+    op = f"relax.{name}"
+
+    def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        a, b = call.args
+        if str(a.ty.dtype) not in FLOATS or str(b.ty.dtype) != str(a.ty.dtype):
+            return _default(op)(bb, call)
+        constant = is_const(a) or is_const(b)
+        if is_const(a):
+            a, b = b, a                          # the tensor first here; its pair picks below
+
+        def compute(x, y):
+            shape = _broadcast([int(d) for d in x.shape], [int(d) for d in y.shape])
+
+            def value(*i):
+                u, v = _at(x, i, shape), _at(y, i, shape)
+                if constant:
+                    return pick(v, u)            # constant first: a NaN in the tensor comes through
+                return tvm.tirx.Select(tvm.tirx.isnan(u), u, pick(u, v))
+
+            return te.compute(shape, value, name=f"T_{name}", tag=topi.tag.BROADCAST)
+
+        return bb.call_te(compute, a, b, primfunc_name_hint=name)
+
+    return legalize
+
+
+def _broadcast(s1: list[int], s2: list[int]) -> list[int]:
+    n = max(len(s1), len(s2))
+    a, b = [1] * (n - len(s1)) + s1, [1] * (n - len(s2)) + s2
+    return [max(x, y) for x, y in zip(a, b)]
+
+
+def _at(t, idx, shape: list[int]):
+    """t read at the output index `idx` under numpy broadcasting."""
+    k = len(shape) - len(t.shape)
+    return t(*[0 if int(d) == 1 and shape[k + j] != 1 else idx[k + j] for j, d in enumerate(t.shape)])
+
+
+@relax.expr_functor.mutator
+class _VariadicMaxMin(relax.PyExprMutator):
+    """TVM's importer writes ONNX Max/Min(a, b, ...) as max/min over axis 0 of
+    stack(broadcast_to(a), broadcast_to(b), ...), a reduction that keeps a NaN only when it comes
+    last; the same as a chain of relax.maximum/minimum, which _binary lowers with NaN kept."""
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        op = getattr(call.op, "name", "")
+        if op not in ("relax.max", "relax.min") or call.attrs.keepdims or list(call.attrs.axis or []) != [0]:
+            return call
+        stacked = self.lookup_binding(call.args[0]) if isinstance(call.args[0], relax.Var) else call.args[0]
+        if getattr(getattr(stacked, "op", None), "name", "") != "relax.stack" or int(stacked.attrs.axis) != 0:
+            return call
+        parts = stacked.args[0]
+        parts = self.lookup_binding(parts) if isinstance(parts, relax.Var) else parts
+        if not isinstance(parts, relax.Tuple) or len(parts.fields) < 2:
+            return call
+        pick = relax.op.maximum if op == "relax.max" else relax.op.minimum
+        fields = [self._unbroadcast(f) for f in parts.fields]
+        out = fields[0]
+        for f in fields[1:]:
+            out = self.builder_.normalize(pick(out, f))
+        return out
+
+    def _unbroadcast(self, e):
+        """broadcast_to(a) -> a: maximum/minimum broadcast by themselves (and a constant stays one)."""
+        bound = self.lookup_binding(e) if isinstance(e, relax.Var) else e
+        if getattr(getattr(bound, "op", None), "name", "") == "relax.broadcast_to":
+            return bound.args[0]
+        return e
+
+
+def variadic_max_min(mod: tvm.IRModule) -> tvm.IRModule:
+    """Rewrite the importer's stacked Max/Min into binary maximum/minimum (see _VariadicMaxMin)."""
+    return relax.transform.DeadCodeElimination()(rewrite_functions(_VariadicMaxMin(mod), mod))
+
+
+LEGALIZATIONS = {"relax.nn.relu": _relu,
+                 "relax.maximum": _binary("maximum"), "relax.minimum": _binary("minimum")}
