@@ -28,7 +28,8 @@ from ..errors import InternalError
 from .cuda_source import CudaModule, Launch
 
 GRID_SUFFIX = "_grid"
-_DEFINITION = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+)\) (\w+)\(([^)]*)\)\s*\{')
+# TVM writes __launch_bounds__ only for kernels with more than one thread per block
+_DEFINITION = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\((\d+)\) )?(\w+)\(([^)]*)\)\s*\{')
 _USAGE = re.compile(r"Function (\w+):\s*\n\s*REG:(\d+) STACK:\d+ SHARED:(\d+)")
 _STATIC_SHARED = re.compile(r"__shared__\s+(?:alignas\(\d+\)\s+)?([\w:]+)\s+\w+\[(\d+)\]")
 _BYTES = {"float": 4, "half": 2, "__half": 2, "nv_bfloat16": 2, "__nv_bfloat16": 2, "int": 4, "uint": 4,

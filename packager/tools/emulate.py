@@ -10,6 +10,7 @@ graphs), warp shuffles, timing; the GPU suite (`pack gpu-suite`) is the real che
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -78,7 +79,8 @@ def emulate(folder: Path, target: dict, profile: str, feeds: dict[str, np.ndarra
         raise UserError(f"cannot emulate target '{target['name']}': kernel '{missing[0]}' has no OpenCL form "
                         f"({info.not_emulated[missing[0]]})" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
     cl, ctx, queue = _opencl()
-    program = _program(ctx, source)
+    aliases = _aliases(doc)
+    program = _program(ctx, _renamed(source, aliases))
     weights = folder / target["weights"]
     bufs = _tensors(cl, ctx, queue, prof, weights.read_bytes() if weights.is_file() else b"", feeds)
     for step in prof["steps"]:
@@ -90,7 +92,7 @@ def emulate(folder: Path, target: dict, profile: str, feeds: dict[str, np.ndarra
         scratch = [_poisoned(cl, ctx, queue, n) for n in entry["workspace"]]
         for launch in entry["launches"]:
             args = [bufs[step["args"][a]] if a >= 0 else scratch[-a - 1] for a in launch["args"]]
-            kernel = cl.Kernel(program, launch["function"])
+            kernel = cl.Kernel(program, aliases[launch["function"]])
             if launch["shared_bytes"] and kernel.num_args > len(args):
                 args.append(cl.LocalMemory(launch["shared_bytes"]))
             kernel.set_args(*args)
@@ -130,6 +132,20 @@ def _poisoned(cl, ctx, queue, nbytes: int):
     buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 4))
     cl.enqueue_fill_buffer(queue, buf, np.uint8(POISON), 0, max(nbytes, 4))
     return buf
+
+
+def _aliases(doc: dict) -> dict[str, str]:
+    """A short name per kernel function: PoCL builds cache file names from kernel names and
+    aborts on long ones (fused kernels' names run past a hundred characters)."""
+    functions = sorted({ln["function"] for k in doc["kernels"].values() if k["emulated"] for ln in k["launches"]})
+    return {f: f"k{i}" for i, f in enumerate(functions)}
+
+
+def _renamed(source: str, aliases: dict[str, str]) -> str:
+    if not aliases:
+        return source
+    names = re.compile(r"\b(" + "|".join(re.escape(f) for f in sorted(aliases, key=len, reverse=True)) + r")\b")
+    return names.sub(lambda m: aliases[m.group(1)], source)
 
 
 @lru_cache(maxsize=1)

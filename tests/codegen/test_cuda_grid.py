@@ -4,6 +4,8 @@ with a grid every block of which can be resident at once (sized from cuobjdump's
 shared memory and the target's hardware row)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from packager.codegen import cuda_toolchain
@@ -55,6 +57,16 @@ def test_phases_of_different_block_shapes_stay_launches():
     source, joined, refused = join_phases(cm, {"chain"})
     assert not joined and "different block shapes" in refused["chain"]
     assert source == cm.source
+
+
+def test_phases_whose_kernels_have_one_thread_per_block_join():
+    """TVM writes no __launch_bounds__ for a kernel of one thread per block (silero-vad's conv1d
+    phases for h100 failed with 'no definition of ... in the CUDA source')."""
+    t = _target("h100")
+    cm = _module(t)
+    cm.source = re.sub(r"__launch_bounds__\(\d+\) ", "", cm.source)
+    source, joined, refused = join_phases(cm, {"chain"})
+    assert list(joined) == ["chain"] and not refused
 
 
 # Resident blocks per SM as NVIDIA's occupancy calculator gives them (threads, registers per

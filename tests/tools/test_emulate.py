@@ -65,6 +65,21 @@ def test_a_plan_runs_its_launches_scratch_and_copies(tmp_path):
     assert read_emulation(tmp_path, target)[2].summary() == "1 of 1 kernels emulated on PoCL"
 
 
+def test_kernel_names_of_any_length_run(tmp_path):
+    """PoCL aborts on a cache file name past its limit; fused kernels' names run that long."""
+    from packager.tools.emulate import emulate
+
+    long = "fused_" + "reshape_transpose_split_squeeze_matmul_" * 8 + "add_one"
+    target = _target(tmp_path, "add_one")
+    folder = tmp_path / "targets" / "h100" / "emulation"
+    (folder / "kernels.cl").write_text(ADD_ONE.replace("add_one(", f"{long}("))
+    doc = json.loads((folder / "emulation.json").read_text())
+    doc["kernels"]["k"]["launches"][0]["function"] = long
+    (folder / "emulation.json").write_text(json.dumps(doc))
+    x = np.arange(64, dtype=np.float32)
+    np.testing.assert_array_equal(emulate(tmp_path, target, "default", {"x": x})["out"], x + 1)
+
+
 def test_what_no_kernel_wrote_is_nan(tmp_path):
     from packager.tools.emulate import emulate
 
