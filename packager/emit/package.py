@@ -34,7 +34,8 @@ def check_destination(dest: Path) -> None:
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
-        raise UserError(f"cannot write the package to {dest}: {folder} is a file, not a folder; choose another --output")
+        raise UserError(f"cannot write the package to {dest}: {folder} is a file, not a folder; "
+                        "choose another --output")
     try:
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as e:

@@ -11,7 +11,6 @@ becomes a bound) and CUDA targets (CUDA's fmaxf/fminf drop NaN whatever the orde
 """
 from __future__ import annotations
 
-import numpy as np
 import tvm
 from tvm import relax, te, topi
 

@@ -76,8 +76,9 @@ def emulate(folder: Path, target: dict, profile: str, feeds: dict[str, np.ndarra
     needed = {plan["kernels"][s["kernel"]]["name"] for s in prof["steps"] if s["op"] == "kernel"}
     missing = sorted(needed & set(info.not_emulated))
     if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise UserError(f"cannot emulate target '{target['name']}': kernel '{missing[0]}' has no OpenCL form "
-                        f"({info.not_emulated[missing[0]]})" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+                        f"({info.not_emulated[missing[0]]}){more}")
     cl, ctx, queue = _opencl()
     aliases = _aliases(doc)
     program = _program(ctx, _renamed(source, aliases))

@@ -23,6 +23,7 @@ from ..errors import UserError
 from ..frontend import load_model, random_inputs, without_static_control_flow
 from ..frontend.rounding import STEP_SHARE, flips_for, quantization_steps
 from ..targets import host_arch
+from .emulate import emulate, read_emulation
 from .runners import (cuda_ep_available, find_model, model_reference, run_package, runner_command, units_of,
                       wrapper_outputs)
 
@@ -192,17 +193,21 @@ def _check_targets(run: _Run, targets: list[str] | None, profile: str, k: int, i
                      for i in unit.manifest["inputs"]}
             outs = [o["name"] for o in unit.manifest["outputs"]]
             ours = run_package(cmd, unit.root, name, feeds, outs, run.work / f"{part}-{name}-{k}")
-            checks = [OutputCheck(n, *compare(ours[n], ref[n], run.rtol, run.atol, run.flips, run.steps.get(n, 0.0))) for n in outs]
+            checks = _checks(run, ours, ref, outs)
             results.append(TargetResult(name, profile, "pass" if all(c.ok for c in checks) else "fail",
                                         outputs=checks, part=part))
     return results
 
 
+def _checks(run: _Run, ours: dict, ref: dict, outs: list[str]) -> list[OutputCheck]:
+    """Each output against the reference under verify's rule and the model's quantization allowances."""
+    return [OutputCheck(n, *compare(ours[n], ref[n], run.rtol, run.atol, run.flips, run.steps.get(n, 0.0)))
+            for n in outs]
+
+
 def _check_emulated(run: _Run, unit, t: dict, part: str, profile: str, inputs: dict,
                     ref: dict) -> TargetResult:
     """A CUDA target's plan with its kernels as OpenCL on PoCL, against the CPU EP's reference."""
-    from .emulate import emulate, read_emulation
-
     info = read_emulation(unit.root, t)[2]
     feeds = {i["name"]: ref[i["name"]] if i["name"] in ref else inputs[i["name"]] for i in unit.manifest["inputs"]}
     outs = [o["name"] for o in unit.manifest["outputs"]]
@@ -210,7 +215,7 @@ def _check_emulated(run: _Run, unit, t: dict, part: str, profile: str, inputs: d
         ours = emulate(unit.root, t, profile, feeds)
     except UserError as e:
         return TargetResult(t["name"], profile, "skipped", f"{info.summary()}; {e}", part=part, emulated=True)
-    checks = [OutputCheck(n, *compare(ours[n], ref[n], run.rtol, run.atol, run.flips, run.steps.get(n, 0.0))) for n in outs]
+    checks = _checks(run, ours, ref, outs)
     return TargetResult(t["name"], profile, "pass" if all(c.ok for c in checks) else "fail", info.summary(),
                         checks, part, emulated=True)
 
@@ -228,9 +233,7 @@ def _check_wrapper(run: _Run, profile: str, inputs: dict, cpu_ref: dict, gpu_ref
         if isinstance(got, str):
             results.append(TargetResult(row, profile, "skipped", got))
             continue
-        checks = [OutputCheck(o["name"], *compare(got[o["name"]], ref[o["name"]], run.rtol, run.atol, run.flips,
-                                                    run.steps.get(o["name"], 0.0)))
-                  for o in run.pkg.manifest["outputs"]]
+        checks = _checks(run, got, ref, [o["name"] for o in run.pkg.manifest["outputs"]])
         results.append(TargetResult(row, profile, "pass" if all(c.ok for c in checks) else "fail", outputs=checks))
     return results
 
