@@ -5,7 +5,7 @@ so that it can check itself where it runs, with no Python (`packrt-run PKG --che
 Every (sub-)package that runs on its own gets one: the whole model's, or each compiled part's
 (its boundary tensors) and the root's (the wrapper model's inputs and outputs). Layout, relative
 to that package's folder:
-  reference/reference.json   {format "packager-reference", version 1, source, rtol, atol, flips, steps,
+  reference/reference.json   {format "packager-reference", version 1, source, rtol, atol, flips, steps, spread,
                               profiles [{name, inputs {name: file}, outputs {name: file}}]}
   reference/<profile>/in-<k>.npy, out-<k>.npy   (k: the tensor's index; names may not be file names)
 The inputs are verify's (random_inputs, seed = the profile's index, verify.inputs applied), so
@@ -22,7 +22,7 @@ import onnxruntime as ort
 
 from ..errors import PackagerError, UserError
 from ..frontend import profile_shapes, random_inputs
-from ..frontend.rounding import flips_for, quantization_steps
+from ..frontend.rounding import flips_for, quantization_steps, reference_spread
 
 REFERENCE_FILE = "reference/reference.json"
 REFERENCE_FORMAT, REFERENCE_VERSION = "packager-reference", 1
@@ -37,6 +37,7 @@ class UnitReference:
     profiles: list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray]]] = field(default_factory=list)
     flips: float = 0.0             # share of elements a re-quantizing model may have a rounding step off
     steps: dict[str, float] = field(default_factory=dict)   # output -> quantization step (frontend/rounding.py)
+    spread: dict[str, float] = field(default_factory=dict)  # output -> the reference's move under float noise
 
 
 @dataclass
@@ -66,13 +67,17 @@ def compute_references(spec, model, dtypes: dict[str, str], units, split) -> Ref
     inlined = model.proto if model.control_flow and model.control_flow.inlined else None
     rels = [u.rel for u in units] + ([""] if split is not None else [])
     out = {rel: UnitReference(rel) for rel in rels}
-    total = 0
+    total, spread = 0, {}
+    quantizing = flips_for(model.proto) > 0
     for k, prof in enumerate(spec.profiles):
         inputs = random_inputs(model, profile_shapes(model, prof), dtypes, seed=k, values=spec.verify.inputs)
         try:
             ref = model_reference(model.path, inputs, boundary, inlined)
         except PackagerError as e:        # e.g. an IR version this onnxruntime does not read yet
             return References([], 0, f"onnxruntime cannot run the model ({str(e).splitlines()[0][:300]})")
+        if quantizing:
+            moved = reference_spread(lambda feeds: model_reference(model.path, feeds, boundary, inlined), inputs)
+            spread.update({n: max(v, spread.get(n, 0.0)) for n, v in moved.items()})
         known = {**inputs, **ref}
         for u in units:
             unit_in = {i.name: known[i.name] for i in u.model.inputs}
@@ -88,6 +93,7 @@ def compute_references(spec, model, dtypes: dict[str, str], units, split) -> Ref
         u.flips = flips_for(model.proto)
         compared = {n for _, _, outs in u.profiles for n in outs}
         u.steps = {n: s for n, s in steps.items() if n in compared}
+        u.spread = {n: s for n, s in spread.items() if n in compared}
     return References(list(out.values()), total)
 
 
@@ -104,7 +110,7 @@ def write_reference(w, ref: UnitReference, rtol: float, atol: float) -> None:
         profiles.append(entry)
     doc = {"format": REFERENCE_FORMAT, "version": REFERENCE_VERSION,
            "source": f"onnxruntime {ort.__version__}, CPU execution provider, basic graph optimizations",
-           "rtol": rtol, "atol": atol, "flips": ref.flips, "steps": ref.steps,
+           "rtol": rtol, "atol": atol, "flips": ref.flips, "steps": ref.steps, "spread": ref.spread,
            "profiles": profiles}
     w.write_text(_under(ref.rel, REFERENCE_FILE), json.dumps(doc, indent=1) + "\n")
 

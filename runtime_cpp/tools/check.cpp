@@ -70,12 +70,13 @@ struct Verdict {
 
 // The same rule as `pack verify` (packager/tools/verify.py compare): every element within
 // max(atol, rtol * scale) + rtol * |ref|, scale = the largest finite |ref| of the tensor; NaN and
-// infinities must match; integers exactly; up to `flips` of the elements may be off; a tensor
-// dequantized with `step` (> 0) may instead have every element within one step of that bound and
-// up to kStepShare of them a step off (packager/frontend/rounding.py).
+// infinities must match; integers exactly; up to `flips` of the elements may be off; failing that,
+// every element within max(step, spread) of the bound, and for a dequantized tensor (`step` > 0) at
+// most kStepShare of its elements off (packager/frontend/rounding.py).
 constexpr double kStepShare = 0.5;
 Verdict compare(const uint8_t* ours, int32_t ours_dtype, const std::vector<int64_t>& ours_shape,
-                const packrt::npy::Array& ref, double rtol, double atol, double flips, double step) {
+                const packrt::npy::Array& ref, double rtol, double atol, double flips, double step,
+                double spread) {
   Verdict v;
   if (ours_dtype != ref.dtype || ours_shape != ref.shape) return {INFINITY, INFINITY, false};
   size_t n = ref.nbytes / std::max<size_t>(packrt_dtype_size(ref.dtype), 1);
@@ -85,7 +86,8 @@ Verdict compare(const uint8_t* ours, int32_t ours_dtype, const std::vector<int64
     double b = element(ref.data.get(), ref.dtype, i);
     if (std::isfinite(b)) scale = std::max(scale, std::fabs(b));
   }
-  size_t outside = 0, beyond_step = 0;
+  size_t outside = 0, beyond = 0;
+  const double extra = std::max(step, spread) * (1 + 1e-3);   // one allowance, not the two added up
   bool finite = true;
   for (size_t i = 0; i < n; ++i) {
     double a = element(ours, ours_dtype, i), b = element(ref.data.get(), ref.dtype, i);
@@ -100,13 +102,13 @@ Verdict compare(const uint8_t* ours, int32_t ours_dtype, const std::vector<int64
       finite = finite && std::isfinite(diff);
       const double bound = std::max(atol, rtol * scale) + rtol * (std::isfinite(b) ? std::fabs(b) : 0);
       outside += diff > bound;
-      beyond_step += diff > bound + step * (1 + 1e-3);
+      beyond += diff > bound + extra;
     }
     v.max_abs = std::max(v.max_abs, diff);
   }
   v.max_rel = is_float ? v.max_abs / std::max({scale, atol, 1e-30}) : v.max_abs;
   const double share = n == 0 ? 0 : static_cast<double>(outside) / static_cast<double>(n);
-  v.ok = finite && (share <= flips || (step > 0 && beyond_step == 0 && share <= kStepShare));
+  v.ok = finite && (share <= flips || (extra > 0 && beyond == 0 && (step == 0 || share <= kStepShare)));
   return v;
 }
 
@@ -118,6 +120,7 @@ struct Profile {
 struct Reference {
   double rtol = 1e-4, atol = 1e-5, flips = 0;
   std::map<std::string, double> steps;   // output -> quantization step of a dequantized tensor
+  std::map<std::string, double> spread;  // output -> how far the reference moves under float input noise
   std::vector<Profile> profiles;
   std::vector<std::string> targets;   // the manifest's target names
 };
@@ -160,6 +163,8 @@ Reference load_reference(const std::string& pkg, bool verify) {
     ref.flips = r.value("flips", 0.0);
     const json steps = r.value("steps", json::object());   // kept alive: items() refers into it
     for (auto& [name, step] : steps.items()) ref.steps[name] = step.get<double>();
+    const json spread = r.value("spread", json::object());
+    for (auto& [name, s] : spread.items()) ref.spread[name] = s.get<double>();
     for (const auto& p : r.at("profiles")) {
       Profile prof{p.at("name").get<std::string>(), {}, {}};
       for (auto* side : {&p.at("inputs"), &p.at("outputs")}) {
@@ -222,7 +227,8 @@ bool check_profile(packrt::Model& model, const Profile& prof, const Reference& r
     const auto& [name, want] = prof.outputs[k];
     Verdict v = compare(static_cast<const uint8_t*>(out[k].data), out[k].dtype,
                         std::vector<int64_t>(out[k].shape, out[k].shape + out[k].ndim), want, ref.rtol, ref.atol, ref.flips,
-                        ref.steps.count(name) ? ref.steps.at(name) : 0.0);
+                        ref.steps.count(name) ? ref.steps.at(name) : 0.0,
+                        ref.spread.count(name) ? ref.spread.at(name) : 0.0);
     all.max_abs = std::max(all.max_abs, v.max_abs);
     all.max_rel = std::max(all.max_rel, v.max_rel);
     if (!v.ok) {

@@ -4,9 +4,10 @@ DequantizeLinear produces (not a per-channel one)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from packager.frontend.rounding import ROUNDING_FLIPS, flips_for, quantization_steps
+from packager.frontend.rounding import ROUNDING_FLIPS, SPREAD_TRIALS, flips_for, quantization_steps, reference_spread
 
 
 def _qdq(scale: np.ndarray, requantize: bool = True):
@@ -36,3 +37,20 @@ def test_a_requantizing_model_gets_flips_and_per_tensor_steps():
 def test_weight_only_quantization_gets_neither():
     m = _qdq(np.array(0.1, np.float32), requantize=False)
     assert flips_for(m) == 0.0 and quantization_steps(m) == {}
+
+
+def test_the_spread_is_how_far_the_reference_moves_under_float_noise():
+    """A quantizing model's output jumps a step when float noise moves a value across a rounding
+    boundary; the spread is the largest such jump over the seeded trials, per output."""
+    calls = []
+
+    def run(feeds):
+        calls.append(feeds)
+        x = feeds["x"]
+        return {"q": np.round(x * 1000) / 1000, "exact": x.astype(np.float64) * 2, "ids": np.arange(3)}
+
+    x = np.array([0.0005, 1.0, 2.0], np.float32)              # the first sits on a rounding boundary
+    spread = reference_spread(run, {"x": x, "ids": np.arange(3)})
+    assert len(calls) == 1 + SPREAD_TRIALS and np.array_equal(calls[1]["ids"], np.arange(3))
+    assert spread["q"] == pytest.approx(0.001, abs=1e-6)        # one step of the rounded output
+    assert spread["exact"] < 1e-3 and "ids" not in spread       # float noise only; integers never move

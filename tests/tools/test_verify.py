@@ -92,6 +92,14 @@ def test_a_dequantized_tensor_may_be_one_step_off_in_many_elements_but_not_two()
     assert not compare(ours, ref, RTOL, ATOL, flips=0.01, step=0.05)[2]
 
 
+def test_the_reference_spread_widens_the_bound_and_no_further():
+    ref = np.array([0.97771], np.float32)                        # smart-turn v3's one logit
+    ours = ref + np.float32(0.0032)
+    assert not compare(ours, ref, 1e-3, 1e-4, flips=0.01)[2]
+    assert compare(ours, ref, 1e-3, 1e-4, flips=0.01, spread=0.0032)[2]
+    assert not compare(ref + np.float32(0.01), ref, 1e-3, 1e-4, flips=0.01, spread=0.0032)[2]
+
+
 def test_weights_off_by_a_tenth_of_a_percent_fail_end_to_end(packages, tmp_path):
     """Every weight of the built CNN scaled by 1.001 (and the manifest re-signed, so the runtime
     loads it): a kernel that is wrong by this little must still FAIL."""
