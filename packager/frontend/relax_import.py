@@ -2,11 +2,15 @@
 folding (fold.py, onnxruntime) and our rewrites (rewrites.py)."""
 from __future__ import annotations
 
+import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
+import onnx
+
 from ..errors import InternalError, UserError
+from .attrs import all_graphs
 from .fold import fold_constants
 from .model import LoadedModel, bind_dims, first_line, infer_shapes
 from .lowering import LOWERED_TO
@@ -35,6 +39,9 @@ def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes:
     folded = fold_constants(bind_dims(model.proto, shapes))
     before = Counter(n.op_type for n in folded.model.graph.node if n.op_type in LOWERED_TO)
     bound, rewritten = rewrite(infer_shapes(model, shapes, proto=folded.model))
+    names = _identifiers(bound)
+    shapes = {names.get(k, k): v for k, v in shapes.items()}
+    dtypes = {names.get(k, k): v for k, v in dtypes.items()}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -47,3 +54,32 @@ def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes:
         raise InternalError(f"{model}: importer produced {len(params)} inputs, the model has {len(model.inputs)}")
     after = Counter(n.op_type for n in bound.graph.node if n.op_type in LOWERED_TO)
     return mod, ImportStats(folded.removed, rewritten, folded.note, dict(before - after))
+
+
+def _identifiers(model: onnx.ModelProto) -> dict[str, str]:
+    """Rename graph inputs whose names are not C identifiers ('gpu_0/data_0'): TVM names kernel
+    parameters after them, and the CUDA and OpenCL sources would not compile. Inputs are matched
+    by position afterwards, so the new names never leave the import. Returns {old: new}."""
+    taken = {i.name for i in model.graph.input} | {o for n in model.graph.node for o in n.output}
+    outputs = {o.name for o in model.graph.output}          # an input that is also an output keeps its name
+    renames: dict[str, str] = {}
+    for i in model.graph.input:
+        if i.name.isidentifier() or i.name in outputs:
+            continue
+        base = re.sub(r"\W", "_", i.name)
+        new = base if base[:1].isalpha() or base[:1] == "_" else f"_{base}"
+        while new in taken:
+            new += "_"
+        taken.add(new)
+        renames[i.name] = renames.get(i.name, new)
+    if not renames:
+        return renames
+    for i in model.graph.input:
+        i.name = renames.get(i.name, i.name)
+    for g in all_graphs(model.graph):
+        for n in g.node:
+            n.input[:] = [renames.get(x, x) for x in n.input]
+        if g is not model.graph:
+            for o in g.output:
+                o.name = renames.get(o.name, o.name)
+    return renames
