@@ -138,6 +138,8 @@ def device_module(kernels: dict[str, tvm.tirx.PrimFunc], device: tvm.target.Targ
     """Device source of thread-bound kernels lowered for `device`, and each PrimFunc's launches,
     read from the host function. `retarget`: lower every kernel for `device`, also those whose
     schedule bound them to another target (dlight records the target it scheduled for)."""
+    if not kernels:                              # a part of only copies (partial offload) has none
+        return CudaModule("", {})
     tgt = tvm.target.Target(device, host=tvm.target.Target({"kind": "llvm"}))
     mod = tvm.IRModule({n: f.with_attr("global_symbol", n).with_attr("target", tgt) if retarget
                         else f.with_attr("global_symbol", n) for n, f in kernels.items()})

@@ -68,3 +68,13 @@ def test_warp_shuffles_in_the_cuda_source_are_named_as_a_difference():
                    '  t = __shfl_down_sync(mask, red, 16, 32);\n}\n'
                    'extern "C" __global__ void __launch_bounds__(32) j_kernel(float* a) {\n  a[0] = 1;\n}\n')
     assert opencl._functions_with_shuffles(cuda_source) == {"k_kernel"}
+
+
+def test_a_unit_without_kernels_has_empty_sources():
+    """A compiled part of only copies (SLANet's partial offload) has no kernels: its CUDA target
+    failed with 'Index out of range' in TVM's module list."""
+    h100 = resolve(TargetSpec("h100", {}, "test"))
+    cuda = generate_cuda({}, h100)
+    assert cuda.source == "" and cuda.kernels == {}
+    source, doc = opencl.opencl_emulation({}, cuda, set(), "test")
+    assert source == "" and doc["kernels"] == {}
