@@ -43,6 +43,14 @@ def supervised(work: Callable[[], int], err: Callable[[str], None]) -> int:
     listing = root / "staged.txt"
     listing.touch()
     stopped: list[int] = []
+    child: list[int] = []
+
+    def stop(signum, _frame) -> None:
+        stopped.append(signum)
+        if child:
+            _kill_group(child[0])
+
+    previous = {s: signal.signal(s, stop) for s in EXIT_SIGNAL}   # before the fork: no signal is missed
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -66,12 +74,9 @@ def supervised(work: Callable[[], int], err: Callable[[str], None]) -> int:
         os.setpgid(pid, pid)
     except OSError:                                # the child already did (or already ended)
         pass
-
-    def stop(signum, _frame) -> None:
-        stopped.append(signum)
+    child.append(pid)
+    if stopped:                                    # a signal came while forking
         _kill_group(pid)
-
-    previous = {s: signal.signal(s, stop) for s in EXIT_SIGNAL}
     try:
         status = _wait(pid)
     finally:
