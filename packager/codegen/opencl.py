@@ -52,8 +52,7 @@ def _opencl_module(kernels: dict[str, tvm.tirx.PrimFunc], what: str) -> tuple[Cu
     try:
         return device_module(kernels, device, what, retarget=True), {}
     except InternalError:
-        if len(kernels) == 1:
-            return CudaModule("", {}), {n: _reason(kernels, n, device, what) for n in kernels}
+        pass
     refused = {}
     for name in kernels:
         try:
@@ -62,14 +61,6 @@ def _opencl_module(kernels: dict[str, tvm.tirx.PrimFunc], what: str) -> tuple[Cu
             refused[name] = str(e)
     kept = {n: f for n, f in kernels.items() if n not in refused}
     return (device_module(kept, device, what, retarget=True) if kept else CudaModule("", {})), refused
-
-
-def _reason(kernels: dict, name: str, device, what: str) -> str:
-    try:
-        device_module({name: kernels[name]}, device, what, retarget=True)
-    except InternalError as e:
-        return str(e)
-    return "OpenCL code generation failed"
 
 
 def _functions_with_shuffles(source: str) -> set[str]:
