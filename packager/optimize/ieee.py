@@ -5,9 +5,11 @@ gives `b`, a NaN in `b` gives NaN. TOPI writes relu as max(x, 0), so a NaN input
 onnxruntime returns NaN; with the constant first, max(0, x) returns x when it is NaN, at no cost.
 TVM's importer writes ONNX Max/Min as a reduction over a stack of its inputs (a NaN survives
 only in the last one); they become binary maximum/minimum here, a constant operand first, and
-between two tensors a NaN on either side is kept with one select. Other dtypes keep TVM's own
-lowering. Not covered: Clip with bounds (the importer emits its TOPI kernel directly: a NaN
-becomes a bound) and CUDA targets (CUDA's fmaxf/fminf drop NaN whatever the order).
+between two tensors a NaN on either side is kept with one select. Clip with bounds arrives here as
+maximum/minimum with a 0-d bound where the layout pass turned the importer's TOPI kernels back
+into graph ops (layout/clip.py, CPU targets): bound first, no cost. Other dtypes keep TVM's own
+lowering. Not covered: Clip with bounds where the layout pass is off or on GPU targets (the
+importer's TOPI kernel: a NaN becomes the bound), and CUDA (fmaxf/fminf drop NaN in any order).
 """
 from __future__ import annotations
 
@@ -45,8 +47,8 @@ def _binary(name: str):
         a, b = call.args
         if str(a.ty.dtype) not in FLOATS or str(b.ty.dtype) != str(a.ty.dtype):
             return _default(op)(bb, call)
-        constant = is_const(a) or is_const(b)
-        if is_const(a):
+        constant = _scalar(a) or _scalar(b)      # a constant or 0-d bound (Clip's, once layout/clip.py ran)
+        if _scalar(a):
             a, b = b, a                          # the tensor first here; its pair picks below
 
         def compute(x, y):
@@ -63,6 +65,10 @@ def _binary(name: str):
         return bb.call_te(compute, a, b, primfunc_name_hint=name)
 
     return legalize
+
+
+def _scalar(e) -> bool:
+    return is_const(e) or getattr(e.ty, "ndim", None) == 0
 
 
 def _broadcast(s1: list[int], s2: list[int]) -> list[int]:
