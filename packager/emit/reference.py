@@ -76,7 +76,7 @@ def compute_references(spec, model, dtypes: dict[str, str], units, split) -> Ref
         except PackagerError as e:        # e.g. an IR version this onnxruntime does not read yet
             return References([], 0, f"onnxruntime cannot run the model ({str(e).splitlines()[0][:300]})")
         if quantizing:
-            moved = reference_spread(lambda feeds: model_reference(model.path, feeds, boundary, inlined), inputs)
+            moved = reference_spread(lambda feeds: model_reference(model.path, feeds, boundary, inlined), inputs, ref)
             spread.update({n: max(v, spread.get(n, 0.0)) for n, v in moved.items()})
         known = {**inputs, **ref}
         for u in units:
@@ -121,9 +121,8 @@ def _under(rel: str, path: str) -> str:
 
 # ---- reader -------------------------------------------------------------------------------------
 
-def read_reference(root: Path, manifest: dict) -> dict[str, tuple[dict, dict]] | None:
-    """The stored reference of the (sub-)package at `root`: profile name -> (inputs, outputs), or
-    None when it has none. Paths stay inside the package."""
+def _reference_doc(root: Path, manifest: dict) -> tuple[Path, dict] | None:
+    """reference.json of the (sub-)package at `root` and its path, or None when it has none."""
     rel = manifest.get("reference")
     if not rel:
         return None
@@ -132,7 +131,27 @@ def read_reference(root: Path, manifest: dict) -> dict[str, tuple[dict, dict]] |
     if base not in path.parents:
         raise UserError(f"{root}/manifest.json: reference path '{rel}' leaves the package")
     try:
-        doc = json.loads(path.read_text())
+        return path, json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: unreadable reference data ({e}); rebuild the package") from None
+
+
+def read_spread(root: Path, manifest: dict) -> dict[str, float] | None:
+    """The stored reference's spread (frontend/rounding.py), or None when the package has no
+    reference or was built before the spread was stored."""
+    found = _reference_doc(root, manifest)
+    return None if found is None or "spread" not in found[1] else dict(found[1]["spread"])
+
+
+def read_reference(root: Path, manifest: dict) -> dict[str, tuple[dict, dict]] | None:
+    """The stored reference of the (sub-)package at `root`: profile name -> (inputs, outputs), or
+    None when it has none. Paths stay inside the package."""
+    found = _reference_doc(root, manifest)
+    if found is None:
+        return None
+    path, doc = found
+    base = root.resolve()
+    try:
         out = {}
         for p in doc["profiles"]:
             load = {k: (base / v).resolve() for kind in ("inputs", "outputs") for k, v in p[kind].items()}

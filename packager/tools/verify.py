@@ -18,7 +18,7 @@ import numpy as np
 
 from ..codegen.backend import backend_for
 from ..emit.manifest import open_package
-from ..emit.reference import read_reference
+from ..emit.reference import read_reference, read_spread
 from ..errors import UserError
 from ..frontend import load_model, random_inputs, without_static_control_flow
 from ..frontend.rounding import STEP_SHARE, flips_for, quantization_steps, reference_spread
@@ -143,6 +143,7 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
         run = _Run(pkg, units, model_path, rtol, atol, flips, quantization_steps(loaded.proto), boundary,
                    has_gpu and cuda_ep_available(), Path(tmp), gpu_emulate)
         stored = None if model else stored_reference(pkg, units)
+        spread = _stored_spread(pkg, units) if stored and flips else None
         for k, prof in enumerate(pkg.manifest["profiles"]):
             if stored:
                 inputs, cpu_ref = stored[prof["name"]]
@@ -151,14 +152,23 @@ def verify_package(path: Path, targets: list[str] | None = None, model: Path | N
                                        values=pkg.manifest.get("verify", {}).get("inputs"))
                 cpu_ref = model_reference(model_path, inputs, boundary, inlined)
             gpu_ref = model_reference(model_path, inputs, boundary, inlined, cuda=True) if run.gpu_ref else cpu_ref
-            if flips:
-                run.spread = reference_spread(lambda feeds: model_reference(model_path, feeds, boundary, inlined),
-                                              inputs)
+            if flips:                                  # stored at build time, else measured here
+                run.spread = spread if spread is not None else reference_spread(
+                    lambda feeds: model_reference(model_path, feeds, boundary, inlined), inputs, cpu_ref)
             results += _check_targets(run, targets, prof["name"], k, inputs, cpu_ref, gpu_ref)
             if not targets:
                 results += _check_wrapper(run, prof["name"], inputs, cpu_ref, gpu_ref)
     _print(log, pkg.name, rtol, atol, flips, run.gpu_ref, results, stored is not None)
     return results
+
+
+def _stored_spread(pkg, units) -> dict[str, float] | None:
+    """The spread stored with the reference data of the package and its parts (None when a
+    reference predates it)."""
+    found = [read_spread(u.root, u.manifest) for part, u in units if part] + [read_spread(pkg.root, pkg.manifest)]
+    if None in found:
+        return None
+    return {n: v for doc in found for n, v in doc.items()}
 
 
 def stored_reference(pkg, units) -> dict[str, tuple[dict, dict]] | None:

@@ -50,7 +50,8 @@ def test_the_spread_is_how_far_the_reference_moves_under_float_noise():
         return {"q": np.round(x * 1000) / 1000, "exact": x.astype(np.float64) * 2, "ids": np.arange(3)}
 
     x = np.array([0.0005, 1.0, 2.0], np.float32)              # the first sits on a rounding boundary
-    spread = reference_spread(run, {"x": x, "ids": np.arange(3)})
+    feeds = {"x": x, "ids": np.arange(3)}
+    spread = reference_spread(run, feeds, run(feeds))
     assert len(calls) == 1 + SPREAD_TRIALS and np.array_equal(calls[1]["ids"], np.arange(3))
     assert spread["q"] == pytest.approx(0.001, abs=1e-6)        # one step of the rounded output
     assert spread["exact"] < 1e-3 and "ids" not in spread       # float noise only; integers never move
