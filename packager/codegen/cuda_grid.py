@@ -71,7 +71,7 @@ def join_phases(cm: CudaModule, phased: set[str]) -> tuple[str, dict[str, Joined
     """The source with each phased kernel whose phases share one block shape joined: its phases'
     kernels become device functions and a cooperative wrapper calls them; the wrappers; and why
     the other phased kernels keep one launch per phase."""
-    definitions = _definitions(cm.source)
+    definitions = kernel_definitions(cm.source)
     source, extra, joined, refused = cm.source, [], {}, {}
     for name in sorted(phased):
         launches = cm.kernels[name].launches
@@ -152,7 +152,7 @@ def _static_shared(body: str) -> int:
     return sum(_BYTES.get(dtype, 8) * int(n) for dtype, n in _STATIC_SHARED.findall(body))
 
 
-def _definitions(source: str) -> dict[str, tuple[str, str]]:
+def kernel_definitions(source: str) -> dict[str, tuple[str, str]]:
     """Each __global__ function's parameter list and body."""
     return {m.group(2): (m.group(3), source[m.end():_body_end(source, m.end(), m.group(2)) - 1])
             for m in _DEFINITION.finditer(source)}

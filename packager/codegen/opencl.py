@@ -17,11 +17,11 @@ import re
 import tvm
 
 from ..errors import InternalError
+from .cuda_grid import kernel_definitions
 from .cuda_source import CudaKernel, CudaModule, Launch, device_module
 
 EMULATION_FORMAT, EMULATION_VERSION = "packager-emulation", 1
 SHUFFLE = re.compile(r"__shfl\w*\(")
-_FUNCTION = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(')
 
 
 def opencl_emulation(kernels: dict[str, tvm.tirx.PrimFunc], cuda: CudaModule, cooperative: set[str],
@@ -65,11 +65,7 @@ def _opencl_module(kernels: dict[str, tvm.tirx.PrimFunc], what: str) -> tuple[Cu
 
 def _functions_with_shuffles(source: str) -> set[str]:
     """The CUDA functions whose bodies use warp shuffles."""
-    found, matches = set(), list(_FUNCTION.finditer(source))
-    for m, nxt in zip(matches, matches[1:] + [None]):
-        if SHUFFLE.search(source[m.end():nxt.start() if nxt else len(source)]):
-            found.add(m.group(1))
-    return found
+    return {name for name, (_, body) in kernel_definitions(source).items() if SHUFFLE.search(body)}
 
 
 def _differences(name: str, k: CudaKernel, cuda: list[Launch], cooperative: bool, shuffles: set[str]) -> list[str]:

@@ -21,10 +21,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import UserError
+from ..targets import CUDA_TABLE
 from .corpus_fetch import OPSET, corpus_dir, fetch, first_line
 from .corpus_models import ENTRIES, Entry
 
-GPU_TARGETS = ("a100", "v100", "orin", "h100")   # corpus --target: built for it, its kernels verified on PoCL
+GPU_TARGETS = tuple(CUDA_TABLE)   # corpus --target: built for it, its kernels verified on PoCL
 
 __all__ = ["Row", "corpus_dir", "markdown_table", "run_corpus", "run_entry", "select", "write_results"]
 
@@ -73,9 +74,8 @@ def select(names: list[str] | None = None, fast: bool = False) -> list[Entry]:
 
 def write_spec(e: Entry, model: Path, folder: Path, target: str = "x86-64", measure: bool = True) -> Path:
     """The default spec for a corpus model: one target (x86-64, arm64 verified under qemu, or a
-    GPU verified on PoCL),
-    default optimize level (`measure` off: every schedule chosen without timing), the entry's
-    bindings."""
+    GPU verified on PoCL), default optimize level (`measure` off: every schedule chosen without
+    timing), the entry's bindings."""
     import yaml
 
     folder.mkdir(parents=True, exist_ok=True)
