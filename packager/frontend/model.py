@@ -17,7 +17,7 @@ from onnx import numpy_helper
 from ..errors import UnsupportedConfigError, UnsupportedOpsError, UserError
 from ..spec import Profile, Spec, spec_error
 from . import recurrent, selection
-from .attrs import all_graphs, initializer
+from .attrs import all_graphs, attr, initializer
 from .opset import OPSET_MAX, OpsetConversion, default_opset, to_supported_opset
 
 if TYPE_CHECKING:
@@ -234,12 +234,13 @@ def check_kernel_shapes(model: LoadedModel) -> None:
     """A Conv/ConvTranspose whose kernel_shape attribute disagrees with its weights is an invalid
     model (onnxruntime refuses to run it); compiled, it would compute what the weights imply."""
     graph = model.proto.graph
+    weights = {t.name: t for t in graph.initializer}
     for k, node in enumerate(graph.node):
         if node.op_type not in ("Conv", "ConvTranspose") or len(node.input) < 2:
             continue
-        kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), None)
-        w = next((t for t in graph.initializer if t.name == node.input[1]), None)
-        if kernel is not None and w is not None and kernel != list(w.dims[2:]):
+        kernel = attr(node, "kernel_shape")
+        w = weights.get(node.input[1])
+        if kernel is not None and w is not None and list(kernel) != list(w.dims[2:]):
             raise UserError(f"{model}: node {node.name or f'#{k}'} ({node.op_type}) has kernel_shape {kernel}, but its "
                             f"weights '{w.name}' are {list(w.dims)}; fix or drop the attribute")
 
