@@ -147,4 +147,3 @@ def check_onnxruntime_knows(proto: onnx.ModelProto, path: Path) -> None:
         ops = "; ".join(f"{op} (nodes: {', '.join(names)})" for op, names in sorted(unknown.items()))
         raise UserError(f"{path}: neither the packager nor onnxruntime implements {ops}: the package's "
                         "ort/model.onnx could not load; replace these nodes with standard ONNX operators")
-

@@ -71,7 +71,7 @@ def _identifiers(model: onnx.ModelProto) -> dict[str, str]:
         while new in taken:
             new += "_"
         taken.add(new)
-        renames[i.name] = renames.get(i.name, new)
+        renames[i.name] = new
     if not renames:
         return renames
     for i in model.graph.input:

@@ -217,8 +217,8 @@ def _clip_defaults(node, t: _Types, b: _Builder):
                              name=node.name)]
 
 
-REWRITES = {"Clip": _clip_defaults, "Shape": _shape_or_size, "Size": _shape_or_size, "Pow": _pow, "ReduceMax": _reduce_min_max,
-            "ReduceMin": _reduce_min_max, "Split": _split, "Trilu": _trilu, "Mod": _mod,
+REWRITES = {"Clip": _clip_defaults, "Shape": _shape_or_size, "Size": _shape_or_size, "Pow": _pow,
+            "ReduceMax": _reduce_min_max, "ReduceMin": _reduce_min_max, "Split": _split, "Trilu": _trilu, "Mod": _mod,
             "LayerNormalization": _layernorm, "Reshape": _reshape_allowzero, **LOWERINGS}
 
 
