@@ -10,40 +10,31 @@
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-import onnx
-
-from . import __version__
-from .codegen.backend import backend_for
+from .codegen.backend import check_toolchains
 from .codegen.compile import compile_unit, optimize_unit
-from .emit.manifest import WRAPPER_MODEL, package_manifest, sha256_file, unit_manifest
-from .emit.ort_headers import ort_headers
-from .emit.ort_wrapper import wrapper_for
+from .emit.assemble import Build, CompiledUnit, write_package, write_units
+from .emit.html import write as write_html_report
 from .emit.package import PackageWriter, check_destination
-from .emit.readme import package_readme
-from .emit.reference import REFERENCE_FILE, References, compute_references, write_reference
-from .emit.report import build_report
-from .tools.report import write as write_html_report
-from .emit.runtime import build_runtime, bundle_runtimes
+from .emit.reference import References, compute_references
+from .emit.runtime import build_runtime
 from .errors import UserError
 from .frontend import (bind_profiles, check_configurations, check_operators, load_model, profile_shapes,
                        random_inputs, without_static_control_flow)
-from .frontend.opset import check_conversion, check_onnxruntime_knows
 from .frontend.lowering import describe_lowered
-from .frontend.units import split_units
 from .frontend.model import check_kernel_shapes, weight_bytes
+from .frontend.opset import check_conversion, check_onnxruntime_knows
 from .frontend.sizes import check_sizes
-from .optimize.schedule.measure import BUSY_CORES, TALLY, busy_cores, with_cold_weights
+from .frontend.units import split_units
+from .optimize.schedule.contract import Tally
+from .optimize.schedule.registry import scheduler_for
 from .spec import Spec
-from .targets import host_arch, resolve_all
+from .targets import Target, host_arch, resolve_all
 
 Log = Callable[[str], None]
 
@@ -67,75 +58,48 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
     """Build the package described by `spec`; returns the package folder. Without
     `bundle_runtime` the package holds only its compiled targets (for tools that bring the
     runtime themselves, like the conformance runner)."""
-    t_start, st = time.perf_counter(), Stages(log)
-    timed_before = replace(TALLY)
+    t_start, st, tally = time.perf_counter(), Stages(log), Tally()
     log(f"pack build {spec.name}: {spec.model.name} -> {spec.output}")
     model, dtypes, targets = st.run("check spec and model", check_inputs, spec, only_targets)
-    weights = weight_bytes(model.proto)
-    targets = with_cold_weights(targets, weights)
+    targets = timed_cold(targets, weight_bytes(model.proto), log)
+    _log_frontend(log, model)
+    units, split, types = st.run("partition for ONNX Runtime" if spec.onnxruntime.partial else "plan", split_units,
+                                 spec, model, dtypes)
+    _log_offload(log, model, split)
+    optimized = st.run(f"import + graph passes ({len(units)} unit(s), {len(spec.profiles)} profile(s))",
+                       lambda: [optimize_unit(u, spec.optimize, targets, tally) for u in units])
+    runtimes = {a: st.run(f"C++ runtime for {a}", build_runtime, a, log) for a in runtime_arches(targets)} \
+        if bundle_runtime else None
+    refs = st.run("reference data (onnxruntime)", compute_references, spec, model, dtypes, units, split) \
+        if bundle_runtime else References([], 0, "the package has no runtime to check itself with")
+    log(f"  {refs.summary()}")
+    made = Build(spec, model, dtypes, targets, split, types, refs)
+    with PackageWriter(spec.output) as w:
+        compiled = [compile_unit(u, targets, spec.optimize, w, log, tally) for u in optimized]
+        pins = write_units(w, made, compiled)
+        ort_note = write_package(w, made, compiled, pins, runtimes, {
+            "stage_times": st.times, "seconds": time.perf_counter() - t_start, "measured": tally.summary()})
+        st.run("report.html (graph, roofline, passes)", write_html_report, w.root)   # a view, not a package file
+        out = w.finish()
+    _log_passes(log, compiled, ort_note)
+    _log_finish(log, out, tally, time.perf_counter() - t_start)
+    return out
+
+
+def timed_cold(targets: list[Target], weights: int, log: Log) -> list[Target]:
+    """The targets, those whose candidates are timed marked to be timed with the caches flushed
+    when the model's weights exceed their last-level cache (said in the log)."""
+    targets = [scheduler_for(t).with_cold_weights(weights) for t in targets]
     cold = [t.name for t in targets if getattr(t, "cold_weights", False)]
     if cold:
         log(f"  weights ({weights / 1e6:.0f} MB) exceed the last-level cache: candidates timed "
             f"with the caches flushed ({', '.join(cold)})")
-    if model.conversion is not None:
-        log(f"  {model.conversion.summary()}")
-    _log_control_flow(log, model.control_flow)
-    units, split, types = st.run("partition for ONNX Runtime" if spec.onnxruntime.partial else "plan", split_units,
-                                 spec, model, dtypes)
-    _log_offload(log, model, split)
-    st.run(f"import + graph passes ({len(units)} unit(s), {len(spec.profiles)} profile(s))",
-           lambda: [optimize_unit(u, spec.optimize, targets) for u in units])
-    arches = sorted({t.arch for t in targets}, key=lambda a: a != host_arch()) if bundle_runtime else []
-    runtimes = {a: st.run(f"C++ runtime for {a}", build_runtime, a, log) for a in arches}
-    refs = st.run("reference data (onnxruntime)", compute_references, spec, model, dtypes, units, split) \
-        if bundle_runtime else References([], 0, "the package has no runtime to check itself with")
-    log(f"  {refs.summary()}")
-    stored = {r.rel: r for r in refs.units}
-    model_sha = sha256_file(spec.model)
-    ids = {u.name: _package_id(spec, model_sha, u.name) for u in units}
-    pins: dict[str, str] = {}      # unit name -> sha256 of the manifest its PackagedModel node opens
-    with PackageWriter(spec.output) as w:
-        for u in units:
-            compile_unit(u, targets, spec.optimize, w, log)
-            if u.rel in stored:
-                write_reference(w, stored[u.rel], spec.verify.rtol, spec.verify.atol)
-            if u.rel:
-                manifest = unit_manifest(spec, u, targets, ids[u.name]) | _reference_entry(u.rel, stored)
-                pins[u.name] = w.write_manifest(manifest, under=u.rel)
-        if split is not None and "" in stored:
-            write_reference(w, stored[""], spec.verify.rtol, spec.verify.atol)
-        runtime, ort_libs = bundle_runtimes(w, runtimes) if bundle_runtime else ({}, {})
-        w.write_text("README.md", package_readme(spec, model, targets, ort_libs, split is not None))
-        ort_note = "" if ort_libs or not bundle_runtime else f"custom-op library not built: {ort_headers()[1]}"
-        measured = {"programs": TALLY.programs - timed_before.programs,
-                    "seconds": round(TALLY.seconds - timed_before.seconds, 3)}
-        busy = busy_cores(timed_before, TALLY)
-        if busy is not None:
-            measured.update(busy_cores=round(busy, 2), busy=busy >= BUSY_CORES)
-        w.write_json("build_report.json", build_report(spec, model, units, split, st.times,
-                                                       time.perf_counter() - t_start, ort_note, refs.summary(), measured))
-        root_sha = w.write_manifest(package_manifest(spec, model, dtypes, units, split, targets,
-                                                     _package_id(spec, model_sha), model_sha, runtime, ort_libs)
-                                    | _reference_entry("", stored))
-        pins.update({u.name: root_sha for u in units if not u.rel})
-        # Written after the manifest, which it pins (so the manifest does not list it).
-        onnx.save(wrapper_for(model, units, split, ids, pins, types), str(w.path(WRAPPER_MODEL)))
-        st.run("report.html (graph, roofline, passes)", write_html_report, w.root)   # a view, not a package file
-        out = w.finish()
-    _log_passes(log, units, ort_note)
-    timed = (f"; {measured['programs']} candidate programs timed, {measured['seconds']:.1f} s of it"
-             if measured["programs"] else "")
-    if measured.get("busy"):
-        log(f"  the machine was busy while candidates were timed: other processes kept {measured['busy_cores']:.1f} "
-            f"of {os.cpu_count()} cores busy on average, so the choices may differ from a quiet machine's; "
-            f"rebuild on a quiet machine (or into an empty tuning database) for the package's best speed")
-    log(f"wrote {out} ({time.perf_counter() - t_start:.1f} s{timed})")
-    return out
+    return targets
 
 
-def _reference_entry(rel: str, stored: dict) -> dict:
-    """The manifest's `reference` field of the (sub-)package at `rel`, when it has reference data."""
-    return {"reference": REFERENCE_FILE} if rel in stored else {}
+def runtime_arches(targets: list[Target]) -> list[str]:
+    """The CPU architectures the package's runtimes are built for (this host's first)."""
+    return sorted({t.arch for t in targets}, key=lambda a: a != host_arch())
 
 
 def check_inputs(spec: Spec, only_targets: list[str] | None):
@@ -162,16 +126,9 @@ def check_inputs(spec: Spec, only_targets: list[str] | None):
     else:
         check_onnxruntime_knows(model.proto, spec.model)
     targets = resolve_all(spec, only_targets)
-    for kind in dict.fromkeys(t.kind for t in targets):
-        backend_for(kind).check_toolchain([t for t in targets if t.kind == kind])
+    check_toolchains(targets)
     check_destination(spec.output)
     return model, dtypes, targets
-
-
-def _package_id(spec: Spec, model_sha: str, part: str = "") -> str:
-    """Identifies one build of one part (the ORT op checks it opened the package it was built with)."""
-    key = json.dumps([model_sha, spec.raw, __version__, part], sort_keys=True, default=str)
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def _log_offload(log: Log, model, split) -> None:
@@ -185,8 +142,12 @@ def _log_offload(log: Log, model, split) -> None:
             f"ort/model.onnx; `onnxruntime: {{fallback: false}}` in the spec makes this an error instead")
 
 
-def _log_control_flow(log: Log, flow) -> None:
-    """What happened to If/Loop: taken out (static under every profile), or why one stays."""
+def _log_frontend(log: Log, model) -> None:
+    """The opset conversion, and what happened to If/Loop: taken out (static under every profile),
+    or why one stays."""
+    if model.conversion is not None:
+        log(f"  {model.conversion.summary()}")
+    flow = model.control_flow
     if flow is None:
         return
     if flow.inlined:
@@ -195,7 +156,7 @@ def _log_control_flow(log: Log, flow) -> None:
         log(f"  {node} stays in ONNX Runtime: {why}")
 
 
-def _log_passes(log: Log, units, ort_note: str) -> None:
+def _log_passes(log: Log, units: list[CompiledUnit], ort_note: str) -> None:
     first = [next(iter(u.imports.values())) for u in units if u.imports]
     notes = sorted({s.note for s in first if s.note})
     lowered = sum((Counter(s.lowered) for s in first), Counter())
@@ -209,3 +170,14 @@ def _log_passes(log: Log, units, ort_note: str) -> None:
             log(f"  pass {p['pass']} [{tr['name']}]: {p['status']}: {p['summary']}")
     if ort_note:
         log(f"  warning: ONNX Runtime {ort_note}")
+
+
+def _log_finish(log: Log, out: Path, tally: Tally, seconds: float) -> None:
+    """The last line (what timing cost), after a warning when the machine was busy while timing."""
+    measured = tally.summary()
+    if measured.get("busy"):
+        log(f"  the machine was busy while candidates were timed: other processes kept {measured['busy_cores']:.1f} "
+            f"of {os.cpu_count()} cores busy on average, so the choices may differ from a quiet machine's; "
+            f"rebuild on a quiet machine (or into an empty tuning database) for the package's best speed")
+    timed = f"; {tally.programs} candidate programs timed, {tally.seconds:.1f} s of it" if tally.programs else ""
+    log(f"wrote {out} ({seconds:.1f} s{timed})")

@@ -150,7 +150,7 @@ def bench(package: Path = typer.Argument(..., help="package folder, or a spec to
     if json_out:
         json_out.write_text(json.dumps(report, indent=1) + "\n")
     if Path(package).is_dir():
-        from .tools.report import BENCH, write
+        from .emit.html import BENCH, write
 
         try:
             (Path(package) / BENCH).write_text(json.dumps(report, indent=1) + "\n")
@@ -165,7 +165,7 @@ def report(package: Path = typer.Argument(..., help="package folder")):
     """(Re)draw the package's report.html: graph after fusion, kernel times and roofline (with
     `pack bench` results when present), passes, layouts, what runs in ONNX Runtime."""
     from .emit.manifest import open_package
-    from .tools.report import write
+    from .emit.html import write
 
     _log(f"wrote {write(open_package(package).root)}")
 
@@ -291,7 +291,7 @@ DB_OPTION = typer.Option(None, "--db", help="database folder (default: the cache
 
 def _tuning(db: Optional[Path], target: Optional[str] = None, kind: Optional[str] = None,
             older_than: Optional[float] = None):
-    from .optimize.schedule.database import TuningDatabase
+    from .optimize.schedule.measure.database import TuningDatabase
     from .tools.tuning import Filter
 
     return TuningDatabase(db), Filter(target, kind, older_than)

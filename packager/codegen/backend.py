@@ -3,8 +3,9 @@
 Every question whose answer depends on the kind of device (its toolchain, how kernels become the target's artifact, what the plan and manifest say about them,
 how verify and bench run it, where its roofline is) is a method here; the build, the emitters
 and the tools ask the backend of a target's `kind` and never branch on it. Adding a device kind
-is one module with a `BACKEND` object plus a row in `BACKEND_MODULES` and a row in
-optimize/pipeline.py's `PIPELINES` (its graph and kernel passes).
+is one module with a `BACKEND` object plus a row in `BACKEND_MODULES`, a row in
+optimize/pipeline.py's `PIPELINES` (its graph and kernel passes) and its scheduler
+(optimize/schedule/registry.py: the scheduling contract the passes call).
 """
 from __future__ import annotations
 
@@ -77,3 +78,9 @@ def backend_for(what: str | Target | dict) -> Backend:
     if module is None:
         raise ValueError(f"no backend for device kind '{kind}' (known: {', '.join(BACKEND_MODULES)})")
     return importlib.import_module(module).BACKEND
+
+
+def check_toolchains(targets: list[Target]) -> None:
+    """Every target's toolchain, asked of its kind's backend once for all targets of that kind."""
+    for kind in dict.fromkeys(t.kind for t in targets):
+        backend_for(kind).check_toolchain([t for t in targets if t.kind == kind])

@@ -26,11 +26,11 @@ from pathlib import Path
 
 from ..errors import InternalError
 from .cuda_source import CudaModule, Launch
+from .cuda_toolchain import resource_usage
 
 GRID_SUFFIX = "_grid"
 # TVM writes __launch_bounds__ only for kernels with more than one thread per block
 _DEFINITION = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\((\d+)\) )?(\w+)\(([^)]*)\)\s*\{')
-_USAGE = re.compile(r"Function (\w+):\s*\n\s*REG:(\d+) STACK:\d+ SHARED:(\d+)")
 _STATIC_SHARED = re.compile(r"__shared__\s+(?:alignas\(\d+\)\s+)?([\w:]+)\s+\w+\[(\d+)\]")
 _BYTES = {"float": 4, "half": 2, "__half": 2, "nv_bfloat16": 2, "__nv_bfloat16": 2, "int": 4, "uint": 4,
           "signed char": 1, "char": 1, "uchar": 1, "int8_t": 1, "uint8_t": 1, "short": 2, "int16_t": 2}
@@ -104,7 +104,6 @@ def cooperative_launches(joined: dict[str, Joined], fatbin: Path, facts: dict, s
     launches: dict[str, Launch] = {}
     if not joined:
         return launches
-    from .cuda_toolchain import resource_usage
 
     usage = resource_usage(fatbin)
     for name, j in joined.items():
@@ -140,11 +139,6 @@ def blocks_per_sm(facts: dict, sm: int, threads: int, registers: int, shared_byt
     if per_block:
         limits.append(facts["smem_per_sm_kb"] * 1024 // per_block)
     return max(min(limits), 0)
-
-
-def parse_resource_usage(text: str) -> dict[str, tuple[int, int]]:
-    """cuobjdump --dump-resource-usage -> {function: (registers per thread, static shared bytes)}."""
-    return {m.group(1): (int(m.group(2)), int(m.group(3))) for m in _USAGE.finditer(text)}
 
 
 def _static_shared(body: str) -> int:

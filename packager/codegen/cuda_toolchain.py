@@ -17,6 +17,7 @@ import glob
 import hashlib
 import importlib.metadata
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -129,11 +130,17 @@ def _tool(name: str) -> str:
     return path
 
 
+_USAGE = re.compile(r"Function (\w+):\s*\n\s*REG:(\d+) STACK:\d+ SHARED:(\d+)")
+
+
+def parse_resource_usage(text: str) -> dict[str, tuple[int, int]]:
+    """cuobjdump --dump-resource-usage -> {function: (registers per thread, static shared bytes)}."""
+    return {m.group(1): (int(m.group(2)), int(m.group(3))) for m in _USAGE.finditer(text)}
+
+
 def resource_usage(fatbin: Path) -> dict[str, tuple[int, int]]:
     """Registers per thread and static shared memory of every function in a fatbin (cuobjdump, from
     the nvidia-cuda-cuobjdump wheel, else PATH): what a cooperative kernel's grid is sized by."""
-    from .cuda_grid import parse_resource_usage
-
     wheel_bin = _wheel_bin()
     tool = wheel_bin / "cuobjdump" if wheel_bin is not None else None
     if tool is None or not os.access(tool, os.X_OK):

@@ -31,7 +31,7 @@ from .. import __version__
 from ..errors import UserError
 
 if TYPE_CHECKING:
-    from ..frontend.units import Unit
+    from .assemble import CompiledUnit
     from ..spec import Spec
     from ..targets import Target
 
@@ -61,7 +61,7 @@ def target_entries(targets: list[Target]) -> list[dict]:
     return out
 
 
-def profile_entries(unit: Unit) -> list[dict]:
+def profile_entries(unit: CompiledUnit) -> list[dict]:
     out = []
     for pname, shapes in unit.profiles:
         g = unit.graphs[pname]
@@ -75,7 +75,7 @@ def io_entries(model, dtypes: dict[str, str]) -> dict[str, list[dict]]:
             "outputs": [{"name": o.name, "dtype": o.dtype, "shape": list(o.shape)} for o in model.outputs]}
 
 
-def unit_manifest(spec: Spec, unit: Unit, targets: list[Target], package_id: str) -> dict:
+def unit_manifest(spec: Spec, unit: CompiledUnit, targets: list[Target], package_id: str) -> dict:
     """A compiled part's manifest (a sub-package the runtime opens on its own)."""
     return {"name": f"{spec.name}.{unit.name}" if unit.name else spec.name, "id": package_id,
             "packager_version": __version__, **io_entries(unit.model, unit.dtypes),
@@ -83,7 +83,7 @@ def unit_manifest(spec: Spec, unit: Unit, targets: list[Target], package_id: str
             "verify": {"rtol": spec.verify.rtol, "atol": spec.verify.atol}}
 
 
-def package_manifest(spec: Spec, model, dtypes: dict[str, str], units: list[Unit], split, targets: list[Target],
+def package_manifest(spec: Spec, model, dtypes: dict[str, str], units: list[CompiledUnit], split, targets: list[Target],
                      package_id: str, model_sha: str, runtime: dict, ort_libs: dict) -> dict:
     """The root manifest (the writer adds format, version and files)."""
     from ..frontend import profile_shapes

@@ -15,7 +15,7 @@ from onnx import helper
 from ..frontend.partition import Partition, boundary_value_info, node_reads
 
 if TYPE_CHECKING:
-    from ..frontend.units import Unit
+    from .assemble import CompiledUnit
 
 DOMAIN, OP = "ai.packager", "PackagedModel"
 MAX_IR_VERSION = 10          # every onnxruntime release we support reads IR 10 (ORT 1.31 reads <= 13)
@@ -78,7 +78,7 @@ def _toposort(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.Nod
     return out
 
 
-def wrapper_for(model, units: list[Unit], split: Partition | None, ids: dict[str, str], pins: dict[str, str],
+def wrapper_for(model, units: list[CompiledUnit], split: Partition | None, ids: dict[str, str], pins: dict[str, str],
                 types) -> onnx.ModelProto:
     """The whole model as one PackagedModel node, or the kept nodes plus one node per compiled part.
     `ids` and `pins` (manifest sha256) are per unit name."""

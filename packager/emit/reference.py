@@ -22,6 +22,7 @@ import onnxruntime as ort
 
 from ..errors import PackagerError, UserError
 from ..frontend import profile_shapes, random_inputs
+from ..frontend.ort_run import model_reference
 from ..frontend.rounding import flips_for, quantization_steps, reference_spread
 
 REFERENCE_FILE = "reference/reference.json"
@@ -57,8 +58,6 @@ class References:
 def compute_references(spec, model, dtypes: dict[str, str], units, split) -> References:
     """Runs onnxruntime on the source model for every profile (unless verify.reference is false,
     or auto and the tensors would exceed AUTO_LIMIT)."""
-    from ..tools.runners import model_reference
-
     mode = spec.verify.reference
     if mode is False:
         return References([], 0, "verify.reference is false")

@@ -1,14 +1,18 @@
 """build_report.json: what every pass did (per target for kernel passes), what runs where, timings."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .. import __version__
 from ..frontend.control_flow import label
 from ..frontend.partition import Partition
-from ..frontend.units import Unit
 from ..spec import PASS_NAMES, Spec
 
+if TYPE_CHECKING:
+    from .assemble import CompiledUnit
 
-def build_report(spec: Spec, model, units: list[Unit], split: Partition | None, stage_times: dict[str, float],
+
+def build_report(spec: Spec, model, units: list[CompiledUnit], split: Partition | None, stage_times: dict[str, float],
                  seconds: float, ort_note: str, reference: str = "", measured: dict | None = None) -> dict:
     return {
         "package": spec.name, "packager_version": __version__, "model": str(spec.model),
@@ -36,13 +40,13 @@ def _control_flow(model) -> dict:
     return {"inlined": dict(flow.inlined), "kept": dict(flow.kept)} if flow else {"inlined": {}, "kept": {}}
 
 
-def _folding(units: list[Unit]) -> dict:
+def _folding(units: list[CompiledUnit]) -> dict:
     """Per compiled unit and profile: nodes onnxruntime folded to constants, nodes our rewrites
     changed (see frontend/fold.py and rewrites.py)."""
     return {f"{u.name or 'model'}/{p}": s.as_dict() for u in units for p, s in u.imports.items()}
 
 
-def offload_report(model, split: Partition | None, units: list[Unit]) -> dict:
+def offload_report(model, split: Partition | None, units: list[CompiledUnit]) -> dict:
     """What runs where: compiled parts and every node left to ONNX Runtime with the reason."""
     nodes = list(model.proto.graph.node)
     if split is None:

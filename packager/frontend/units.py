@@ -1,25 +1,15 @@
 """What gets compiled: the whole model as one unit, or (partial offload) one unit per compiled
-part, each with its shape profiles and, once the graph passes ran, its kernel graphs."""
+part, each with its shape profiles."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from ..errors import UserError
 from ..spec import Spec
 from .model import LoadedModel, profile_shapes
 from .partition import Partition, part_loaded, partition, tensor_types
 
-# Graph passes whose result depends on the target: reported with each target's kernel passes.
-PER_TARGET_REPORTS = ("derive", "layout", "global_fusion")
-
-if TYPE_CHECKING:
-    from ..codegen.graph import Graph
-    from .relax_import import ImportStats
-    from ..optimize.base import PassReport
-
-
-@dataclass
+@dataclass(frozen=True)
 class Unit:
     """A model to compile and where its files go inside the package."""
 
@@ -28,22 +18,6 @@ class Unit:
     model: LoadedModel
     profiles: list[tuple[str, dict[str, tuple[int, ...]]]]   # (profile name, input shapes)
     dtypes: dict[str, str]
-    # per pipeline key (optimize.pipeline.pipeline_key: targets whose graph passes give the same
-    # result share one): profile name -> kernel graph, and the graph passes' reports
-    graphs_by_key: dict[str, dict[str, Graph]] = field(default_factory=dict)
-    reports_by_key: dict[str, list[PassReport]] = field(default_factory=dict)
-    target_reports: list[dict] = field(default_factory=list)
-    imports: dict[str, ImportStats] = field(default_factory=dict)   # profile name -> what the frontend did
-
-    @property
-    def graphs(self) -> dict[str, Graph]:
-        """Any key's graphs (all share the ONNX inputs and outputs)."""
-        return next(iter(self.graphs_by_key.values()))
-
-    @property
-    def graph_passes(self) -> list[PassReport]:
-        """Target-independent graph passes (the per-target ones are reported per target)."""
-        return [p for p in next(iter(self.reports_by_key.values())) if p.name not in PER_TARGET_REPORTS]
 
     def path(self, rel: str) -> str:
         return f"{self.rel}/{rel}" if self.rel else rel

@@ -9,7 +9,8 @@ kernel table (PrimFuncs). A new technique is one module plus one entry in a list
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Callable
 
 import tvm
@@ -25,20 +26,29 @@ from .ieee import LEGALIZATIONS as IEEE_OPS, variadic_max_min
 from .layout.propagate import alter_layouts, keep_nchw
 from .layout.search import ProfileMemo
 from .relax_util import legalize
-from .schedule.passes import schedule_cpu, schedule_gpu
+from .derive.graph import derive_graph
+from .schedule.contract import KernelScheduler, Tally
+from .schedule.registry import scheduler_for
 from .simplify import simplify
 
 
 @dataclass
 class PassContext:
     """What a pass may read besides its IR: the target (None for target-free graph passes), the
-    optimize section of the spec, and the layout choices shared by a model's shape profiles."""
+    optimize section of the spec, the layout choices shared by a model's shape profiles, and the
+    build's tally of what timing cost. A pass asks the target's scheduler (`scheduler`), never
+    which kind of device the target is."""
 
     target: Target | None
     opt: OptimizeSpec
     layout_memo: ProfileMemo | None = None
     notes: dict[str, Any] = field(default_factory=dict)   # what an earlier pass leaves for a later one
     log: Callable[[str], None] = print                     # progress of long passes (the tuner)
+    tally: Tally = field(default_factory=Tally)
+
+    @cached_property
+    def scheduler(self) -> KernelScheduler:
+        return scheduler_for(self.target, self.opt, self.tally)
 
 
 @dataclass(frozen=True)
@@ -59,8 +69,7 @@ class Pass:
 # Graph passes (Relax IRModule -> Relax IRModule).
 SIMPLIFY = Pass("simplify", lambda mod, ctx: simplify(mod), off="off in the spec")
 FASTMATH = Pass("fastmath", lambda mod, ctx: fastmath(mod), off="off in the spec: exact libm exp/erf/tanh")
-LAYOUT = Pass("layout", lambda mod, ctx: alter_layouts(mod, ctx.target, ctx.opt.database, ctx.opt.measure,
-                                                      memo=ctx.layout_memo),
+LAYOUT = Pass("layout", lambda mod, ctx: alter_layouts(mod, ctx.scheduler, memo=ctx.layout_memo),
               off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True, per_target=True)
 LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
                         off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True)
@@ -80,14 +89,10 @@ GLOBAL_FUSION = Pass("global_fusion", global_fusion, off="off in the spec: FuseO
 
 
 def _derive(mod: tvm.IRModule, ctx: PassContext):
-    """EinNet's derivations (derive/graph.py), timed where the target's candidates are timed."""
-    from .derive.graph import derive_graph
-    from .schedule.measure import can_measure
-
-    # GPU kernels are not timed at build time: a GPU target decides on the roofline estimate.
-    # Convs are decided by timing alone, searched at level 3 (measured tuning) only.
-    return derive_graph(mod, ctx.target, ctx.opt.database, ctx.opt.measure and can_measure(ctx.target),
-                        time_convs=ctx.opt.level >= 3)
+    """EinNet's derivations (derive/graph.py), timed where the target's candidates are timed (a
+    target that is not decides on the roofline estimate). Convs are decided by timing alone,
+    searched at level 3 (measured tuning) only."""
+    return derive_graph(mod, ctx.scheduler, time_convs=ctx.opt.level >= 3)
 
 
 # Before layout packing, so a derived matmul's constant weight is packed like any matmul's.
@@ -98,14 +103,9 @@ DERIVE = Pass("derive", _derive, off="off in the spec: no derivation-based rewri
 def _reuse(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
     """ETO's reuse runs inside the passes that tune (layout candidates, schedule); this line says
     whether it can act for this target."""
-    from .schedule.measure import can_measure
-
-    if ctx.target.kind != "cpu" or ctx.opt.scheduler != "gensor":
-        return mod, PassReport("reuse", "disabled", "nothing to reuse: only Gensor's measured CPU tuning reuses "
-                               "programs (GPU kernels are not timed at build time)")
-    if not (ctx.opt.measure and can_measure(ctx.target)):
-        return mod, PassReport("reuse", "disabled", "nothing to reuse: the target's kernels are not timed "
-                               "(not this machine, no rpc device, or tuning.measure is off)")
+    why = ctx.scheduler.reuse_note()
+    if why is not None:
+        return mod, PassReport("reuse", "disabled", why)
     return mod, PassReport("reuse", "applied", "ETO: a Gensor kernel is tuned from the program of the nearest "
                            "measured kernel with its sketch (this build's or the tuning database's); the schedule "
                            "and tuning lines give sources and programs timed (layout candidates are scored from "
@@ -121,12 +121,10 @@ NOT_IMPLEMENTED: dict[str, str] = {}          # pass name -> why, for a spec swi
 def _tuning(kernels: dict, ctx: PassContext) -> tuple[dict, PassReport]:
     """The measured search (level 3) where the target's kernels can be timed; it leaves its
     programs in the tuning database, which the schedule pass after it replays."""
-    from .schedule.tune import can_tune, tune_kernels
-
-    why = can_tune(ctx.target, ctx.opt)
+    why = ctx.scheduler.why_not_tuned()
     if why is not None:
         return kernels, PassReport("tuning", "disabled", why)
-    return tune_kernels(kernels, ctx.target, ctx.opt, ctx.log)
+    return ctx.scheduler.tune(kernels, ctx.log)
 
 
 # Kernel passes (kernel table -> kernel table), per target.
@@ -134,8 +132,10 @@ TUNING = Pass("tuning", _tuning, off="off below level 3 without optimize.tuning.
               "search beyond Gensor's top-k per kernel",
               switch=lambda opt: opt.tunes())
 
-SCHEDULE_CPU = Pass("schedule", schedule_cpu, off="off in the spec: kernels are TVM's naive loops")
-SCHEDULE_GPU = Pass("schedule", schedule_gpu, switch=lambda opt: True)   # reads the switch itself
+SCHEDULE_CPU = Pass("schedule", lambda kernels, ctx: ctx.scheduler.schedule_pass(kernels),
+                    off="off in the spec: kernels are TVM's naive loops")
+# A GPU kernel needs thread bindings: with the pass off only the fallback binding runs.
+SCHEDULE_GPU = replace(SCHEDULE_CPU, off="", switch=lambda opt: True)   # reads the switch itself
 
 
 def graph_pipeline(layout: Pass) -> list[Pass]:
@@ -184,13 +184,17 @@ def pipeline_key(target: Target, passes: list[Pass], opt: OptimizeSpec) -> str:
 
 
 def optimize_graph(mod: tvm.IRModule, opt: OptimizeSpec, target: Target | None = None,
-                   layout_memo: ProfileMemo | None = None) -> tuple[tvm.IRModule, list[PassReport]]:
+                   layout_memo: ProfileMemo | None = None, tally: Tally | None = None
+                   ) -> tuple[tvm.IRModule, list[PassReport]]:
     """Relax in -> legalized (and, as enabled, simplified, re-laid-out and fused) Relax + PrimFuncs
-    out, through the target kind's graph pipeline (the CPU one without a target)."""
-    return run_passes(mod, graph_passes(target), PassContext(target, opt, layout_memo))
+    out, through the target kind's graph pipeline (the CPU one without a target); timing is
+    counted into `tally`."""
+    ctx = PassContext(target, opt, layout_memo, tally=tally if tally is not None else Tally())
+    return run_passes(mod, graph_passes(target), ctx)
 
 
-def optimize_kernels(kernels: dict, target: Target, opt: OptimizeSpec,
-                     log: Callable[[str], None] = print) -> tuple[dict, list[PassReport]]:
+def optimize_kernels(kernels: dict, target: Target, opt: OptimizeSpec, log: Callable[[str], None] = print,
+                     tally: Tally | None = None) -> tuple[dict, list[PassReport]]:
     """Per-target kernel passes (PrimFunc table in -> PrimFunc table out)."""
-    return run_passes(kernels, PIPELINES[target.kind][1], PassContext(target, opt, log=log))
+    ctx = PassContext(target, opt, log=log, tally=tally if tally is not None else Tally())
+    return run_passes(kernels, PIPELINES[target.kind][1], ctx)

@@ -31,7 +31,8 @@ from ..frontend import load_model, random_inputs
 from ..spec import PASS_NAMES, load_spec
 from ..targets import host_arch, host_ghz
 from .load import Load, ort_twin_command, packrt_twin_command
-from .runners import find_model, ort_session, runner_command
+from ..frontend.ort_run import ort_session
+from .runners import find_model, runner_command
 
 
 @dataclass
@@ -102,7 +103,7 @@ def _ort_peak_mb(model: Path, feeds: Path, threads: int) -> float:
     `feeds`: the inputs as an .npz."""
     script = (
         "import sys, numpy as np, onnxruntime as ort\n"
-        "from packager.tools.runners import ort_session\n"
+        "from packager.frontend.ort_run import ort_session\n"
         "rss = lambda: int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1])\n"
         "feeds = dict(np.load(sys.argv[2]))\n"
         "base = rss()\n"

@@ -168,7 +168,7 @@ def _onnxruntime_agrees(model: onnx.ModelProto, feeds: dict, got: list[np.ndarra
     expected output the same way we do (e.g. Resize align_corners with a fractional downscale):
     such a case shows where the two references differ, not a packager bug."""
     try:
-        from .runners import ort_session
+        from ..frontend.ort_run import ort_session
         theirs = ort_session(model.SerializeToString(), exact=True).run(None, feeds)
     except Exception:  # noqa: BLE001 - onnxruntime cannot run the case: no evidence either way
         return False

@@ -29,7 +29,7 @@ BUILD_START_S = 10.0       # a looping pack build runs this long before the benc
 # first runs, so the timed round starts once the twin is at full speed.
 _ORT_TWIN = """
 import sys, numpy as np
-from packager.tools.runners import ort_session
+from packager.frontend.ort_run import ort_session
 model, threads, feeds, library = sys.argv[1], int(sys.argv[2]), dict(np.load(sys.argv[3])), sys.argv[4] or None
 s = ort_session(model, threads, library)
 for _ in range(3):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
-from ..optimize.schedule.database import RULES, VERSION, TuningDatabase, stale
+from ..optimize.schedule.measure.database import RULES, VERSION, TuningDatabase, stale
 
 
 @dataclass(frozen=True)

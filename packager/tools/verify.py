@@ -24,8 +24,8 @@ from ..frontend import load_model, random_inputs, without_static_control_flow
 from ..frontend.rounding import STEP_SHARE, flips_for, quantization_steps, reference_spread
 from ..targets import host_arch
 from .emulate import emulate, read_emulation
-from .runners import (cuda_ep_available, find_model, model_reference, run_package, runner_command, units_of,
-                      wrapper_outputs)
+from ..frontend.ort_run import cuda_ep_available, model_reference
+from .runners import find_model, run_package, runner_command, units_of, wrapper_outputs
 
 ORT_CHECK = "onnxruntime"          # the row name of the end-to-end check through ort/model.onnx
 EMULATION_BLIND_SPOTS = ("the schedules' arithmetic and indexing are checked; not the fatbin, the driver API, "

@@ -134,7 +134,7 @@ def test_runtime_reports_no_cuda_driver(cuda_packages, cnn_input):
 
 
 def test_onnxruntime_cpu_session_runs_a_gpu_package_on_its_cpu_target(cuda_packages, cnn_input):
-    from packager.tools.runners import ort_session
+    from packager.frontend.ort_run import ort_session
 
     pkg = cuda_packages["cnn"]
     lib = pkg / "ort" / host_arch() / "libpackager_ort.so"
@@ -169,7 +169,7 @@ def test_custom_cuda_target_and_bad_arch(tmp_path, sample_root):
 @pytest.mark.gpu
 @needs_gpu
 def test_gpu_onnxruntime_cuda_ep_runs_the_cuda_target(cuda_packages, cnn_input):
-    from packager.tools.runners import cuda_ep_available, ort_session
+    from packager.frontend.ort_run import cuda_ep_available, ort_session
 
     if not cuda_ep_available():
         pytest.skip("onnxruntime has no usable CUDA execution provider here")

@@ -8,11 +8,11 @@ import re
 
 import pytest
 
-from packager.codegen import cuda_toolchain
+from packager.codegen import cuda_grid
 from packager.codegen.cuda_grid import GridReport, Joined, blocks_per_sm, cooperative_launches, join_phases
 from packager.codegen.cuda_source import generate_cuda
 from packager.codegen.cuda_toolchain import compile_fatbin
-from packager.optimize.schedule.rules_gpu import schedule_kernels_gpu
+from packager.optimize.schedule.rules.gpu import schedule_kernels_gpu
 from packager.spec import TargetSpec
 from packager.targets import resolve
 from support.kernel_cases import phased_matmuls
@@ -86,7 +86,7 @@ def test_blocks_per_sm_follows_the_occupancy_rules(name, threads, regs, shared, 
 
 def test_a_kernel_that_cannot_be_resident_is_refused(monkeypatch, tmp_path):
     t = _target("h100")
-    monkeypatch.setattr(cuda_toolchain, "resource_usage", lambda fatbin: {"k_grid": (255, 0)})
+    monkeypatch.setattr(cuda_grid, "resource_usage", lambda fatbin: {"k_grid": (255, 0)})
     report = GridReport()
     joined = {"k": Joined("k_grid", [0, 1], [1024, 1, 1], 0, [8, 8])}
     assert cooperative_launches(joined, tmp_path / "unused.fatbin", t.facts, t.sm_number, report) == {}

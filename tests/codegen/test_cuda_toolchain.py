@@ -19,7 +19,7 @@ from support.kernel_cases import case, kernels_of, w
 from packager.codegen import cuda_toolchain as tc
 from packager.codegen.cuda_source import generate_cuda
 from packager.errors import UserError
-from packager.optimize.schedule.rules_gpu import schedule_kernels_gpu
+from packager.optimize.schedule.rules.gpu import schedule_kernels_gpu
 from packager.spec import TargetSpec
 from packager.targets import resolve
 

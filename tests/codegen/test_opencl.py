@@ -8,7 +8,7 @@ import pytest
 from packager.codegen import opencl
 from packager.codegen.cuda_source import generate_cuda
 from packager.errors import InternalError
-from packager.optimize.schedule.rules_gpu import schedule_kernels_gpu
+from packager.optimize.schedule.rules.gpu import schedule_kernels_gpu
 from packager.spec import TargetSpec
 from packager.targets import resolve
 from support.kernel_cases import case, kernels_of, phased_matmuls, w

@@ -238,7 +238,7 @@ def test_full_cache_disk_leaves_no_partial_entry(disk, monkeypatch):
 
 
 def test_full_disk_under_the_tuning_database(disk):
-    from packager.optimize.schedule.database import TuningDatabase
+    from packager.optimize.schedule.measure.database import TuningDatabase
 
     db = TuningDatabase(disk / "tuning")
     db.put("kernel", {"schedule": "x" * BIG}, "gensor-cpu", "test")

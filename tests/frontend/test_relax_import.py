@@ -30,7 +30,7 @@ def test_inputs_that_are_not_identifiers_are_renamed(tmp_path):
 
 def test_the_cuda_source_of_such_a_model_names_valid_parameters(tmp_path):
     from packager.codegen.cuda_source import generate_cuda
-    from packager.optimize.schedule.rules_gpu import schedule_kernels_gpu
+    from packager.optimize.schedule.rules.gpu import schedule_kernels_gpu
     from packager.spec import TargetSpec
     from packager.targets import resolve
     from support.kernel_cases import kernels_of

@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from packager.frontend import LoadedModel, TensorInfo, import_relax
 from packager.codegen.graph import extract_graph
 from packager.optimize.pipeline import optimize_graph
+from packager.optimize.schedule.registry import scheduler_for
 from packager.spec import OptimizeSpec, TargetSpec
 from packager.targets import can_run_here, resolve
 
@@ -161,3 +162,9 @@ def loops_of(stmt) -> list:
     found: list = []
     tvm_ffi.structural_walk(stmt, (tvm.tirx.For, found.append), order="pre")
     return found
+
+
+def scheduler(target, database=None, measure: bool = True, **opt):
+    """The target's scheduler (the scheduling contract the passes call) under an optimize spec
+    with these settings."""
+    return scheduler_for(target, OptimizeSpec(database=database, measure=measure, **opt))

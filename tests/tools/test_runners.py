@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from packager.tools.runners import ort_session
+from packager.frontend.ort_run import ort_session
 
 
 def _relu_model(ir_version: int) -> onnx.ModelProto:

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from packager.optimize.schedule import database
-from packager.optimize.schedule.database import TuningDatabase, stale
+from packager.optimize.schedule.measure import database
+from packager.optimize.schedule.measure.database import TuningDatabase, stale
 from packager.tools.tuning import Filter, export, import_records, prune, summary
 from support.helpers import REPO, assert_clean_error, run_pack, write_spec
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import math
 
-from ...targets import Target
-from ..schedule.hardware import Hardware, cpu_hardware
+from ..schedule.hardware import Hardware
 from .codegen import scopes_in_order, tensors_of
 from .expr import Scope
 from .match import flops
@@ -32,6 +31,5 @@ def estimate_ms(program: Scope, hw: Hardware) -> float:
     return sum(roofline_ms(flops(s), _bytes(s), hw) for s in scopes_in_order(program))
 
 
-def rank(candidates: list[Candidate], target: Target) -> list[tuple[float, Candidate]]:
-    hw = cpu_hardware(target)
+def rank(candidates: list[Candidate], hw: Hardware) -> list[tuple[float, Candidate]]:
     return sorted(((estimate_ms(c.program, hw), c) for c in candidates), key=lambda x: x[0])

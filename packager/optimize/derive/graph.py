@@ -24,12 +24,10 @@ import tvm
 from tvm import relax
 
 from ... import progress
-from ...targets import Target
 from ..base import PassReport
 from ..relax_util import is_const, rewrite_functions
-from ..schedule.database import TuningDatabase
-from ..schedule.gensor import _target_key
-from ..schedule.hardware import cpu_hardware, gpu_hardware
+from ..schedule.contract import KernelScheduler
+from ..schedule.hardware import Hardware
 from .codegen import compute, scopes_in_order, tensors_of
 from .converge import converge, matmul_shape
 from .cost import estimate_ms
@@ -72,12 +70,13 @@ def _round(x: float | None) -> float | None:
     return round(x, 4) if x is not None else None
 
 
-def decide(call: relax.Call, target: Target, database, measure: bool, seconds: float = SEARCH_SECONDS,
+def decide(call: relax.Call, scheduler: KernelScheduler, seconds: float = SEARCH_SECONDS,
            time_convs: bool = False) -> Site:
     """Search, rank, estimate and (where it can) time one operator; `time_convs`: Conv sites are
     searched (they are decided by timing alone, sites.py). A measured decision is recorded in the
     tuning database: a rebuild replays a refusal without searching, and a taken rewrite without
     timing (its program is searched again: the search is deterministic)."""
+    measure = scheduler.measuring
     operator, why = frontend(call)
     site = Site(OPS[call.op.name], " * ".join(_shape_text(arg) for arg in call.args[:2]))
     if operator is None:
@@ -86,31 +85,32 @@ def decide(call: relax.Call, target: Target, database, measure: bool, seconds: f
     if operator.timed_only and not (measure and time_convs):
         site.why = "not searched: a conv is derived only where timed, at optimize.level 3"
         return site
-    db, target_key = (TuningDatabase(database), _target_key(target, cpu_hardware(target))) if measure else (None, "")
+    db, target_key = (scheduler.database(), scheduler.target_key()) if measure else (None, "")
     key = f"derive/{target_key}/{operator.key}"
     replayed = db.get(key, kind="derive") if db is not None else None
     if replayed is not None and not replayed["taken"]:
         return _replay(site, replayed)
-    _search(site, operator, target, seconds)
+    _search(site, operator, scheduler.hardware(), seconds)
     if replayed is not None and site.program is not None:
         return _replay(site, replayed)            # taken before: the program again, no timing
     if site.program is not None:
-        _judge(site, operator, target, database, measure)
+        _judge(site, operator, scheduler)
     if db is not None:
         db.put(key, site.record(), "derive", target_key)
         db.save()
     return site
 
 
-def _judge(site: Site, operator, target: Target, database, measure: bool) -> None:
+def _judge(site: Site, operator, scheduler: KernelScheduler) -> None:
     """Taken when timed faster (or, where nothing is timed, estimated faster); a candidate
     estimated ESTIMATE_MARGIN x slower is not timed."""
+    measure = scheduler.measuring
     if site.derived_ms >= site.original_ms * (ESTIMATE_MARGIN if measure else 1.0):
         site.why = "estimated slower" if measure else "estimated no faster (not measured)"
     elif measure:
         from .timing import time_against_original
-        site.original_ms, site.derived_ms = time_against_original(operator.original(target.vector_lanes_f32),
-                                                                  site.program, site.relaid, target, database)
+        site.original_ms, site.derived_ms = time_against_original(
+            operator.original(scheduler.target.vector_lanes_f32), site.program, site.relaid, scheduler)
         site.measured = True
         site.taken = site.derived_ms < site.original_ms
         site.why = "measured faster" if site.taken else "measured no faster"
@@ -118,11 +118,10 @@ def _judge(site: Site, operator, target: Target, database, measure: bool) -> Non
         site.taken, site.why = True, "estimated faster (not measured)"
 
 
-def _search(site: Site, operator, target: Target, seconds: float) -> None:
+def _search(site: Site, operator, hw: Hardware, seconds: float) -> None:
     """The derivation search and the cheapest emittable candidate, estimated (site updated)."""
     result = derive(operator.expr, MAX_DEPTH, seconds=seconds)
     site.states, site.pruned, site.candidates = result.states, result.pruned, len(result.candidates)
-    hw = cpu_hardware(target) if target.kind == "cpu" else gpu_hardware(target)
     best = best_candidate(result.candidates, hw)
     if best is None:
         site.why = f"no candidate lowers to matmul + eOperators ({len(result.candidates)} found)"
@@ -226,9 +225,10 @@ def _reshaped(bb, value, shape: list[int]):
     return bb.emit(relax.op.reshape(value, shape))
 
 
-def derive_graph(mod: tvm.IRModule, target: Target, database, measure: bool, seconds: float = SEARCH_SECONDS,
+def derive_graph(mod: tvm.IRModule, scheduler: KernelScheduler, seconds: float = SEARCH_SECONDS,
                  time_convs: bool = False) -> tuple[tvm.IRModule, PassReport]:
-    """Every ConvTranspose and Conv site decided once per shape, the taken ones rewritten."""
+    """Every ConvTranspose and Conv site decided once per shape, the taken ones rewritten; timed
+    where the target's scheduler times (`scheduler.measuring`), else estimated."""
     calls: list = []
     for _, func in mod.functions_items():
         if isinstance(func, relax.Function):
@@ -237,11 +237,11 @@ def derive_graph(mod: tvm.IRModule, target: Target, database, measure: bool, sec
     keyed = [(call, site_key(call)) for call in calls]
     decided: dict[str, Site] = {}
     sites: list[Site] = []
-    with progress.task(f"derive {target.name}", len({key for _, key in keyed} - {None}), "shapes") as bar:
+    with progress.task(f"derive {scheduler.target.name}", len({key for _, key in keyed} - {None}), "shapes") as bar:
         for call, key in keyed:
             if key is not None and key in decided:
                 continue
-            site = decide(call, target, database, measure, seconds, time_convs)
+            site = decide(call, scheduler, seconds, time_convs)
             sites.append(site)
             if key is not None:
                 decided[key] = site

@@ -12,12 +12,9 @@ from dataclasses import dataclass
 
 from tvm import te, tirx, topi
 
-from ...targets import Target
 from ..layout.matmul import MatmulSite
 from ..layout.search import LayoutSearch
-from ..schedule.database import TuningDatabase
-from ..schedule.gensor import GensorCpu
-from ..schedule.measure import time_interleaved
+from ..schedule.contract import KernelScheduler
 from .codegen import Kernel, kernels
 from .expr import Scope, Tensor
 from .layout import Relaid, gemm_order
@@ -32,25 +29,25 @@ def original_conv_transpose(data, weight, strides, pads, output_padding=(0, 0)) 
     return te.create_prim_func([x, w, y])
 
 
-def time_program(original: tirx.PrimFunc | None, program: Scope, relaid: dict[str, Relaid], target: Target,
-                 database, top_k: int = 6, as_built_gemm: bool = True) -> list[float]:
+def time_program(original: tirx.PrimFunc | None, program: Scope, relaid: dict[str, Relaid],
+                 scheduler: KernelScheduler, top_k: int = 6, as_built_gemm: bool = True) -> list[float]:
     """ms of the original (when given) then of each of the program's kernels, timed in
     alternation (inf: failed to run)."""
-    g = GensorCpu(target, TuningDatabase(database), True, top_k)
-    search = LayoutSearch(target, database, True)
+    g = scheduler.searcher(top_k)
+    search = LayoutSearch(scheduler)
     funcs = [g.schedule(original, "derive: original")[0]] if original is not None else []
     funcs += [g.schedule(as_built(k, relaid, search) if as_built_gemm else k.func, f"derive: {k.output}")[0]
               for k in kernels(program)]
-    times = time_interleaved(funcs, target)
+    times = scheduler.time(funcs)
     g.db.save()
     search.save()
     return [t * 1e3 if t is not None else math.inf for t in times]
 
 
-def time_against_original(original: tirx.PrimFunc, program: Scope, relaid: dict[str, Relaid], target: Target,
-                          database) -> tuple[float, float]:
+def time_against_original(original: tirx.PrimFunc, program: Scope, relaid: dict[str, Relaid],
+                          scheduler: KernelScheduler) -> tuple[float, float]:
     """(original ms, derived ms: the sum of its kernels), timed in alternation."""
-    first, *pieces = time_program(original, program, relaid, target, database)
+    first, *pieces = time_program(original, program, relaid, scheduler)
     if math.inf in (first, *pieces):              # a kernel that failed to run decides nothing
         return math.inf, math.inf
     return first, sum(pieces)
@@ -82,8 +79,8 @@ class Measured:
         return sum(self.kernels_ms)
 
 
-def measure(program: Scope, target: Target, database=None, top_k: int = 6) -> Measured:
+def measure(program: Scope, scheduler: KernelScheduler, top_k: int = 6) -> Measured:
     """Each scope as generated (no GEMM packing), scheduled by Gensor and timed in alternation."""
     kinds = {p.scope: p.kind for p in instantiate(program)}
-    times = time_program(None, program, {}, target, database, top_k, as_built_gemm=False)
+    times = time_program(None, program, {}, scheduler, top_k, as_built_gemm=False)
     return Measured(times, [kinds.get(k.scope, "?") for k in kernels(program)])

@@ -19,7 +19,8 @@ from tvm import relax
 from .graph import KernelGraph, kernel_graph
 from .outline import Group, merged_kernels, outline
 from .timing import FusionTimer
-from .trial import TrialRules, keeps_schedule
+from ..schedule.contract import KernelScheduler
+from .trial import keeps_schedule
 from .vertical import layout_kernels
 
 MAX_ROUNDS = 3                 # a chain of n layout kernels needs n - 1 rounds
@@ -46,7 +47,7 @@ class Chains:
         return {"taken": self.taken, "absorbed": self.absorbed, "refused": self.refused, "measured": self.measured}
 
 
-def layout_chains(mod: tvm.IRModule, rules: TrialRules, timer: FusionTimer | None) -> tuple[tvm.IRModule, Chains]:
+def layout_chains(mod: tvm.IRModule, rules: KernelScheduler, timer: FusionTimer | None) -> tuple[tvm.IRModule, Chains]:
     """Merge layout kernels into the layout kernel they read, round by round (longer chains)."""
     out = Chains(timed=timer is not None)
     refused: set = set()                                    # head vars whose chain was refused
@@ -106,7 +107,7 @@ def _values(g: KernelGraph, head: int) -> list[int] | None:
     return items
 
 
-def _judge(g: KernelGraph, groups: list[Group], fused_mod: tvm.IRModule, rules: TrialRules,
+def _judge(g: KernelGraph, groups: list[Group], fused_mod: tvm.IRModule, rules: KernelScheduler,
            timer: FusionTimer | None, out: Chains) -> tuple[list[Group], list[Group]]:
     """(groups taken, groups refused): a merged chain keeps the head's schedule and, where timed,
     is not measured slower than its parts."""

@@ -13,13 +13,11 @@ from .outline import Group, merged_kernels, outline
 from .phases import grid_phases
 from .rowregion import row_regions
 from .timing import FusionTimer, fusion_timer
-from .trial import TrialRules, keeps_schedule
+from ..schedule.contract import KernelScheduler
+from .trial import keeps_schedule
 from .vertical import epilogue_plan, fold_plan, layout_kernels
 
 MAX_ROUNDS = 4
-# Folding copies into a CPU matmul's operand reads was mostly measured slower than the copies on
-# x86 (zoo attention: 12-140%); on a CPU target that cannot be timed here it is not guessed.
-CPU_UNMEASURED = "not tried: CPU target not timed (not this machine, no rpc device), and on x86 folds were mostly measured slower"
 
 
 def traffic(mod: tvm.IRModule) -> tuple[int, int]:
@@ -36,19 +34,18 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
         return mod, PassReport("global_fusion", "applied", "nothing to plan: main is not one data-flow block")
     n0, bytes0 = traffic(mod)
     analysis = te_summary(g)
-    rules = TrialRules(ctx.target, ctx.opt.scheduler == "gensor", ctx.opt.database)
+    rules = ctx.scheduler
     timer = fusion_timer(ctx)
     try:
-        if ctx.target.kind == "cpu" and timer is None:
+        vertical_note = rules.lacks("untimed_folds") if timer is None else None
+        if vertical_note:
             out, groups, refused, timed = mod, [], {}, []
-            vertical_note = CPU_UNMEASURED
         else:
             out, groups, refused, timed = _vertical(mod, g, rules, timer)
-            vertical_note = ""
         out, chains = layout_chains(out, rules, timer)
         out, rows = row_regions(out, ctx, rules, timer)
         out, epilogues = reduction_epilogues(out, ctx, rules, timer)
-        out, phases = grid_phases(out, ctx.target, rules)
+        out, phases = grid_phases(out, rules)
     finally:
         if timer:
             timer.save()              # decisions and Gensor's measurements, for rebuilds and the schedule pass
@@ -101,7 +98,7 @@ def _convs_left(horizontal: dict) -> str:
     return f" ({n} sibling conv group(s) left apart: TVM 0.27 has no CombineParallelConv2D)" if n else ""
 
 
-def _vertical(mod: tvm.IRModule, g: KernelGraph, rules: TrialRules, timer: FusionTimer | None):
+def _vertical(mod: tvm.IRModule, g: KernelGraph, rules: KernelScheduler, timer: FusionTimer | None):
     """Fold layout copies, round by round without the groups refused in the last round (a
     refused reader leaves its copies to the others or to the producer's store)."""
     refused: dict[tuple[str, int], str] = {}
@@ -168,7 +165,7 @@ def _label(g: KernelGraph, i: int) -> str:
     return f"{g.bindings[i].var.name}={g.calls[i].name}" if i in g.calls else g.bindings[i].var.name
 
 
-def _trial(g: KernelGraph, groups: list[Group], merged: list, rules: TrialRules) -> dict[int, str]:
+def _trial(g: KernelGraph, groups: list[Group], merged: list, rules: KernelScheduler) -> dict[int, str]:
     """Groups whose merged kernel lost the schedule the grown kernel had: (kind, anchor) -> why."""
     failed = {}
     for grp, func in zip(groups, merged):

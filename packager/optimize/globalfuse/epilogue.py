@@ -20,7 +20,7 @@ import tvm
 from ..kernel_cost import kernel_cost
 from .analyze import COMPUTE_INTENSIVE
 from .graph import KernelGraph
-from .rowregion import MATMUL_RULES, Merged, cpu_graph, merge_pairs, mismatch, pairs_of, predicated
+from .rowregion import MATMUL_RULES, Merged, merge_pairs, pairs_of, planned_graph, predicated
 from .timing import FusionTimer
 
 RULE = "reduction-epilogue"
@@ -37,7 +37,7 @@ def reduction_epilogues(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None
     """Merge each (compute-intensive reduction, its only reader: a memory-intensive reduction)
     pair that schedules as one and pays."""
     out = Epilogues(timed=timer is not None)
-    g = cpu_graph(mod, ctx, out, "CPU targets only in this version")
+    g = planned_graph(mod, ctx, out, "reduction_epilogues")
     if g is None:
         return mod, out
 
@@ -45,9 +45,9 @@ def reduction_epilogues(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None
         if func is None:
             return "not merged by FuseTIR"
         if rules.rule(func) != RULE:
-            return f"no {RULE} schedule: {mismatch(rules.target, func, 'reduction_epilogue')}"
+            return f"no {RULE} schedule: {rules.refusal(func, 'reduction_epilogue')}"
         if timer is None:
-            return "not measured, and its tiles are predicated" if predicated(rules.cpu_schedule(func)) else ""
+            return "not measured, and its tiles are predicated" if predicated(rules.scheduled(func).func) else ""
         why, entry = timer.verdict(func, [(g.calls[p].prim, 1.0), (g.calls[c].prim, 1.0)], "reduction epilogue")
         if not why:
             out.measured.append({"kernel": g.calls[c].name, **entry})

@@ -20,11 +20,12 @@ at MAX_PHASES kernels.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
 import tvm
 from tvm import relax
 
+from ..schedule.contract import KernelScheduler
 from ..schedule.phases import PHASE_ATTR, THREADS_ATTR, PhaseError, split_phases, thread_shape, top_blocks
 from .graph import KernelGraph, kernel_graph
 from .outline import Group, merged_kernels, outline
@@ -59,11 +60,12 @@ class GridPhases:
         return {"chains": self.chains, "refused": self.refused, "skipped": self.skipped, "held": self.held}
 
 
-def grid_phases(mod: tvm.IRModule, target, rules) -> tuple[tvm.IRModule, GridPhases]:
+def grid_phases(mod: tvm.IRModule, rules: KernelScheduler) -> tuple[tvm.IRModule, GridPhases]:
     """Merge every chain of consecutive kernels that keeps its block shapes."""
     out = GridPhases()
-    if target.kind != "cuda":
-        out.skipped = "GPU targets only: a CPU kernel's threads meet at the end of its parallel loop"
+    target = rules.target
+    if rules.lacks("grid_phases"):
+        out.skipped = rules.lacks("grid_phases")
         return mod, out
     if "sms" not in target.facts:
         out.skipped = f"no hardware table row for {target.sm}: co-residency cannot be checked"
@@ -100,7 +102,7 @@ def _chains(g: KernelGraph, rules, out: GridPhases) -> list[list[int]]:
 
     def shape(i: int):
         if i not in shapes:
-            func, rule = rules.gpu_schedule(g.calls[i].prim)
+            func, rule, _ = astuple(rules.scheduled(g.calls[i].prim))
             shapes[i] = thread_shape(func) if func is not None and rule != "none" else None
             gensor[i] = rule == "gensor"
         return shapes[i]
@@ -149,7 +151,7 @@ def _segments(g: KernelGraph, chain: list[int], func, rules) -> tuple[list[tuple
             start += 1
     if len(runs) == 1 and len(runs[0][0]) == len(chain):
         return runs, ""
-    scheduled = [rules.gpu_schedule(p)[0] for p in phases]
+    scheduled = [rules.scheduled(p).func for p in phases]
     shapes = [thread_shape(f) if f is not None else None for f in scheduled]
     return runs, f"block shapes differ once cut into phases ({', '.join(_dims(s) for s in shapes)})"
 
@@ -159,7 +161,7 @@ def _one_block(phases: list, rules) -> tuple[bool, int | None]:
     to (None: their own best plans agree). The block is the one dlight's phases have (their rules
     cannot change it), else the costliest phase's; the others take Gensor's best plan with it
     while the estimated time that costs stays under LINK_SAVING_MS per link."""
-    free = [rules.gpu_plan(p) for p in phases]
+    free = [astuple(rules.scheduled(p)) for p in phases]
     shapes = [thread_shape(f) if f is not None else None for f, _, _ in free]
     if None in shapes:
         return False, None
@@ -173,7 +175,7 @@ def _one_block(phases: list, rules) -> tuple[bool, int | None]:
         return False, None
     extra = 0.0
     for (_, _, est), p in zip(free, phases):
-        held, _, held_est = rules.gpu_plan(p, block[0])
+        held, _, held_est = astuple(rules.scheduled(p, block[0]))
         if held is None or thread_shape(held) != block:
             return False, None
         extra += (held_est or 0.0) - (est or 0.0)

@@ -76,7 +76,7 @@ def row_regions(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None) -> tup
     """Merge each (row reduction, its only reader: a matmul) pair that schedules and pays, then
     each (matmul, its only reader: such a region) pair."""
     out = RowRegions(timed=timer is not None)
-    g = cpu_graph(mod, ctx, out, "CPU targets only in this version: a GPU row region needs a block-level rule of its own")
+    g = planned_graph(mod, ctx, out, "row_regions")
     if g is None:
         return mod, out
 
@@ -89,11 +89,12 @@ def row_regions(mod: tvm.IRModule, ctx, rules, timer: FusionTimer | None) -> tup
     return mod, out
 
 
-def cpu_graph(mod: tvm.IRModule, ctx, out: Merged, gpu_note: str) -> KernelGraph | None:
-    """The kernel graph to plan on for a CPU target; None (with `gpu_note` as the reason for other
-    targets) when there is none."""
-    if ctx.target.kind != "cpu":
-        out.skipped = gpu_note
+def planned_graph(mod: tvm.IRModule, ctx, out: Merged, technique: str) -> KernelGraph | None:
+    """The kernel graph to plan `technique` on; None (with the scheduler's reason in `out.skipped`)
+    when the target's kind does not do it."""
+    why = ctx.scheduler.lacks(technique)
+    if why:
+        out.skipped = why
         return None
     return kernel_graph(mod)
 
@@ -157,20 +158,6 @@ def pairs_of(g: KernelGraph, rules, producer_rules: tuple, reader_rules: tuple,
     return pairs
 
 
-def mismatch(target, func: tirx.PrimFunc, rule: str = "row_region") -> str:
-    """Why a CpuRules rule (by method name) does not take a merged kernel (its RuleMismatch text)."""
-    from tvm import s_tir
-
-    from ..schedule.rules_cpu import CpuRules
-
-    try:
-        getattr(CpuRules(target), rule)(s_tir.Schedule(func))
-    except Exception as e:  # noqa: BLE001 - the rule's refusal or a schedule primitive's error
-        lines = str(e).strip().splitlines()
-        return lines[-1][:160] if lines else type(e).__name__
-    return "another rule came first"
-
-
 def predicated(func: tirx.PrimFunc) -> bool:
     """Some block of the scheduled kernel runs under a predicate (a partial tile)."""
     found = []
@@ -184,9 +171,9 @@ def _refusal(g: KernelGraph, r: int, c: int, func, rules, timer, out: RowRegions
         return "not merged by FuseTIR"
     rule = rules.rule(func)
     if rule != "row-region":
-        return f"no row-region schedule: {mismatch(rules.target, func)}"
+        return f"no row-region schedule: {rules.refusal(func, 'row_region')}"
     if timer is None:
-        if rules.rule(g.calls[r].prim) in MATMUL_RULES and predicated(rules.cpu_schedule(func)):
+        if rules.rule(g.calls[r].prim) in MATMUL_RULES and predicated(rules.scheduled(func).func):
             return ("not measured, and its tiles are predicated (rows or columns not a multiple of the tile): "
                     "such regions were measured up to 8x slower on x86 (ViT's 197 tokens)")
         return ""

@@ -2,13 +2,10 @@
 refuses a fusion that does not pay). Each side is scheduled as the schedule pass will schedule it."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 from tvm import tirx
 
-from ..schedule.measure import can_measure
-from ..schedule.database import RULES
-from .trial import StructMemo
+from ..schedule.contract import KernelScheduler, StructMemo
+from ..schedule.measure.database import RULES
 
 # The rules version of recorded decisions (taken / refused, with both times), also in their keys;
 # its history is at RULES in schedule/database.py.
@@ -29,9 +26,7 @@ def pays(fused_s: float, separate_s: float) -> bool:
 
 def fusion_timer(ctx) -> "FusionTimer | None":
     """A timer when the target runs here and the spec lets builds measure, else None."""
-    if not ctx.opt.measure or not can_measure(ctx.target):
-        return None
-    return FusionTimer(ctx)
+    return FusionTimer(ctx.scheduler) if ctx.scheduler.measuring else None
 
 
 class FusionTimer:
@@ -40,20 +35,13 @@ class FusionTimer:
     structure). Each decision is recorded in the tuning database, so a rebuild takes the same
     fusions (timings on a busy machine flip close calls)."""
 
-    def __init__(self, ctx):
-        from ..schedule.database import TuningDatabase
-        from ..schedule.gensor import GensorCpu, _target_key
-        from ..schedule.hardware import cpu_hardware
-        from ..schedule.rules_cpu import CpuRules
-
-        opt = ctx.opt
-        self.target = ctx.target
-        self.db = TuningDatabase(opt.database)
+    def __init__(self, scheduler: KernelScheduler):
+        opt = scheduler.opt
+        self.scheduler = scheduler
+        self.db = scheduler.database()
         gensor = opt.scheduler == "gensor"
-        self.gensor = GensorCpu(ctx.target, self.db, True, opt.top_k, opt.enabled("reuse")) if gensor else None
-        self.rules = CpuRules(ctx.target)
-        hw_key = _target_key(ctx.target, cpu_hardware(ctx.target))
-        self.target_key = f"global-fusion/v{DECISIONS_VERSION}/{opt.scheduler}/{hw_key}"
+        self.gensor = scheduler.searcher(opt.top_k, True, opt.enabled("reuse"), self.db) if gensor else None
+        self.target_key = f"global-fusion/v{DECISIONS_VERSION}/{opt.scheduler}/{scheduler.target_key()}"
         self.memo = StructMemo()
 
     def compare(self, fused: tirx.PrimFunc, parts: list[tuple[tirx.PrimFunc, float]],
@@ -61,9 +49,7 @@ class FusionTimer:
         """(seconds of the merged kernel, seconds of the parts together: each part's time x its
         weight, e.g. 1/readers for a copy the merged kernel shares with other readers), from the
         database when this merge was timed before."""
-        from ..schedule.workload import func_key
-
-        key = func_key(fused, self.target_key)
+        key = self.scheduler.record_key(fused, self.target_key)
         rec = self.db.get(key, kind="global-fusion")
         if rec is not None:
             return rec["fused_s"], rec["separate_s"]
@@ -94,13 +80,10 @@ class FusionTimer:
         activation was just written and is in cache; both sides read the same weights. The
         cold timing flushes every argument but the first, intermediates included, and refused
         BERT-base's softmax row regions (103 vs 92 us) that were taken before."""
-        from ..schedule.measure import time_interleaved
-
-        warm = replace(self.target, cold_weights=False)
-        return time_interleaved([self.memo.get(f, self._schedule) for f in funcs], warm)
+        return self.scheduler.time([self.memo.get(f, self._schedule) for f in funcs], warm=True)
 
     def _schedule(self, func: tirx.PrimFunc) -> tirx.PrimFunc:
-        return self.gensor.schedule(func)[0] if self.gensor else self.rules.schedule(func)[0]
+        return self.gensor.schedule(func)[0] if self.gensor else self.scheduler.scheduled(func).func
 
     def save(self) -> None:
         self.db.save()

@@ -35,7 +35,7 @@ from ..relax_util import is_const
 from ... import progress
 from ...targets import Target
 from ..base import PassReport
-from ..schedule.measure import where_measured
+from ..schedule.contract import KernelScheduler
 from .clip import clip_as_ops
 from .matmul import matmul_site, pack_matmul_weights
 from .primitives import channel_blocked, conv_weight_blocked
@@ -286,15 +286,15 @@ def keep_nchw(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, PassRepo
                            "GPU layouts and weight panels are not searched in this version", {"convs": 0, "packed": 0})
 
 
-def alter_layouts(mod: tvm.IRModule, target: Target, database=None,
-                  measure: bool = True, search=None, memo: ProfileMemo | None = None
+def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, memo: ProfileMemo | None = None
                   ) -> tuple[tvm.IRModule, PassReport]:
     """Relax (NCHW) in -> Relax with per-conv packed layouts, propagated conversions and packed
     matmul weights out. `search` (tests) replaces the joint search: anything with
     decide(site, incoming), decide_matmul(site), save() and `measuring`. `memo` carries the
     first shape profile's choices to the others."""
     mod, clips = clip_as_ops(mod)
-    search = search or LayoutSearch(target, database, measure)
+    target = scheduler.target
+    search = search or LayoutSearch(scheduler)
     if memo is not None:
         search = memo.wrap(search)
     decisions = decide_layouts(mod, search)
@@ -305,7 +305,7 @@ def alter_layouts(mod: tvm.IRModule, target: Target, database=None,
     converted, n_panels = pack_matmul_weights(converted, [(c, d.nt) for c, _, d in matmuls if d.nt])
     packed = [d for _, _, d in decisions if (d.data_block, d.out_block) != (1, 1)]
     act, const = _count_conversions(converted)
-    how = f"measured on {where_measured(target)}" if search.measuring else "analytical (Gensor estimate)"
+    how = f"measured on {scheduler.where_measured()}" if search.measuring else "analytical (Gensor estimate)"
     chosen = Counter("/".join(d.layouts()) for _, _, d in decisions)
     conv_part = (f"{len(packed)}/{len(decisions)} convs packed ({', '.join(f'{n}x {k}' for k, n in chosen.most_common())}); "
                  f"activation conversions {2 * len(packed)} before propagation -> {act} after; {const} weight/bias "

@@ -39,10 +39,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from tvm import relax, te, topi
 
-from ...targets import Target
-from ..schedule.database import TuningDatabase
-from ..schedule.gensor import GensorCpu
-from ..schedule.padding import MEMORY_BOUND_REDUCTION
+from ..schedule.contract import KernelScheduler
+from ..schedule.hardware import MEMORY_BOUND_REDUCTION
 from .conv import ConvLayouts, conv2d_packed
 from .matmul import MatmulSite
 from .primitives import layout_name
@@ -217,12 +215,12 @@ def candidates(site: ConvSite, incoming: int, lanes: int, allowed_out: tuple[int
 class LayoutSearch:
     """Scores layout candidates with Gensor (same database, same hardware model)."""
 
-    def __init__(self, target: Target, database, measure: bool):
-        self.db = TuningDatabase(database)
+    def __init__(self, scheduler: KernelScheduler):
+        self.db = scheduler.database()
         # No ETO reuse here: candidates are compared with each other, and a reused program's
         # quality (not the layout's) decided between them; from scratch costs the same 3 programs.
-        self.gensor = GensorCpu(target, self.db, measure, SEARCH_TOP_K)
-        self.lanes = target.vector_lanes_f32
+        self.gensor = scheduler.searcher(SEARCH_TOP_K, scheduler.opt.measure, db=self.db)
+        self.lanes = scheduler.target.vector_lanes_f32
         hw = self.gensor.hw
         dram = hw.level("DRAM").bandwidth * hw.cores * hw.ghz * 1e9          # bytes / s
         self.conversion_ms_per_byte = 2 / dram * 1e3                          # read + write

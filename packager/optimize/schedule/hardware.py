@@ -15,6 +15,10 @@ from pathlib import Path
 
 from ...targets import Target, can_run_here
 
+# A kernel reducing at most this many products per output (3x3 (9) ... 8x8 windows; a 3-channel
+# 3x3 conv is 27) reads each input element a few times: memory-bound on every target.
+MEMORY_BOUND_REDUCTION = 64
+
 
 @dataclass(frozen=True)
 class MemLevel:

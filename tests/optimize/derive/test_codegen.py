@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import tvm
 
-from support.kernel_cases import host_target
+from support.kernel_cases import host_target, scheduler
 from packager.optimize.derive.codegen import kernels
 from packager.optimize.derive.cost import estimate_ms, rank
 from packager.optimize.derive.interp import evaluate
@@ -46,9 +46,9 @@ def test_derived_conv3x3_and_conv_transpose_kernels_compute_the_same():
 def test_candidates_are_ranked_by_the_roofline_and_measured_here(tmp_path):
     target = host_target()
     expr = conv2d((1, 8, 8, 8), (8, 8, 3, 3), pads=(1, 1, 1, 1))
-    ranked = rank(derive(expr, 7, seconds=30).candidates, target)
+    ranked = rank(derive(expr, 7, seconds=30).candidates, cpu_hardware(target))
     estimates = [e for e, _ in ranked]
     assert estimates == sorted(estimates) and estimates[0] > 0
     assert estimate_ms(ranked[0][1].program, cpu_hardware(target)) == estimates[0]
-    m = measure(ranked[0][1].program, target, database=tmp_path, top_k=2)
+    m = measure(ranked[0][1].program, scheduler(target, tmp_path), top_k=2)
     assert sorted(m.kinds) == ["eop", "matmul"] and all(0 < t < 1e3 for t in m.kernels_ms)

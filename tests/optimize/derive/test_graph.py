@@ -9,7 +9,7 @@ import pytest
 import tvm
 from tvm import relax
 
-from support.kernel_cases import host_target
+from support.kernel_cases import host_target, scheduler
 from packager.optimize.derive.graph import decide, derive_graph, rewrite
 from packager.optimize.derive.sites import site_key
 from packager.spec import TargetSpec
@@ -58,7 +58,7 @@ def test_stride2_conv_transposes_are_derived_and_compute_the_same(tmp_path):
     """arm64 does not run here: the decision is the roofline estimate (4x fewer multiply-adds)."""
     arm = resolve(TargetSpec("arm64", {}, "t"))
     mod = _relax(_generator(), (1, 16, 5, 5))
-    out, report = derive_graph(mod, arm, tmp_path, measure=False)
+    out, report = derive_graph(mod, scheduler(arm, tmp_path, measure=False))
     sites = report.details["sites"]
     assert [s["taken"] for s in sites] == [True, True] and all(not s["measured"] for s in sites)
     assert all(s["derived_ms"] < s["original_ms"] for s in sites)
@@ -74,7 +74,7 @@ def test_measured_decisions_name_both_times(tmp_path):
     """InfoGAN's third and fourth layers' shapes (tiny ones are refused on the estimate alone)."""
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.ConvTranspose2d(256, 128, 4, 2, 1), torch.nn.ConvTranspose2d(128, 64, 4, 2, 1))
-    out, report = derive_graph(_relax(net, (1, 256, 4, 4)), host_target(), tmp_path, measure=True)
+    out, report = derive_graph(_relax(net, (1, 256, 4, 4)), scheduler(host_target(), tmp_path, measure=True))
     sites = report.details["sites"]
     assert len(sites) == 2
     for s in sites:
@@ -90,15 +90,15 @@ def test_measured_decisions_name_both_times(tmp_path):
 def test_sites_this_version_does_not_derive_are_refused_with_the_reason(tmp_path):
     arm = resolve(TargetSpec("arm64", {}, "t"))
     grouped = torch.nn.ConvTranspose2d(8, 8, 4, 2, 1, groups=2)
-    _, report = derive_graph(_relax(grouped, (1, 8, 4, 4)), arm, tmp_path, measure=False)
+    _, report = derive_graph(_relax(grouped, (1, 8, 4, 4)), scheduler(arm, tmp_path, measure=False))
     (site,) = report.details["sites"]
     assert not site["taken"] and "groups" in site["why"]
     stride1 = torch.nn.ConvTranspose2d(8, 8, 2, 1, 0)         # no zero insertion: nothing to save
-    _, report = derive_graph(_relax(stride1, (1, 8, 1, 1)), arm, tmp_path, measure=False)
+    _, report = derive_graph(_relax(stride1, (1, 8, 1, 1)), scheduler(arm, tmp_path, measure=False))
     (site,) = report.details["sites"]
     assert not site["taken"] and site["why"] == "estimated no faster (not measured)"
     convs = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Conv2d(4, 4, 1), torch.nn.Conv2d(4, 4, 3, groups=2))
-    _, report = derive_graph(_relax(convs, (1, 3, 8, 8)), arm, tmp_path, measure=False, time_convs=True)
+    _, report = derive_graph(_relax(convs, (1, 3, 8, 8)), scheduler(arm, tmp_path, measure=False), time_convs=True)
     assert [s["why"] for s in report.details["sites"]] == [
         "not searched: a conv is derived only where timed, at optimize.level 3", "a 1x1 conv is a matmul already",
         "groups > 1 (not derived in this version)"]
@@ -112,7 +112,7 @@ def test_a_conv_is_timed_against_the_packed_conv_and_its_derived_program_compute
     net = torch.nn.Sequential(torch.nn.Conv2d(128, 128, 3, padding=1), torch.nn.ReLU(),
                               torch.nn.Conv2d(128, 16, 3, padding=2, dilation=2))
     mod = _relax(net, (1, 128, 14, 14))
-    out, report = derive_graph(mod, host_target(), tmp_path, measure=True, time_convs=True)
+    out, report = derive_graph(mod, scheduler(host_target(), tmp_path, measure=True), time_convs=True)
     sites = report.details["sites"]
     assert len(sites) == 2 and all(s["original_ms"] > 0 and s["derived_ms"] > 0 for s in sites)
     assert sites[0]["measured"], sites[0]                  # a ResNet-like 3x3 conv is close enough to time
@@ -122,14 +122,14 @@ def test_a_conv_is_timed_against_the_packed_conv_and_its_derived_program_compute
             assert s["taken"] == (s["derived_ms"] < s["original_ms"])
         else:
             assert not s["taken"] and s["why"] == "estimated slower"
-    _, again = derive_graph(mod, host_target(), tmp_path, measure=True, time_convs=True)    # a rebuild replays
+    _, again = derive_graph(mod, scheduler(host_target(), tmp_path, measure=True), time_convs=True)    # a rebuild replays
     assert [s["why"] for s in again.details["sites"]] == [s["why"] + " (from the tuning database)" for s in sites]
     calls = []
     relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if isinstance(e, relax.Call) else None)
     forced = {}
     for call in calls:
         if getattr(call.op, "name", None) == "relax.nn.conv2d":
-            site = decide(call, host_target(), tmp_path / "forced", measure=True, time_convs=True)
+            site = decide(call, scheduler(host_target(), tmp_path / "forced"), time_convs=True)
             forced[site_key(call)] = site
     assert len(forced) == 2 and all(s.program is not None for s in forced.values())
     derived = rewrite(mod, forced)

@@ -9,8 +9,7 @@ from tvm import relax
 
 from packager.optimize.globalfuse.epilogue import reduction_epilogues
 from packager.optimize.globalfuse.graph import kernel_graph
-from packager.optimize.globalfuse.trial import TrialRules
-from support.kernel_cases import conv_then_channel_sum, host_target, optimized_module
+from support.kernel_cases import conv_then_channel_sum, host_target, optimized_module, scheduler
 
 
 def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
@@ -21,7 +20,8 @@ def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
 def _epilogues(summed_to: int):
     target = host_target()
     mod = optimized_module(conv_then_channel_sum(16, 32, 12, summed_to), target, global_fusion=False)
-    out, merged = reduction_epilogues(mod, SimpleNamespace(target=target), TrialRules(target), None)
+    sched = scheduler(target)
+    out, merged = reduction_epilogues(mod, SimpleNamespace(target=target, scheduler=sched), sched, None)
     return mod, out, merged
 
 
@@ -46,14 +46,13 @@ def test_fusions_are_timed_warm_for_a_model_timed_cold(monkeypatch, tmp_path):
     from dataclasses import replace
 
     from packager.optimize.globalfuse import timing
-    from packager.optimize.schedule import measure
-    from packager.spec import OptimizeSpec
+    from packager.optimize.schedule import cpu
 
     seen = []
-    monkeypatch.setattr(measure, "time_interleaved", lambda funcs, target: seen.append(target) or [1e-3] * len(funcs))
+    monkeypatch.setattr(cpu, "time_interleaved", lambda funcs, target, tally=None: seen.append(target) or
+                        [1e-3] * len(funcs))
     cold = replace(host_target(), cold_weights=True)
-    ctx = SimpleNamespace(target=cold, opt=OptimizeSpec(level=2, database=tmp_path))
     mod = optimized_module(conv_then_channel_sum(16, 32, 12), host_target(), global_fusion=False)
     parts = [c.prim for c in kernel_graph(mod).calls.values()]
-    timing.FusionTimer(ctx).compare(parts[0], [(parts[1], 1.0)])
+    timing.FusionTimer(scheduler(cold, tmp_path, level=2)).compare(parts[0], [(parts[1], 1.0)])
     assert seen and not any(t.cold_weights for t in seen)

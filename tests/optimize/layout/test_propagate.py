@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 from packager.frontend import LoadedModel, TensorInfo, import_relax
+from packager.optimize.schedule.registry import scheduler_for
 from packager.optimize.layout.propagate import alter_layouts
 from packager.optimize.layout.search import ConvSite, Decision, candidates
 from packager.optimize.pipeline import optimize_graph
@@ -67,7 +68,7 @@ def _relax(model):
 def _run(model, blocks, panels=0):
     """(report, output of the re-laid-out graph, onnxruntime's output)."""
     mod, shape = _relax(model)
-    laid, report = alter_layouts(mod, X86, search=FixedSearch(blocks, panels))
+    laid, report = alter_layouts(mod, scheduler_for(X86), search=FixedSearch(blocks, panels))
     from packager.optimize.relax_util import legalize
     from packager.optimize.layout.conv import legalize_conv2d
     built = relax.build(legalize(laid, {"relax.nn.conv2d": legalize_conv2d}), target="llvm")
@@ -182,7 +183,7 @@ def test_matmul_weights_in_panels_match():
     assert report.details["matmuls"] == 1 and report.details["matmuls_packed"] == 1
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
     mod, _ = _relax(m)
-    out, _ = alter_layouts(mod, X86, search=FixedSearch([], 16))
+    out, _ = alter_layouts(mod, scheduler_for(X86), search=FixedSearch([], 16))
     consts = [b.value.args[1].fields[1] for blk in out["main"].body.blocks for b in blk.bindings
               if getattr(b.value.op, "name", "") == "relax.call_tir" and "matmul_packed" in b.value.args[0].name_hint]
     assert consts[0].value.numpy().shape == (3, 24, 16)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
+from packager.optimize.schedule.registry import scheduler_for
+from packager.spec import OptimizeSpec
 from packager.optimize.layout.clip import clip_as_ops
 from packager.optimize.layout.propagate import _Tracker, _bindings, alter_layouts
 from packager.optimize.layout.search import LOOKAHEAD_WITHIN, ConvSite, LayoutSearch, NextConv
@@ -27,7 +29,7 @@ class TableSearch(LayoutSearch):
     input costs 3 ms; `scored` lists the candidates asked for."""
 
     def __init__(self, database, table=TABLE):
-        super().__init__(X86, database, measure=False)
+        super().__init__(scheduler_for(X86, OptimizeSpec(database=database, measure=False)))
         self.conversion_ms_per_byte = 3.0 / (96 * 8 * 8 * 4)
         self.table, self.scored = table, []
 
@@ -118,7 +120,7 @@ def test_the_layout_pass_reports_the_lookahead_and_stays_correct(tmp_path):
              **{(EXPAND, 1, o): 5.0 for o in (1, 16, 32)}}
     model = _mobilenet_block()
     mod, shape = _relax(model)
-    laid, report = alter_layouts(mod, X86, search=TableSearch(tmp_path, table))
+    laid, report = alter_layouts(mod, scheduler_for(X86), search=TableSearch(tmp_path, table))
     assert report.details["lookahead"] == {"convs": 1, "changed": 1}, report.summary
     assert "1 convs chose their output block with the cost of the conv reading it, 1 of them" in report.summary
     assert report.details["per_conv"][1]["next_conv_ms"] == {}

@@ -7,6 +7,8 @@ import numpy as np
 import tvm
 from onnx import helper
 
+from packager.optimize.schedule.registry import scheduler_for
+from packager.spec import OptimizeSpec
 from packager.optimize.layout.clip import clip_as_ops
 from packager.optimize.layout.propagate import _Tracker, _bindings, alter_layouts
 from packager.optimize.layout.search import ConvSite, LayoutSearch, PoolSite
@@ -26,7 +28,7 @@ class TableSearch(LayoutSearch):
     """The real decisions over TABLE's conv scores and POOL_MS's pooling times (no timing)."""
 
     def __init__(self, database):
-        super().__init__(X86, database, measure=False)
+        super().__init__(scheduler_for(X86, OptimizeSpec(database=database, measure=False)))
         self.pools = []
 
     def _score(self, site, data_block, out_block):
@@ -71,7 +73,7 @@ def test_the_pooling_kernel_computes_the_pooling_in_each_block():
         lib(tvm.runtime.tensor(xb), out)
         got = out.numpy() if block == 1 else out.numpy().transpose(0, 1, 4, 2, 3).reshape(ref.shape)
         np.testing.assert_array_equal(got, ref)
-    assert np.isfinite(LayoutSearch(X86, None, measure=False)._score_pool(POOL, 16))
+    assert np.isfinite(LayoutSearch(scheduler_for(X86, OptimizeSpec(measure=False)))._score_pool(POOL, 16))
 
 
 def _stem(readers: int = 2):
@@ -111,7 +113,7 @@ def test_the_layout_pass_reports_the_pooling_and_stays_correct(tmp_path):
 
     model = _stem()
     mod, shape = _relax(model)
-    laid, report = alter_layouts(mod, X86, search=TableSearch(tmp_path))
+    laid, report = alter_layouts(mod, scheduler_for(X86), search=TableSearch(tmp_path))
     assert report.details["pooling"] == {"convs": 1, "changed": 1}, report.summary
     assert "1 convs chose their output block with the time of the pooling after them, 1 of them" in report.summary
     assert report.details["per_conv"][0]["layouts"][2] == "NCHW16c"

@@ -9,7 +9,7 @@ import pytest
 from packager.codegen.cuda_source import generate_cuda
 from packager.optimize.schedule.phases import (PHASE_ATTR, PhaseError, phase_sizes, split_phases, stitch,
                                                thread_shape)
-from packager.optimize.schedule.rules_gpu import schedule_kernels_gpu
+from packager.optimize.schedule.rules.gpu import schedule_kernels_gpu
 from packager.spec import TargetSpec
 from packager.targets import resolve
 from support.kernel_cases import host_target, phased_matmuls, random_args, run_kernel
@@ -66,8 +66,8 @@ def test_thread_shape_is_the_launch_block(h100):
 def test_gensor_holds_a_phase_to_the_block_it_is_given(h100, tmp_path):
     """A phase whose best plan has another block than its chain's takes the best plan with the
     chain's block (an estimate no better than the free one), recorded apart from the free one."""
-    from packager.optimize.schedule.database import TuningDatabase
-    from packager.optimize.schedule.gensor_gpu import GensorGpu
+    from packager.optimize.schedule.measure.database import TuningDatabase
+    from packager.optimize.schedule.gensor.gpu import GensorGpu
     from packager.optimize.schedule.phases import gensor_phase
 
     f = phased_matmuls()

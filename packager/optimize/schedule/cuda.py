@@ -1,0 +1,79 @@
+"""The CUDA scheduler: Gensor's GPU construction (analytical: no GPU at build time), then dlight's
+rules; a kernel that must keep a block shape (a phase of a grid-synchronised kernel) gets the best
+plan with that many threads."""
+from __future__ import annotations
+
+from functools import cached_property
+
+import tvm
+from tvm import tirx
+
+from ...errors import UserError
+from ..base import PassReport
+from .contract import KernelScheduler, Trial
+from .gensor.cpu import target_key
+from .gensor.gpu import GensorGpu
+from .hardware import Hardware, gpu_hardware
+from .phases import gensor_phase
+from .rules.gpu import dlight_rules, schedule_kernels_gpu, schedule_one
+
+Kernels = dict[str, tirx.PrimFunc]
+CPU_ONLY = "CPU targets only in this version"
+
+
+class CudaScheduler(KernelScheduler):
+    kind = "cuda"
+    LACKS = {
+        "row_regions": f"{CPU_ONLY}: a GPU row region needs a block-level rule of its own",
+        "reduction_epilogues": CPU_ONLY,
+    }
+
+    def __init__(self, target, opt=None, tally=None):
+        super().__init__(target, opt, tally)
+        self.tvm_target = tvm.target.Target(target.tvm_target())
+        self.memo: dict[tuple, Trial] = {}     # by (TIR text, held threads), as the database keys
+
+    @property
+    def can_measure(self) -> bool:
+        return False
+
+    @cached_property
+    def gensor(self) -> GensorGpu | None:
+        return GensorGpu(self.target, self.database()) if self.opt.scheduler == "gensor" else None
+
+    def hardware(self) -> Hardware:
+        return gpu_hardware(self.target)
+
+    def target_key(self) -> str:
+        return target_key(self.target, self.hardware())
+
+    def scheduled(self, func: tirx.PrimFunc, threads: int | None = None) -> Trial:
+        """Gensor's plan first, as in the schedule pass, then dlight's rules. Kept by the kernel's
+        text, names included, as the tuning database keys Gensor's records."""
+        key = (func.script(), threads)
+        if key not in self.memo:
+            self.memo[key] = self._schedule(func, threads)
+        return self.memo[key]
+
+    def _schedule(self, func: tirx.PrimFunc, threads: int | None) -> Trial:
+        with self.tvm_target:
+            made = gensor_phase(self.gensor, func, threads) if self.gensor is not None else None
+            if made is not None:
+                return Trial(made[0], "gensor", made[1].estimate_ms)
+            try:
+                return Trial(*schedule_one("trial", func.with_attr("target", self.tvm_target), self.tvm_target,
+                                           dlight_rules()))
+            except UserError:
+                return Trial(None, "none")
+
+    def schedule_pass(self, kernels: Kernels) -> tuple[Kernels, PassReport]:
+        opt = self.opt
+        return schedule_kernels_gpu(kernels, self.target, full=opt.enabled("schedule"),
+                                    gensor=opt.scheduler == "gensor", database=opt.database)
+
+    def why_not_tuned(self) -> str | None:
+        return "GPU kernels are not timed at build time (no GPU on the build host); Gensor's analytical choice stands"
+
+    def reuse_note(self) -> str | None:
+        return ("nothing to reuse: only Gensor's measured CPU tuning reuses programs (GPU kernels are not timed at "
+                "build time)")

@@ -1,0 +1,113 @@
+"""The tuning database: one JSON record per (kernel workload, target), so a rebuild reuses what
+an earlier build chose (and measured) instead of walking and timing again. A build with a given
+database is deterministic: the walk is seeded from the workload, and a recorded choice wins.
+
+File: <folder>/tuning.json, {"version": 2, "records": {key: record}}. Every record carries
+`meta`: what produced it (kind), the version of that producer's rules, the target it is for,
+when, and which packager. A record whose kind has another rules version than this packager's is
+stale: never replayed (a packager whose rules would decide differently bumps its kind's version
+in RULES), and `pack tuning prune` removes it. Writes merge under a lock and replace the file
+atomically, so concurrent builds sharing one database each add their records and never leave a
+half-written file. `pack tuning {list,export,import,prune}` (tools/tuning.py) shares one database
+across a team.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from ....cache import cache_dir, filling, locked
+
+VERSION = 2
+# The rules version of each record kind: bump one when its decisions change for the same workload.
+RULES = {
+    "gensor-cpu": 6,        # CPU tile plans (schedule/gensor.py); 2: level 2 without ETO reuse by default (a
+                            # reused program alone was often kept), plans carry the chunk loop order;
+                            # 3: timed on all cores (TVM's pool had used half: one thread on 2 cores);
+                            # 4: a KxK conv's input-channel loop innermost (rules_cpu.py), so the rules
+                            # baseline every plan is timed against changed; 5: every run timed with
+                            # its activation just rewritten on all cores (measure.py); 6: depthwise convs
+                            # and pooling also timed with their padding per task (padding.py)
+    "gensor-gpu": 2,        # GPU tile plans (schedule/gensor_gpu.py); 2: walk seeded by kernel structure
+    "layout": 6,            # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
+                            # scratch (reused programs decided between layouts); 3: timed on all cores;
+                            # 4: KxK convs scheduled with their input channels innermost; 5: plans
+                            # timed with the activation just rewritten; 6: a conv read by one conv chooses
+                            # its output block with that conv's cost; depthwise plans pad per task
+    "global-fusion": 8,     # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
+                            # with a predicated last row tile; 3 = reduction loops split at a folded
+                            # reshape's period, merged kernel and parts timed in alternation; 4 = transposed
+                            # copies tiled, a matmul staged in a row region register-tiled, timed on
+                            # all cores; 5 = softmax / layer norm parts summed in vector partial sums;
+                            # 6 = reduction epilogues, timed warm for every model; 7 = KxK convs with
+                            # their input channels innermost; 8 = pooling / depthwise pad per task
+    "derive": 3,            # derive's measured decision per operator shape (derive/graph.py); 2: timed on
+                            # all cores; 3: the conv it is timed against has its input channels innermost
+}
+
+
+class TuningDatabase:
+    def __init__(self, folder: Path | None = None):
+        self.folder = Path(folder) if folder else default_folder()
+        self.path = self.folder / "tuning.json"
+        self.records: dict[str, dict] = self._read()
+        self.new: dict[str, dict] = {}
+
+    def _read(self) -> dict[str, dict]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data.get("records", {}) if data.get("version") == VERSION else {}
+
+    def get(self, key: str, measured_only: bool = False, kind: str | None = None) -> dict | None:
+        """The record under `key`, unless it is stale for `kind` (or, with measured_only, not measured)."""
+        rec = self.new.get(key) or self.records.get(key)
+        if rec is None or (measured_only and not rec.get("measured")):
+            return None
+        if kind is not None and stale(rec, kind):
+            return None
+        return rec
+
+    def put(self, key: str, record: dict, kind: str, target: str) -> None:
+        from .... import __version__
+
+        meta = {"kind": kind, "rules": RULES[kind], "target": target, "time": round(time.time()),
+                "packager": __version__}
+        self.new[key] = {**record, "meta": meta}
+
+    def save(self) -> None:
+        """Merge this build's records into the file (other builds may have added theirs)."""
+        if self.new:
+            new = self.new
+            self.update(lambda records: records.update(new))
+
+    def update(self, change: Callable[[dict[str, dict]], object]) -> dict[str, dict]:
+        """Apply `change` to the file's records under the lock and write them back atomically;
+        the records as written."""
+        with filling(folder=self.folder):
+            self.folder.mkdir(parents=True, exist_ok=True)
+        with locked(self.folder / ".lock"):
+            records = self._read()
+            change(records)
+            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+            with filling(tmp, folder=self.folder):
+                tmp.write_text(json.dumps({"version": VERSION, "records": records}, indent=1, sort_keys=True))
+                os.replace(tmp, self.path)
+        self.records, self.new = records, {}
+        return records
+
+
+def default_folder() -> Path:
+    return cache_dir() / "tuning"
+
+
+def stale(record: dict, kind: str | None = None) -> bool:
+    """A record of another rules version than this packager's (or of no known kind)."""
+    meta = record.get("meta") or {}
+    if meta.get("kind") not in RULES or (kind is not None and meta["kind"] != kind):
+        return True
+    return RULES[meta["kind"]] != meta.get("rules")

@@ -1,0 +1,263 @@
+"""Timing candidate schedules of one kernel on this machine (CPU targets that run here) or on the
+target's RPC device (`targets[i].rpc`, see rpc.py).
+
+All candidates are compiled into one module (one LLVM run) and timed in interleaved rounds on
+the same random inputs with TVM's time evaluator: the minimum over repeats, so a noisy
+neighbour costs a repeat, not the choice. The first candidate's output is the reference every
+other candidate must match; a candidate that disagrees is dropped (and reported) rather than
+trusted.
+
+A kernel in a package whose weights exceed the last-level cache reads its weights from DRAM,
+not from the cache a timing loop leaves warm: ResNet-50's convs took 1.5-2x longer in the
+package's profile than when timed warm, and among Gensor's candidates for its 7x7x512 3x3 conv,
+two programs at 0.43-0.45 ms warm took 0.52-0.54 and 0.89-1.17 ms cold. For such a model (`target.cold_weights`, set by
+`with_cold_weights`) every run is timed alone after TVM's time evaluator has flushed the cache
+lines of every argument but the first (`cache_flush_cpu_non_first_arg`, clflush): the weights
+come from DRAM, as in the package, while the first argument (the activation the previous kernel
+just wrote) stays warm. Overwriting twice the last-level cache instead ranked those candidates
+the same but cost 9-11 ms per run against 0.1-0.4 ms (ResNet-50's convs): it made the cold
+ResNet-50 build 35 s slower.
+
+Candidates timed on this machine also start every run as they start in the package: with their
+first argument (the activation) just written by the previous kernel on all cores. Before each run
+a parallel copy rewrites it, split across threads as the package's element-wise kernels split it,
+after the flush above where the weights are cold. A warm activation in the running core's cache
+hid what decided ResNet-50's 1x1 convs in the package: the 1024->256 conv at 14x14 took 0.20 ms
+warm and 0.21 ms with its weights flushed, but 0.38-0.40 ms right after a producer had written its
+input (0.41 in the package's profile); among Gensor's plans, one taking 0.20 ms warm too took
+0.31 ms so (and a schedule with rows outermost, each core reading only its rows, 0.24 ms: the
+loop orders the plans do not vary yet). That cost comes and goes on a VM whose host moves its
+vCPUs: in another phase all of them took 0.22 ms after a producer.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import tvm
+from tvm import tirx
+
+from ....targets import Target, can_run_here
+
+MIN_SECONDS = 0.01            # each timing repeat runs the kernel at least this long
+PRUNE = 1.25                  # a candidate this much slower than the fastest gets no more repeats
+COLD_RUNS = 5                 # cold runs (each after a cache flush) per repeat of a cold-weights target
+COLD_FLUSH = "cache_flush_cpu_non_first_arg"   # TVM runtime's clflush of every argument but the first
+BUSY_CORES = 0.25             # other processes keeping this many cores busy while timing: the build says so
+
+
+def cpu_seconds() -> tuple[float, float] | None:
+    """(seconds every CPU of this machine has spent busy or stolen by the hypervisor, seconds this
+    process's threads have spent on a CPU), both since boot; None where /proc/stat is missing."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks + [0] * (8 - len(ticks))
+    own = os.times()
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK"), own.user + own.system
+
+
+@dataclass
+class Tally:
+    """Programs this process compiled and timed, the seconds that took, and the CPU time other
+    processes took meanwhile (a build reports the difference over its run: what tuning cost, and
+    whether the machine was busy while it timed)."""
+
+    programs: int = 0
+    seconds: float = 0.0
+    others_cpu_s: float = 0.0      # CPU seconds not this process's, while timing
+    watched_s: float = 0.0         # seconds over which others_cpu_s was watched
+
+    def start(self) -> tuple[float, tuple[float, float] | None]:
+        return time.perf_counter(), cpu_seconds()
+
+    def add(self, programs: int, since: tuple[float, tuple[float, float] | None]) -> None:
+        t0, cpu0 = since
+        wall = time.perf_counter() - t0
+        self.programs += programs
+        self.seconds += wall
+        cpu1 = cpu_seconds()
+        if cpu0 is not None and cpu1 is not None:
+            self.others_cpu_s += max(0.0, (cpu1[0] - cpu0[0]) - (cpu1[1] - cpu0[1]))
+            self.watched_s += wall
+
+    def busy_cores(self) -> float | None:
+        """Cores other processes kept busy, on average, while candidates were timed; None when
+        nothing was timed (half a second at least) or the machine does not say."""
+        return self.others_cpu_s / self.watched_s if self.watched_s >= 0.5 else None
+
+    def summary(self) -> dict:
+        """The build report's `measured` entry: programs timed, seconds, and how busy the machine was."""
+        out = {"programs": self.programs, "seconds": round(self.seconds, 3)}
+        busy = self.busy_cores()
+        if busy is not None:
+            out.update(busy_cores=round(busy, 2), busy=busy >= BUSY_CORES)
+        return out
+
+
+def can_measure(target: Target) -> bool:
+    """A CPU target is timed where it runs: an RPC device named in the spec, else this machine
+    (the CPU scheduler's answer; a GPU's kernels are not timed at build time)."""
+    return target.rpc is not None or can_run_here(target)
+
+
+def where_measured(target: Target) -> str:
+    return target.rpc.describe() if target.rpc is not None else "this machine"
+
+
+WRITTEN_FIRST = "packager.measure.written_first"   # the f_preproc that rewrites the first argument
+
+
+def _evaluator(lib, name: str, dev, target: Target, number: int, preproc: str | None = None):
+    """TVM's time evaluator for one repeat: `number` warm runs, or COLD_RUNS runs each after
+    `preproc` (the first argument rewritten, the rest flushed if cold) or after the cache lines of
+    the arguments but the first were flushed."""
+    if preproc is not None:
+        return lib.time_evaluator(name, dev, number=1, repeat=COLD_RUNS, f_preproc=preproc)
+    if getattr(target, "cold_weights", False):
+        return lib.time_evaluator(name, dev, number=1, repeat=COLD_RUNS, f_preproc=COLD_FLUSH)
+    return lib.time_evaluator(name, dev, number=number, repeat=1)
+
+
+def _load(lib, target: Target):
+    """(module, device) where the target's candidates run."""
+    if target.rpc is not None:
+        from .rpc import load_remote
+        return load_remote(lib, target)
+    return lib, tvm.cpu()
+
+
+def _args(func: tirx.PrimFunc, rng: np.random.Generator, dev) -> list:
+    out = []
+    for p in func.params:
+        shape = [int(d) for d in p.shape]
+        dt = str(p.dtype)
+        data = rng.standard_normal(shape).astype(dt) if dt.startswith("float") else np.zeros(shape, dt)
+        out.append(tvm.runtime.tensor(data, device=dev))
+    return out
+
+
+def _build(funcs: list[tirx.PrimFunc], target: Target, prefix: str, extra: dict | None = None):
+    """All kernels in one module (one LLVM run), named prefix0, prefix1, ... (and `extra`'s names)."""
+    mod = {f"{prefix}{i}": f.with_attr("global_symbol", f"{prefix}{i}") for i, f in enumerate(funcs)}
+    mod.update({name: f.with_attr("global_symbol", name) for name, f in (extra or {}).items()})
+    return tvm.tirx.build(tvm.IRModule(mod), target=tvm.target.Target(target.llvm_target()))
+
+
+def _copy_kernel(param, target: Target) -> tirx.PrimFunc:
+    """dst = src for the first argument's shape, scheduled as the package's element-wise kernels
+    are (parallel over the outer axes, vectorized): the producer of the written-first condition."""
+    from tvm import te
+
+    from ..rules.cpu import CpuRules
+
+    src = te.placeholder([int(d) for d in param.shape], dtype=str(param.dtype), name="src")
+    dst = te.compute(src.shape, lambda *i: src(*i), name="written")
+    return CpuRules(target).schedule(te.create_prim_func([src, dst]))[0]
+
+
+def _written_first(lib, stash, target: Target) -> str:
+    """Registers the f_preproc that flushes the arguments but the first (cold-weights targets) and
+    then rewrites the first from `stash` with the module's `written_first` kernel; returns its name."""
+    flush = tvm.get_global_func(COLD_FLUSH) if getattr(target, "cold_weights", False) else None
+    copy = lib["written_first"]
+
+    def preproc(*args):
+        if flush is not None:
+            flush(*args)
+        copy(stash, args[0])
+
+    tvm.register_global_func(WRITTEN_FIRST, preproc, override=True)
+    return WRITTEN_FIRST
+
+
+def _runs_per_repeat(lib, name: str, dev, args: list) -> int:
+    """Runs per timing repeat so that a repeat lasts at least MIN_SECONDS."""
+    once = lib.time_evaluator(name, dev, number=1, repeat=1, min_repeat_ms=1)(*args).mean
+    return max(1, int(MIN_SECONDS / max(once, 1e-6)))
+
+
+def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3,
+                    time_first: bool = True, tally: Tally | None = None) -> list[float | None]:
+    """Seconds per run for each candidate (None: wrong result or failed), same order. The first
+    is the correctness reference; with `time_first` off it is only run (its time is None).
+
+    Timing is interleaved rounds with early pruning: every correct candidate gets one repeat,
+    then only those within PRUNE of the fastest so far get the next; a pruned candidate keeps its
+    (upper-bound) time. The winner still gets `repeat` repeats, spread over the whole call so a
+    noisy second hits every close candidate alike, and the clearly slower ones cost one repeat.
+    What it cost goes into `tally` (the build's), when given."""
+    tally = tally if tally is not None else Tally()
+    t0 = tally.start()
+    local = target.rpc is None and bool(funcs[0].params)
+    extra = {"written_first": _copy_kernel(funcs[0].params[0], target)} if local else None
+    lib, dev = _load(_build(funcs, target, "c", extra), target)
+    rng = np.random.default_rng(0)
+    args = _args(funcs[0], rng, dev)
+    inputs = [a.numpy() for a in args]
+    preproc = _written_first(lib, tvm.runtime.tensor(inputs[0], device=dev), target) if local else None
+    ref = None
+    correct: list[int] = []
+    for i in range(len(funcs)):
+        for a, x in zip(args, inputs):
+            a.copyfrom(x)
+        lib[f"c{i}"](*args)
+        out = args[-1].numpy()
+        if ref is None:
+            ref = out
+            if not time_first:
+                continue
+        elif not np.allclose(out, ref, rtol=1e-4, atol=1e-4):
+            continue
+        correct.append(i)
+    best = _timed_rounds(lib, dev, args, correct, repeat, target, preproc)
+    tally.add(len(funcs) - (0 if time_first else 1), t0)
+    return [best.get(i) for i in range(len(funcs))]
+
+
+def _timed_rounds(lib, dev, args: list, which: list[int], rounds: int, target: Target,
+                  preproc: str | None = None) -> dict[int, float]:
+    """Fastest repeat per candidate over interleaved rounds, pruning the clearly slower ones."""
+    number = {i: 1 if preproc else _runs_per_repeat(lib, f"c{i}", dev, args) for i in which}
+    best = {i: float("inf") for i in which}
+    alive = list(which)
+    for _ in range(rounds):
+        for i in alive:
+            ev = _evaluator(lib, f"c{i}", dev, target, number[i], preproc)
+            best[i] = min(best[i], min(ev(*args).results))
+        fastest = min(best.values(), default=0.0)
+        alive = [i for i in alive if best[i] <= PRUNE * fastest]
+    return best
+
+
+def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3,
+                     repeat: int = 2, tally: Tally | None = None) -> list[float | None]:
+    """Seconds per run of different kernels (each on its own random inputs), timed in
+    alternation for `rounds` rounds and the minimum kept per kernel: on a machine whose
+    neighbours slow it for seconds at a time, kernels compared with each other (a merged kernel
+    and the kernels it replaces) see the same slow and quiet periods. None: failed to run."""
+    tally = tally if tally is not None else Tally()
+    t0 = tally.start()
+    lib, dev = _load(_build(funcs, target, "k"), target)
+    rng = np.random.default_rng(0)
+    args = [_args(f, rng, dev) for f in funcs]
+    best: list[float | None] = [None] * len(funcs)
+    number = [1] * len(funcs)
+    for i in range(len(funcs)):
+        try:
+            number[i] = _runs_per_repeat(lib, f"k{i}", dev, args[i])
+        except Exception:  # noqa: BLE001 - a kernel that fails to run is reported as untimed
+            continue
+        best[i] = float("inf")
+    for _ in range(rounds):
+        for i in range(len(funcs)):
+            if best[i] is not None:
+                for _ in range(repeat):
+                    ev = _evaluator(lib, f"k{i}", dev, target, number[i])
+                    best[i] = min(best[i], min(ev(*args[i]).results))
+    tally.add(len(funcs), t0)
+    return best

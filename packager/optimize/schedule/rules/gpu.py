@@ -1,0 +1,111 @@
+"""GPU schedules: every kernel gets thread bindings before CUDA code generation.
+
+A PrimFunc without blockIdx/threadIdx bindings cannot run on a GPU at all (TVM's VerifyMemory
+rejects it), so unlike the CPU this pass is not optional. The rules are TVM's dlight GPU rules,
+tried per kernel in order: Matmul (shared-memory tiles), GEMV, Reduction, GeneralReduction
+(softmax/layer norm rows), Transpose, and Fallback (flattened injective loops bound to
+blocks x threads). Kernels with one reduction anchor (conv, matmul, pooling) first go through
+the construction-based scheduler (schedule/gensor.py, GensorGpu); the rules take what it cannot
+place. A kernel global fusion merged from a chain (phases.py) is scheduled phase by phase. The
+build report names the plan or rule each kernel got.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import tvm
+from tvm import s_tir
+from tvm.s_tir import dlight as dl
+
+from ....errors import UserError
+from .... import progress
+from ....targets import Target
+from ...base import PassReport
+from ..measure.database import TuningDatabase
+from ..gensor.gpu import GensorGpu
+from ..phases import gensor_phase, phase_sizes, phase_threads, schedule_phases
+
+
+def dlight_rules() -> list[tuple[str, object]]:
+    return [("matmul", dl.gpu.Matmul()), ("gemv", dl.gpu.GEMV()), ("reduction", dl.gpu.Reduction()),
+            ("general-reduction", dl.gpu.GeneralReduction()), ("transpose", dl.gpu.Transpose()),
+            ("fallback", dl.gpu.Fallback())]
+
+
+def unbound_blocks(func: tvm.tirx.PrimFunc) -> list[str]:
+    """Blocks of a scheduled PrimFunc that sit under no blockIdx/threadIdx loop: TVM would leave
+    them in the host function (e.g. dlight's Transpose rule schedules only the transpose block of
+    a fused kernel), which a GPU package cannot run."""
+    stack: list[tuple[int, bool]] = []            # (indent, is a thread-binding loop)
+    unbound = []
+    for line in func.script().splitlines():
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if text.startswith("with T.sblock(") and '"root"' not in text and not any(b for _, b in stack):
+            unbound.append(text.split('"')[1] if '"' in text else text)
+        stack.append((indent, "T.thread_binding(" in text))
+    return unbound
+
+
+def schedule_one(name: str, func: tvm.tirx.PrimFunc, target: tvm.target.Target,
+                  rules: list[tuple[str, object]]) -> tuple[tvm.tirx.PrimFunc, str]:
+    errors = []
+    for rule_name, rule in rules:
+        try:
+            space = rule.apply(func, target, False)
+        except Exception as e:  # noqa: BLE001 - a rule that does not fit raises all kinds of errors
+            errors.append(f"{rule_name}: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}")
+            continue
+        if space is None:
+            continue
+        sch = space[0] if isinstance(space, list) else space
+        if isinstance(sch, s_tir.Schedule):
+            out = sch.mod["main"]
+            left = unbound_blocks(out)
+            if left:
+                errors.append(f"{rule_name}: leaves block(s) {', '.join(left)} unbound")
+                continue
+            return out.with_attr("tirx.is_scheduled", True), rule_name
+    why = "; ".join(errors) or "no rule matched"
+    raise UserError(f"kernel '{name}': no GPU schedule fits it ({why}); build this model for a CPU target, "
+                    "or keep the operator in ONNX Runtime (onnxruntime.partial)")
+
+
+def schedule_kernels_gpu(kernels: dict[str, tvm.tirx.PrimFunc], target: Target,
+                         full: bool = True, gensor: bool = True, database=None) -> tuple[dict, PassReport]:
+    """Thread-bound PrimFuncs for one CUDA target, and the per-kernel rule for the report. With
+    the schedule pass off in the spec only the fallback binding runs (a GPU kernel needs one)."""
+    tvm_target = tvm.target.Target(target.tvm_target())
+    rules = dlight_rules() if full else dlight_rules()[-1:]
+    out, chosen, plans = {}, {}, {}
+    construct = GensorGpu(target, TuningDatabase(database)) if full and gensor else None
+    def one(name: str, f: tvm.tirx.PrimFunc, threads: int | None = None) -> tuple[tvm.tirx.PrimFunc, str, str]:
+        made = gensor_phase(construct, f, threads) if construct else None
+        if made is not None:
+            return made[0], "gensor", made[1].summary()
+        func, rule = schedule_one(name, f.with_attr("target", tvm_target), tvm_target, rules)
+        return func, rule, rule
+
+    with tvm_target, progress.task(f"schedule {target.name}", len(kernels), "kernels") as bar:
+        for name, f in kernels.items():
+            bar.advance()
+            if phase_sizes(f) is None:
+                out[name], chosen[name], plans[name] = one(name, f)
+                continue
+            threads = phase_threads(f)
+            out[name], plans[name] = schedule_phases(f, lambda p: one(name, p, threads)[::2])
+            chosen[name] = "phases"
+    if construct:
+        construct.db.save()
+    counts = Counter(chosen.values())
+    summary = ", ".join(f"{n} {r}" for r, n in counts.most_common())
+    if not full:
+        return out, PassReport("schedule", "disabled", f"off in the spec: only the fallback thread binding a GPU "
+                               f"kernel needs ({summary})", {"kernels": chosen})
+    how = "Gensor construction (analytical, no GPU timing) + dlight GPU rules" if construct else "dlight GPU rules"
+    return out, PassReport("schedule", "applied", f"{how} for {target.sm}: {summary}",
+                           {"scheduler": "gensor" if construct else "rules", "kernels": plans})

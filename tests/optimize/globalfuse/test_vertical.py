@@ -1,0 +1,23 @@
+"""Vertical fusion (vertical.py): which kernels are layout copies that may fold into their neighbours."""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from packager.optimize.globalfuse.vertical import is_layout_only
+from support.kernel_cases import CASES, kernels_of
+
+
+def test_layout_only_means_a_plain_copy():
+    assert all(is_layout_only(f) for f in kernels_of(CASES["transpose"]).values())
+    for name in ("matmul_odd", "add_broadcast", "softmax_last", "conv3x3"):
+        assert not any(is_layout_only(f) for f in kernels_of(CASES[name]).values()), name
+    x = relax.Var("x", relax.TensorType((10, 4), "float32"))
+    i = relax.Var("i", relax.TensorType((3,), "int64"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, i]):
+        out = bb.emit(relax.op.take(x, i, axis=0))
+        bb.emit_func_output(out)
+    gather = relax.transform.LegalizeOps()(bb.get())
+    prim = next(f for _, f in gather.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
+    assert not is_layout_only(prim)                               # a gather reads data-dependent indices

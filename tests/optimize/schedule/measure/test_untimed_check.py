@@ -1,0 +1,70 @@
+"""Untimed schedules are checked against their unscheduled loops before they ship (check.py): a
+schedule with a wrong tile bound is caught and falls back; one that agrees ships; NaNs where the
+reference has NaNs agree; the schedule pass runs the check only when nothing was timed."""
+from __future__ import annotations
+
+import pytest
+from tvm import te
+from tvm.script import tirx as T
+
+from packager.optimize.schedule import cpu as cpu_scheduler
+from packager.optimize.schedule.cpu import CpuScheduler
+from packager.spec import OptimizeSpec
+from packager.optimize.schedule.measure.check import check_untimed, disagreements
+from packager.optimize.schedule.rules.cpu import CpuRules
+from support.kernel_cases import host_target
+
+
+def _scale():
+    a = te.placeholder((37, 29), name="a")
+    b = te.compute((37, 29), lambda i, j: a[i, j] * 3.0, name="b")
+    return te.create_prim_func([a, b])
+
+
+@T.prim_func
+def _wrong_tile_bound(a: T.Buffer((37, 29), "float32"), b: T.Buffer((37, 29), "float32")):
+    for io in T.parallel(9):                      # 9 tiles of 4 rows: 36, one row short of 37
+        for ii in range(4):
+            for j in T.vectorized(29):
+                b[io * 4 + ii, j] = a[io * 4 + ii, j] * T.float32(3)
+
+
+def test_a_wrong_tile_bound_falls_back_to_a_schedule_that_agrees():
+    ref = _scale()
+    rules = CpuRules(host_target())
+    out, report = check_untimed({"k": _wrong_tile_bound}, {"k": ref}, {"k": "gensor plan"},
+                                lambda name, f: ((g, f"rules: {i.summary()}") for g, i in rules.candidates(f)))
+    assert report.checked == 1 and report.fell_back["k"].startswith("gensor plan -> rules: injective")
+    assert disagreements({"k": (out["k"], ref)}) == {"k": False}
+    assert "1 disagreed and fell back" in report.summary()
+
+
+def test_a_schedule_that_agrees_ships_and_nans_agree_with_nans():
+    a = te.placeholder((64,), name="a")
+    b = te.compute((64,), lambda i: te.log(a[i]), name="b")          # NaN for the negative inputs
+    ref = te.create_prim_func([a, b])
+    sched, _ = CpuRules(host_target()).schedule(ref)
+    out, report = check_untimed({"k": sched}, {"k": ref}, {}, lambda name, f: iter(()))
+    assert out["k"] is sched and report.checked == 1 and not report.fell_back
+
+
+def test_nothing_agrees_then_the_unscheduled_loops_ship():
+    ref = _scale()
+    out, report = check_untimed({"k": _wrong_tile_bound}, {"k": ref}, {}, lambda name, f: iter(()))
+    assert out["k"] is ref and report.fell_back["k"] == "schedule -> unscheduled loops"
+
+
+@pytest.mark.parametrize("measure", [False, True])
+def test_the_schedule_pass_checks_only_untimed_choices(monkeypatch, measure):
+    from packager.optimize.base import PassReport
+
+    monkeypatch.setattr(cpu_scheduler, "schedule_kernels_gensor", lambda kernels, *a, **k: (
+        {"k": _wrong_tile_bound}, PassReport("schedule", "applied", "1 kernels", {"kernels": {"k": "gensor"}})))
+
+    opt = OptimizeSpec(measure=measure, passes={"reuse": False})
+    out, report = CpuScheduler(host_target(), opt).schedule_pass({"k": _scale()})
+    if measure:
+        assert out["k"] is _wrong_tile_bound and "check" not in report.details
+    else:
+        assert out["k"] is not _wrong_tile_bound and "1 disagreed and fell back (k: gensor -> rules" in report.summary
+        assert disagreements({"k": (out["k"], _scale())}) == {"k": False}
