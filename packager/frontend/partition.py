@@ -59,11 +59,26 @@ class Partition:
 TensorTypes = dict[str, tuple[str, tuple]]            # tensor -> (dtype, shape with ints or None)
 
 
+# ONNX Runtime's symbolic inference infers a subgraph again for each level that encloses it: its
+# time doubles per nesting level (14 nested Ifs took 17 s, 25 did not finish). Deeper models keep
+# ONNX's own inference.
+MAX_NESTING = 6
+
+
+def nesting(graph: onnx.GraphProto) -> int:
+    """How deep If/Loop/Scan bodies nest below `graph` (0: no subgraph)."""
+    subs = [g for n in graph.node for a in n.attribute for g in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
+    return 1 + max(nesting(g) for g in subs) if subs else 0
+
+
 def _ort_shape_inference(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX Runtime's symbolic shape inference, which also knows its contrib ops (com.microsoft);
-    the model unchanged if it cannot handle it. It runs in a scratch folder: when it falls back to
-    ONNX's inference it writes sym_shape_infer_temp.onnx (+ .data) into the working directory."""
+    the model unchanged if it cannot handle it or its subgraphs nest deeper than MAX_NESTING. It
+    runs in a scratch folder: when it falls back to ONNX's inference it writes
+    sym_shape_infer_temp.onnx (+ .data) into the working directory."""
     if default_opset(model) is None:         # it handles only models with default-domain nodes
+        return model
+    if nesting(model.graph) > MAX_NESTING:
         return model
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference

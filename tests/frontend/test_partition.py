@@ -131,6 +131,44 @@ def test_shape_inference_leaves_no_files_in_the_working_directory(tmp_path, monk
     assert list(tmp_path.iterdir()) == []
 
 
+def _nested_ifs(depth: int) -> LoadedModel:
+    """`depth` Ifs, each in the then-branch of the one before, on a runtime condition."""
+    def body(d: int, tag: str) -> onnx.GraphProto:
+        out = helper.make_tensor_value_info(f"o{tag}", F, [4])
+        if d == 0:
+            return helper.make_graph([helper.make_node("Add", ["a", "a"], [f"o{tag}"])], f"g{tag}", [], [out])
+        node = helper.make_node("If", ["c"], [f"o{tag}"], then_branch=body(d - 1, tag + "t"),
+                                else_branch=body(0, tag + "e"))
+        return helper.make_graph([node], f"g{tag}", [], [out])
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+             helper.make_node("If", ["c"], ["y"], name="if", then_branch=body(depth - 1, "t"),
+                              else_branch=body(0, "e"))]
+    return loaded(nodes, {"x": [4]}, ["y"], inits=[numpy_helper.from_array(np.zeros((), np.float32), "zero")])
+
+
+def test_deeply_nested_ifs_keep_onnx_shape_inference(monkeypatch):
+    """ONNX Runtime's symbolic inference doubles its time per nesting level: 25 nested Ifs never
+    reach it (they stay in ONNX Runtime, shapes from ONNX's own inference); 3 still do."""
+    from onnxruntime.tools import symbolic_shape_infer
+    from packager.frontend.partition import MAX_NESTING, nesting
+
+    calls = []
+    real = symbolic_shape_infer.SymbolicShapeInference.infer_shapes
+    monkeypatch.setattr(symbolic_shape_infer.SymbolicShapeInference, "infer_shapes",
+                        staticmethod(lambda *a, **k: calls.append(1) or real(*a, **k)))
+    deep, shallow = _nested_ifs(25), _nested_ifs(3)
+    assert nesting(deep.proto.graph) == 25 > MAX_NESTING >= nesting(shallow.proto.graph) == 3
+    types = tensor_types(deep, {"x": (4,)})
+    assert not calls and types["a"] == ("float32", (4,))
+    p, _ = split(deep)
+    assert names(deep, p.kept) == ["if"]
+    tensor_types(shallow, {"x": (4,)})
+    assert calls
+
+
 def test_resize_interpolating_integers_stays_in_onnxruntime():
     scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
     nodes = [helper.make_node("Cast", ["x"], ["q"], name="cast", to=TensorProto.UINT8),
