@@ -61,7 +61,7 @@ class CpuTarget:
     kind: str = "cpu"
     rpc: RpcDevice | None = None       # time candidates there instead of on this machine
     cold_weights: bool = False         # time candidates with the caches flushed: the model's weights
-                                       # exceed the last-level cache (set per build, measure.py)
+                                       # exceed the last-level cache (set per build by the CPU scheduler)
 
     @property
     def triple(self) -> str:

@@ -2,7 +2,7 @@
 
 A team keeps one database (exported from a build machine that measured, imported on the
 others); a record says what produced it, for which target, with which rules version
-(schedule/database.py). Imports merge under the database's lock: a measured record is never
+(schedule/measure/database.py). Imports merge under the database's lock: a measured record is never
 replaced by an unmeasured one, otherwise the newer wins; stale records (another rules version)
 are not imported. Prune drops stale records, and with filters those of a target, kind or age.
 """

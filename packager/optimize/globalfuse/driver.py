@@ -37,7 +37,7 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
     rules = ctx.scheduler
     timer = fusion_timer(ctx)
     try:
-        vertical_note = rules.lacks("untimed_folds") if timer is None else None
+        vertical_note = rules.lacks("untimed_folds") if timer is None else None   # folded untimed?
         if vertical_note:
             out, groups, refused, timed = mod, [], {}, []
         else:

@@ -1,7 +1,7 @@
 """Reduction epilogues (CPU): a memory-intensive reduction (few outputs per input: CSRNet's 1x1
 conv from 32 channels to one density map, a global average pool) that is the only reader of a
 compute-intensive conv or matmul joins it, and the reduction-epilogue schedule
-(schedule/rules_epilogue.py) sums each tile of the producer's output right after computing it:
+(schedule/rules/epilogue.py) sums each tile of the producer's output right after computing it:
 that output never makes a round trip through memory (Souffle's memory-intensive TE attached to
 its compute-intensive producer's tile, here where the attached TE is itself a reduction, which
 FuseOps never fuses). Taken on the zoo: CSRNet's head, and the global pool after ResNet-50's and

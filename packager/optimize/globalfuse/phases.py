@@ -20,7 +20,7 @@ at MAX_PHASES kernels.
 """
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 
 import tvm
 from tvm import relax
@@ -102,7 +102,7 @@ def _chains(g: KernelGraph, rules, out: GridPhases) -> list[list[int]]:
 
     def shape(i: int):
         if i not in shapes:
-            func, rule, _ = astuple(rules.scheduled(g.calls[i].prim))
+            func, rule, _ = rules.scheduled(g.calls[i].prim)
             shapes[i] = thread_shape(func) if func is not None and rule != "none" else None
             gensor[i] = rule == "gensor"
         return shapes[i]
@@ -161,7 +161,7 @@ def _one_block(phases: list, rules) -> tuple[bool, int | None]:
     to (None: their own best plans agree). The block is the one dlight's phases have (their rules
     cannot change it), else the costliest phase's; the others take Gensor's best plan with it
     while the estimated time that costs stays under LINK_SAVING_MS per link."""
-    free = [astuple(rules.scheduled(p)) for p in phases]
+    free = [rules.scheduled(p) for p in phases]
     shapes = [thread_shape(f) if f is not None else None for f, _, _ in free]
     if None in shapes:
         return False, None
@@ -175,7 +175,7 @@ def _one_block(phases: list, rules) -> tuple[bool, int | None]:
         return False, None
     extra = 0.0
     for (_, _, est), p in zip(free, phases):
-        held, _, held_est = astuple(rules.scheduled(p, block[0]))
+        held, _, held_est = rules.scheduled(p, block[0])
         if held is None or thread_shape(held) != block:
             return False, None
         extra += (held_est or 0.0) - (est or 0.0)

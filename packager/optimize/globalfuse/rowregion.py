@@ -1,6 +1,6 @@
 """Row regions (CPU): a row-reduction kernel (softmax, layer norm) read only by a matmul (the
 attention's P @ V, a pre-LN block's projection) joins it, and the row-region schedule
-(schedule/rules_row.py) computes the reduction for each row tile inside the matmul's parallel
+(schedule/rules/row.py) computes the reduction for each row tile inside the matmul's parallel
 loop: the reduction's output no longer makes a round trip through memory, and the reduction
 runs in the matmul's parallel region. A second stage takes the matmul whose only reader is such a
 region (the attention's scores Q @ K^T): the whole attention of a row tile is then one region and

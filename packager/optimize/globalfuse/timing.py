@@ -8,7 +8,7 @@ from ..schedule.contract import KernelScheduler, StructMemo
 from ..schedule.measure.database import RULES
 
 # The rules version of recorded decisions (taken / refused, with both times), also in their keys;
-# its history is at RULES in schedule/database.py.
+# its history is at RULES in schedule/measure/database.py.
 DECISIONS_VERSION = RULES["global-fusion"]
 
 
@@ -75,7 +75,7 @@ class FusionTimer:
         """Each kernel scheduled as the schedule pass will schedule it, then all timed in
         alternation (a merged kernel and its parts see the same quiet and busy periods).
 
-        Timed warm even for a model whose weights exceed the cache (measure.py times its kernel
+        Timed warm even for a model whose weights exceed the cache (schedule/measure/timing.py times its kernel
         candidates cold): a fusion changes where an intermediate goes, and in the package that
         activation was just written and is in cache; both sides read the same weights. The
         cold timing flushes every argument but the first, intermediates included, and refused

@@ -2,32 +2,17 @@
 
 For each conv, in topological order, the layout candidates of ALT's C2D template restricted to
 channel blocking are scored together with their loops: the conv is written over the candidate's
-layouts (conv.py), Gensor constructs its tile plans for that loop nest, and the candidate's score
-is the best plan's time, measured where the target is timed (this CPU or its RPC device; else Gensor's estimate).
-A candidate whose input layout differs from what the producer writes pays for one conversion
-(ALT Constraint 3: adjacent convs with different layouts get a conversion op).
+layouts (conv.py), Gensor constructs its tile plans for that loop nest, and the score is the best
+plan's time, measured where the target is timed (else Gensor's estimate). A candidate whose input
+layout differs from what the producer writes pays for one conversion (ALT Constraint 3).
 
-A conv whose output only one conv reads (through element-wise ops: MobileNet's expand -> clip ->
-depthwise) chooses its output block with that conv's cost when that conv reads each input
-element only a few times (a depthwise conv, a 1x1 conv from few channels: ConvSite.memory_bound):
-each candidate scores its own time plus the next conv's best candidate given that block as its
-input (conversion included), one step of ALT's joint search along the chain. Greedy choice had
-given MobileNetV2's 16->96 expand conv at 112x112 a plain NCHW output (0.285 vs 0.320 ms), so the
-depthwise conv after it gathered its 16-channel vectors across planes: 0.85 ms in the package
-against onnxruntime's 0.13 ms. A conv with many products per output (a 3x3 conv, a 1x1 conv from
-many channels) amortizes its input's layout: looking ahead to every conv changed none of
-ResNet-50's choices and took its layout stage from 37 to 63 s. Only output blocks whose own score
-is within LOOKAHEAD_WITHIN of the best alone are looked ahead for, so a clearly slower block costs
-no extra timing.
+Two steps of ALT's joint search along a chain, where greedy choices were measured wrong
+(docs/layouts.md has the numbers): a conv whose output only a memory-bound conv reads (a
+depthwise conv, a 1x1 conv from few channels) scores each output block with that conv's best
+candidate given the block (only blocks within LOOKAHEAD_WITHIN of the best alone); a conv whose
+output only a pooling reads scores the pooling's time in each block (PoolSite).
 
-A pooling that alone reads a conv's output (through element-wise ops: ResNet's stem -> relu ->
-max pool) runs in the block that conv writes, so each output block also scores the pooling's
-time in that block (PoolSite). The stem's own scores are 3-5% apart and noise picked NCHW in
-some cold builds, where the 3x3/2 max pool gathers W-strided lanes: 0.48 ms against 0.15 ms
-over 16-channel blocks (onnxruntime: 0.08 ms).
-
-Candidates per conv: output block o_t in {1 (NCHW), v, 2v} (v = fp32 vector lanes; the paper
-reports o_t = 2v as the usual winner when spatial dims are not tiled), input block = the
+Candidates per conv: output block in {1 (NCHW), v, 2v} (v = fp32 vector lanes), input block = the
 producer's block, or v when the producer writes NCHW. Unfold (overlapped spatial tiles) and
 spatial layout tiling are not searched here.
 """

@@ -10,8 +10,7 @@ table, which a technique reads to say why it did not run.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import Callable, ClassVar, NamedTuple
 
 import tvm_ffi
 from tvm import tirx
@@ -24,8 +23,7 @@ from .measure.database import TuningDatabase
 from .measure.timing import Tally
 
 
-@dataclass(frozen=True)
-class Trial:
+class Trial(NamedTuple):
     """A kernel as the schedule pass will schedule it: the scheduled PrimFunc (None: nothing
     fits), the rule that took it, and the cost model's estimate (ms; None: not estimated)."""
 

@@ -36,11 +36,6 @@ class CpuScheduler(KernelScheduler):
         self.rules = CpuRules(target)
         self.memo = StructMemo()
 
-    def lacks(self, technique: str) -> str | None:
-        if technique == "untimed_folds" and self.measuring:
-            return None
-        return super().lacks(technique)
-
     @property
     def can_measure(self) -> bool:
         return can_measure(self.target)

@@ -11,8 +11,7 @@ from tvm import tirx
 from ...errors import UserError
 from ..base import PassReport
 from .contract import KernelScheduler, Trial
-from .gensor.cpu import target_key
-from .gensor.gpu import GensorGpu
+from .gensor.gpu import GensorGpu, gpu_target_key
 from .hardware import Hardware, gpu_hardware
 from .phases import gensor_phase
 from .rules.gpu import dlight_rules, schedule_kernels_gpu, schedule_one
@@ -45,7 +44,7 @@ class CudaScheduler(KernelScheduler):
         return gpu_hardware(self.target)
 
     def target_key(self) -> str:
-        return target_key(self.target, self.hardware())
+        return gpu_target_key(self.target)
 
     def scheduled(self, func: tirx.PrimFunc, threads: int | None = None) -> Trial:
         """Gensor's plan first, as in the schedule pass, then dlight's rules. Kept by the kernel's

@@ -89,7 +89,7 @@ class Choice:
 
 def target_key(t: Target, hw) -> str:
     """Records are per target, per machine that timed them (a board's timings are its own) and per
-    cache condition (measure.py: warm, or flushed for models whose weights exceed the cache)."""
+    cache condition (measure/timing.py: warm, or flushed for models whose weights exceed the cache)."""
     key = f"{t.arch}/{t.isa}/{t.mcpu}/{hw.cores}c/{hw.level('L1').capacity}/{hw.level('L2').capacity}"
     key += "/cold-args" if getattr(t, "cold_weights", False) else ""   # timed with the arguments flushed
     return key + (f"/rpc:{t.rpc.key}" if t.rpc is not None else "")

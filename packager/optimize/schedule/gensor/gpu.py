@@ -1,5 +1,5 @@
 """Gensor on CUDA targets: construction only (analytical; no GPU is assumed at build time). The
-GPU schedule pass (rules_gpu.py) tries it first for kernels with one reduction anchor."""
+GPU schedule pass (rules/gpu.py) tries it first for kernels with one reduction anchor."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -20,6 +20,11 @@ from .workload import analyze, func_key
 GPU_TRIES = 8                 # ranked plans tried before a kernel falls back to dlight
 
 
+def gpu_target_key(target: Target) -> str:
+    """Records are per GPU architecture and target name (nothing is timed: no machine in the key)."""
+    return f"cuda/{target.sm}/{target.name}"
+
+
 class GensorGpu:
     """Construction for CUDA targets: analytical only (no GPU is assumed at build time); the
     best-ranked plan that the CUDA template accepts wins. The walk is seeded by the kernel's
@@ -29,7 +34,7 @@ class GensorGpu:
     def __init__(self, target: Target, db: TuningDatabase):
         self.target, self.db = target, db
         self.hw = gpu_hardware(target)
-        self.target_key = f"cuda/{target.sm}/{target.name}"
+        self.target_key = gpu_target_key(target)
 
     def schedule(self, func: tirx.PrimFunc, threads: int | None = None) -> tuple[tirx.PrimFunc, Choice] | None:
         """The scheduled kernel and its choice, or None (no single reduction anchor, or no plan

@@ -1,7 +1,7 @@
 """Schedules chosen without timing, checked on this machine before they ship.
 
 A measured build runs every candidate and drops one whose output differs from the reference
-(measure.py). A target whose schedules are chosen without timing (`measure: false`, an arm64
+(timing.py). A target whose schedules are chosen without timing (`measure: false`, an arm64
 target built on x86, every target without an RPC device) had no such check, and a wrong schedule
 shipped: the schedule, not the ISA, is what goes wrong. So each scheduled kernel is compiled for
 this host beside its unscheduled TIR (the loops the schedule pass started from), both run on the

@@ -7,27 +7,11 @@ neighbour costs a repeat, not the choice. The first candidate's output is the re
 other candidate must match; a candidate that disagrees is dropped (and reported) rather than
 trusted.
 
-A kernel in a package whose weights exceed the last-level cache reads its weights from DRAM,
-not from the cache a timing loop leaves warm: ResNet-50's convs took 1.5-2x longer in the
-package's profile than when timed warm, and among Gensor's candidates for its 7x7x512 3x3 conv,
-two programs at 0.43-0.45 ms warm took 0.52-0.54 and 0.89-1.17 ms cold. For such a model (`target.cold_weights`, set by
-`with_cold_weights`) every run is timed alone after TVM's time evaluator has flushed the cache
-lines of every argument but the first (`cache_flush_cpu_non_first_arg`, clflush): the weights
-come from DRAM, as in the package, while the first argument (the activation the previous kernel
-just wrote) stays warm. Overwriting twice the last-level cache instead ranked those candidates
-the same but cost 9-11 ms per run against 0.1-0.4 ms (ResNet-50's convs): it made the cold
-ResNet-50 build 35 s slower.
-
-Candidates timed on this machine also start every run as they start in the package: with their
-first argument (the activation) just written by the previous kernel on all cores. Before each run
-a parallel copy rewrites it, split across threads as the package's element-wise kernels split it,
-after the flush above where the weights are cold. A warm activation in the running core's cache
-hid what decided ResNet-50's 1x1 convs in the package: the 1024->256 conv at 14x14 took 0.20 ms
-warm and 0.21 ms with its weights flushed, but 0.38-0.40 ms right after a producer had written its
-input (0.41 in the package's profile); among Gensor's plans, one taking 0.20 ms warm too took
-0.31 ms so (and a schedule with rows outermost, each core reading only its rows, 0.24 ms: the
-loop orders the plans do not vary yet). That cost comes and goes on a VM whose host moves its
-vCPUs: in another phase all of them took 0.22 ms after a producer.
+Candidates run as they run in the package (docs/scheduling.md has the measurements that chose
+this): for a model whose weights exceed the last-level cache (`target.cold_weights`) each run is
+timed after TVM's clflush of every argument but the first, so weights come from DRAM; and on this
+machine the first argument (the activation) is rewritten on all cores before each run, as the
+previous kernel leaves it. What timing costs is counted into the build's `Tally`.
 """
 from __future__ import annotations
 

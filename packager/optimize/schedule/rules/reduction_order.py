@@ -4,7 +4,7 @@ A KxK conv over NCHWc reads data[.., y + ry, x + rx, rci] and w[.., ry, rx, rci,
 legalization orders its reduction rco, rci, ry, rx: the innermost loop is 3 long and every step
 jumps to another weight row. Moving the input channels innermost (and unrolling them by
 CONTIGUOUS_UNROLL) makes successive broadcasts come from one cache line and the weight one
-stream. Used by the rule-based schedule (rules_cpu.py) and Gensor's CPU lowering (cpu_lower.py).
+stream. Used by the rule-based schedule (rules/cpu.py) and Gensor's CPU lowering (gensor/cpu_lower.py).
 """
 from __future__ import annotations
 
