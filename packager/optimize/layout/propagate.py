@@ -18,7 +18,9 @@
 
 TVM cannot convert one packed block into another (NCHW16c -> NCHW32c): a conv whose output meets
 another packed tensor downstream (residual add, concat) may only use that tensor's block, and if
-ConvertLayout still refuses the choices, every conv gets the vector-width block (or NCHW).
+ConvertLayout still refuses the choices, every conv gets the vector-width block. An op whose
+layout inference fails is lowered to a kernel first, with NCHW around it (isolate.py); only when
+that does not help either does every conv keep NCHW.
 
 The report lists each conv's chosen layouts and the number of activation conversions: before
 propagation (one in front of and one behind every packed conv) and after.
@@ -36,7 +38,9 @@ from ... import progress
 from ...targets import Target
 from ..base import PassReport
 from ..schedule.contract import KernelScheduler
+from ..ieee import LEGALIZATIONS as IEEE_OPS, variadic_max_min
 from .clip import clip_as_ops
+from .isolate import isolate
 from .matmul import matmul_site, pack_matmul_weights
 from .primitives import channel_blocked, conv_weight_blocked
 from .search import ConvSite, Decision, LayoutSearch, NextConv, PoolSite, ProfileMemo
@@ -254,18 +258,39 @@ def _uniform(site: ConvSite, lanes: int) -> Decision:
 
 
 def _conv_layouts(mod: tvm.IRModule, decisions, lanes: int) -> tuple[tvm.IRModule, list, str]:
-    """Apply the searched conv layouts; if TVM refuses them, one block for all; else NCHW."""
+    """Apply the searched conv layouts; if TVM refuses them, one block for all; else NCHW. An op
+    whose own layout inference fails (even with every conv at NCHW), or one that still fails under
+    uniform blocking, is lowered to a kernel first with NCHW around it (isolate.py), so one op
+    does not cost the whole model its layouts."""
     if not any((d.data_block, d.out_block) != (1, 1) for _, _, d in decisions):
         return mod, decisions, ""
-    converted, note = _apply(mod, decisions)
-    if converted is not None:
-        return converted, decisions, ""
-    uniform = [(w, s, _uniform(s, lanes)) for w, s, _ in decisions]
-    converted, note2 = _apply(mod, uniform)
-    if converted is not None:
-        return converted, uniform, f"searched layouts refused by ConvertLayout ({note}): uniform {lanes}-lane blocking used; "
     plain = [(w, s, Decision(1, 1, 1, 1, d.scores)) for w, s, d in decisions]
-    return mod, plain, f"NCHW kept: ConvertLayout refused the searched layouts ({note}) and uniform blocking ({note2}); "
+    mod, note = _isolated(mod, plain, "")
+    converted, why = _apply(mod, decisions)
+    if converted is not None:
+        return converted, decisions, note
+    uniform = [(w, s, _uniform(s, lanes)) for w, s, _ in decisions]
+    refused = f"searched layouts refused by ConvertLayout ({why}): uniform {lanes}-lane blocking used; "
+    converted, why2 = _apply(mod, uniform)
+    if converted is None:
+        mod, note = _isolated(mod, uniform, note)
+        converted, why2 = _apply(mod, uniform)
+    if converted is not None:
+        return converted, uniform, note + refused
+    return mod, plain, f"{note}NCHW kept: ConvertLayout refused the searched layouts ({why}) and uniform blocking ({why2}); "
+
+
+def _isolated(mod: tvm.IRModule, chosen, note: str) -> tuple[tvm.IRModule, str]:
+    """`mod` with the op types lowered that keep ConvertLayout from applying `chosen` (unchanged
+    when it applies, or when lowering does not help), and the report note saying which."""
+    converted, why = _apply(mod, chosen)
+    if converted is not None:
+        return mod, note
+    lowered_mod, lowered = isolate(mod, lambda m: _apply(m, chosen)[0] is not None, IEEE_OPS)
+    if lowered_mod is None:
+        return mod, note
+    return lowered_mod, note + (f"{', '.join(lowered)} lowered to kernels before layout conversion, NCHW around "
+                                f"them (TVM cannot infer their layouts: {why}); ")
 
 
 def _conv_details(decisions) -> list[dict]:
@@ -292,7 +317,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     matmul weights out. `search` (tests) replaces the joint search: anything with
     decide(site, incoming), decide_matmul(site), save() and `measuring`. `memo` carries the
     first shape profile's choices to the others."""
-    mod, clips = clip_as_ops(mod)
+    mod, clips = clip_as_ops(variadic_max_min(mod))     # ONNX Max/Min as binary ops, not stack + max
     target = scheduler.target
     search = search or LayoutSearch(scheduler)
     if memo is not None:
