@@ -209,6 +209,7 @@ def test_output_under_a_file_is_one_line(tmp_path):
 @pytest.mark.slow
 def test_failed_build_leaves_nothing_and_keeps_the_old_package(tmp_path, monkeypatch):
     from packager import build as build_mod
+    from packager.emit import assemble
     from packager.errors import InternalError
     from packager.spec import load_spec
 
@@ -220,7 +221,7 @@ def test_failed_build_leaves_nothing_and_keeps_the_old_package(tmp_path, monkeyp
     def boom(*_a, **_k):
         raise InternalError("simulated failure while writing the package")
 
-    monkeypatch.setattr(build_mod, "package_readme", boom)
+    monkeypatch.setattr(assemble, "package_readme", boom)
     with pytest.raises(InternalError):
         build_mod.build(spec, log=lambda _m: None)
     assert (first / "manifest.json").read_text() == before

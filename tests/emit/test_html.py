@@ -91,9 +91,9 @@ def test_bench_adds_kernel_times_to_the_report(packages, tmp_path):
 
 
 def test_without_graphviz_the_page_says_why(packages, tmp_path, monkeypatch):
-    from packager.tools import report
+    from packager.emit import html
     from packager.emit.html import graph
 
     monkeypatch.setattr(graph.shutil, "which", lambda _name: None)
-    page = report.render(_copy(packages["mlp"], tmp_path))
+    page = html.render(_copy(packages["mlp"], tmp_path))
     assert "graph not drawn: Graphviz's dot is not installed" in page
