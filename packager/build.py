@@ -1,12 +1,15 @@
-"""`pack build`: spec -> package. `build` is the whole pipeline, one named stage per line:
+"""`pack build`: spec -> package. `build` is the whole pipeline, one named stage per line, each
+returning what the next takes:
 
 1. check the spec and the model (nothing is compiled before every input problem is reported)
 2. split into units: the whole model, or (partial offload) compiled parts + nodes left to ONNX Runtime
 3. per unit and shape profile: import + graph passes + kernel graph (codegen/compile.py)
-4. the C++ runtime and ONNX Runtime custom-op library for each CPU architecture (cached)
+4. the C++ runtime and ONNX Runtime custom-op library for each CPU architecture (cached), and
+   onnxruntime's reference outputs
 5. per unit and target: kernel passes, the backend's kernel artifact, weights.bin, plan.json;
-   then the runtimes, the ORT wrapper model, README, build report and manifest, and the finished
-   package moves into place (a failed build leaves nothing half-written)
+   then emit/assemble.py writes references, manifests, runtimes, README, build report and the ORT
+   wrapper model, and the finished package moves into place (a failed build leaves nothing
+   half-written). What timing costs is counted in one Tally, made here and handed down.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from .codegen.backend import check_toolchains
-from .codegen.compile import compile_unit, optimize_unit
+from .codegen.compile import PER_TARGET_REPORTS, compile_unit, optimize_unit
 from .emit.assemble import Build, CompiledUnit, write_package, write_units
 from .emit.html import write as write_html_report
 from .emit.package import PackageWriter, check_destination
@@ -82,6 +85,7 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
         st.run("report.html (graph, roofline, passes)", write_html_report, w.root)   # a view, not a package file
         out = w.finish()
     _log_passes(log, compiled, ort_note)
+    _log_time(log, st.times, compiled, tally)
     _log_finish(log, out, tally, time.perf_counter() - t_start)
     return out
 
@@ -172,6 +176,35 @@ def _log_passes(log: Log, units: list[CompiledUnit], ort_note: str) -> None:
         log(f"  warning: ONNX Runtime {ort_note}")
 
 
+def _log_time(log: Log, stages: dict[str, float], units: list[CompiledUnit], tally: Tally) -> None:
+    """Where the build's time went: each stage (the graph passes of the first unit, profile and
+    target in brackets), each target's kernel passes and code generation, and how much of it was
+    timing candidates."""
+    def parts(items) -> str:
+        shown = [f"{name} {sec:.1f}" for name, sec in items if sec >= 0.05]
+        return f" [{', '.join(shown)}]" if shown else ""
+
+    first = units[0].target_reports[0]["kernel_passes"] if units[0].target_reports else []
+    graph = [(p.name, p.seconds) for p in units[0].graph_passes] + \
+        [(p["pass"], p["seconds"]) for p in first if p["pass"] in PER_TARGET_REPORTS]
+    targets = []
+    for u in units:
+        for row in u.target_reports:
+            passes = [(p["pass"], p["seconds"]) for p in row["kernel_passes"] if p["pass"] not in PER_TARGET_REPORTS]
+            rest = row["seconds"] - sum(sec for _, sec in passes)
+            targets.append(f"{row['name']}{f' ({u.name})' if u.name else ''} {row['seconds']:.1f}"
+                           f"{parts(passes + [('codegen, plan, weights', rest)])}")
+    cells = []
+    for name, sec in stages.items():
+        if name.startswith("report.html"):
+            cells, targets = cells + targets, []                 # the targets were compiled before the page
+        detail = parts(graph) if name.startswith("import") else ""
+        cells.append(f"{name.split(' (')[0]} {sec:.1f}{detail}")
+    cells += targets
+    timing = f"; timing candidates {tally.seconds:.1f} s of it" if tally.programs else ""
+    log(f"  where the time went (s): {'; '.join(cells)}{timing}")
+
+
 def _log_finish(log: Log, out: Path, tally: Tally, seconds: float) -> None:
     """The last line (what timing cost), after a warning when the machine was busy while timing."""
     measured = tally.summary()
@@ -179,5 +212,6 @@ def _log_finish(log: Log, out: Path, tally: Tally, seconds: float) -> None:
         log(f"  the machine was busy while candidates were timed: other processes kept {measured['busy_cores']:.1f} "
             f"of {os.cpu_count()} cores busy on average, so the choices may differ from a quiet machine's; "
             f"rebuild on a quiet machine (or into an empty tuning database) for the package's best speed")
-    timed = f"; {tally.programs} candidate programs timed, {tally.seconds:.1f} s of it" if tally.programs else ""
+    screened = f" ({tally.screened} slow ones not timed past their first run)" if tally.screened else ""
+    timed = f"; {tally.programs} candidate programs timed{screened}, {tally.seconds:.1f} s of it" if tally.programs else ""
     log(f"wrote {out} ({seconds:.1f} s{timed})")

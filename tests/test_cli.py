@@ -245,6 +245,9 @@ def test_build_then_inspect(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "pass schedule [x86-64]: applied" in r.stdout
     assert "pass derive [x86-64]: applied: no ConvTranspose or Conv in the model" in r.stdout
+    where = next(ln for ln in r.stdout.splitlines() if ln.startswith("  where the time went (s): "))
+    assert all(stage in where for stage in ("check spec and model", "import + graph passes", "x86-64 ", "report.html"))
+    assert where.index("x86-64 ") < where.index("report.html")    # in the order the build ran them
     r = run_pack("inspect", tmp_path / "dist" / "m")
     assert r.returncode == 0, r.stderr
     assert "all sizes and checksums match" in r.stdout

@@ -30,6 +30,12 @@ PRUNE = 1.25                  # a candidate this much slower than the fastest ge
 COLD_RUNS = 5                 # cold runs (each after a cache flush) per repeat of a cold-weights target
 COLD_FLUSH = "cache_flush_cpu_non_first_arg"   # TVM runtime's clflush of every argument but the first
 BUSY_CORES = 0.25             # other processes keeping this many cores busy while timing: the build says so
+# Slow candidates (a conv over a long spectrogram runs 0.5-4 s) are timed with a bound, not the
+# fast kernels' repeat counts: the correctness run every candidate makes anyway is its first
+# timing; when the fastest of those took SLOW_SECONDS or more, a candidate SCREEN x slower than it
+# is not timed again, and the others get one run per repeat (a run that long averages its own noise).
+SLOW_SECONDS = 0.05
+SCREEN = 2.0
 
 
 def cpu_seconds() -> tuple[float, float] | None:
@@ -53,6 +59,7 @@ class Tally:
 
     programs: int = 0
     seconds: float = 0.0
+    screened: int = 0              # slow candidates not timed past their first run (clearly slower)
     others_cpu_s: float = 0.0      # CPU seconds not this process's, while timing
     watched_s: float = 0.0         # seconds over which others_cpu_s was watched
 
@@ -76,7 +83,7 @@ class Tally:
 
     def summary(self) -> dict:
         """The build report's `measured` entry: programs timed, seconds, and how busy the machine was."""
-        out = {"programs": self.programs, "seconds": round(self.seconds, 3)}
+        out = {"programs": self.programs, "seconds": round(self.seconds, 3), "screened": self.screened}
         busy = self.busy_cores()
         if busy is not None:
             out.update(busy_cores=round(busy, 2), busy=busy >= BUSY_CORES)
@@ -96,14 +103,15 @@ def where_measured(target: Target) -> str:
 WRITTEN_FIRST = "packager.measure.written_first"   # the f_preproc that rewrites the first argument
 
 
-def _evaluator(lib, name: str, dev, target: Target, number: int, preproc: str | None = None):
-    """TVM's time evaluator for one repeat: `number` warm runs, or COLD_RUNS runs each after
+def _evaluator(lib, name: str, dev, target: Target, number: int, preproc: str | None = None,
+               runs: int = COLD_RUNS):
+    """TVM's time evaluator for one repeat: `number` warm runs, or `runs` runs each after
     `preproc` (the first argument rewritten, the rest flushed if cold) or after the cache lines of
     the arguments but the first were flushed."""
     if preproc is not None:
-        return lib.time_evaluator(name, dev, number=1, repeat=COLD_RUNS, f_preproc=preproc)
+        return lib.time_evaluator(name, dev, number=1, repeat=runs, f_preproc=preproc)
     if getattr(target, "cold_weights", False):
-        return lib.time_evaluator(name, dev, number=1, repeat=COLD_RUNS, f_preproc=COLD_FLUSH)
+        return lib.time_evaluator(name, dev, number=1, repeat=runs, f_preproc=COLD_FLUSH)
     return lib.time_evaluator(name, dev, number=number, repeat=1)
 
 
@@ -186,10 +194,15 @@ def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3,
     preproc = _written_first(lib, tvm.runtime.tensor(inputs[0], device=dev), target) if local else None
     ref = None
     correct: list[int] = []
+    first: dict[int, float] = {}                  # each correctness run's wall time
     for i in range(len(funcs)):
         for a, x in zip(args, inputs):
             a.copyfrom(x)
+        dev.sync()
+        t_run = time.perf_counter()
         lib[f"c{i}"](*args)
+        dev.sync()
+        first[i] = time.perf_counter() - t_run
         out = args[-1].numpy()
         if ref is None:
             ref = out
@@ -198,20 +211,34 @@ def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3,
         elif not np.allclose(out, ref, rtol=1e-4, atol=1e-4):
             continue
         correct.append(i)
-    best = _timed_rounds(lib, dev, args, correct, repeat, target, preproc)
+    timed, screened, runs = screen({i: first[i] for i in correct})
+    best = _timed_rounds(lib, dev, args, timed, repeat, target, preproc, runs)
+    best.update(screened)
+    tally.screened += len(screened)
     tally.add(len(funcs) - (0 if time_first else 1), t0)
     return [best.get(i) for i in range(len(funcs))]
 
 
+def screen(first: dict[int, float]) -> tuple[list[int], dict[int, float], int]:
+    """(candidates to time, the screened ones with their first run's time as their time, runs per
+    repeat): all of them at COLD_RUNS when the fastest first run is under SLOW_SECONDS; else those
+    within SCREEN of it, at one run per repeat."""
+    fastest = min(first.values(), default=0.0)
+    if fastest < SLOW_SECONDS:
+        return list(first), {}, COLD_RUNS
+    return ([i for i, t in first.items() if t <= SCREEN * fastest],
+            {i: t for i, t in first.items() if t > SCREEN * fastest}, 1)
+
+
 def _timed_rounds(lib, dev, args: list, which: list[int], rounds: int, target: Target,
-                  preproc: str | None = None) -> dict[int, float]:
+                  preproc: str | None = None, runs: int = COLD_RUNS) -> dict[int, float]:
     """Fastest repeat per candidate over interleaved rounds, pruning the clearly slower ones."""
     number = {i: 1 if preproc else _runs_per_repeat(lib, f"c{i}", dev, args) for i in which}
     best = {i: float("inf") for i in which}
     alive = list(which)
     for _ in range(rounds):
         for i in alive:
-            ev = _evaluator(lib, f"c{i}", dev, target, number[i], preproc)
+            ev = _evaluator(lib, f"c{i}", dev, target, number[i], preproc, runs)
             best[i] = min(best[i], min(ev(*args).results))
         fastest = min(best.values(), default=0.0)
         alive = [i for i in alive if best[i] <= PRUNE * fastest]

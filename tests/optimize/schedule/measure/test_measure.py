@@ -190,3 +190,16 @@ def test_the_tally_sees_other_processes_busy_while_it_times():
     finally:
         loop.kill()
     assert tally.busy_cores() > 0.5 and tally.summary()["busy"] and Tally().busy_cores() is None
+
+
+def test_slow_candidates_are_screened_by_their_first_run():
+    """Fast kernels keep the full repeat counts; when the fastest first (correctness) run took
+    SLOW_SECONDS or more, candidates SCREEN x slower are not timed again (their first run is their
+    time) and the rest get one run per repeat."""
+    from packager.optimize.schedule.measure.timing import COLD_RUNS, SCREEN, SLOW_SECONDS, screen
+
+    fast = {0: SLOW_SECONDS / 10, 1: SLOW_SECONDS / 2, 2: SLOW_SECONDS * 3}
+    assert screen(fast) == ([0, 1, 2], {}, COLD_RUNS)
+    slow = {0: 0.5, 1: 0.5 * SCREEN, 2: 0.5 * SCREEN + 0.01, 3: 0.6}
+    assert screen(slow) == ([0, 1, 3], {2: 0.5 * SCREEN + 0.01}, 1)
+    assert screen({}) == ([], {}, COLD_RUNS)
