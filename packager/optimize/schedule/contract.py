@@ -48,8 +48,10 @@ class StructMemo:
         return value
 
 
-class NotTimed(RuntimeError):
-    """Raised when a scheduler is asked to time kernels it cannot run at build time."""
+class NotOffered(RuntimeError):
+    """A scheduler asked for what its kind does not do (timing where nothing runs at build time,
+    a CUDA searcher for the CPU layout search, the tuner where nothing is timed). The passes ask
+    `measuring`, `why_not_tuned()` and `lacks()` first and report the reason instead."""
 
 
 class KernelScheduler(ABC):
@@ -115,11 +117,12 @@ class KernelScheduler(ABC):
     def time(self, funcs: list[tirx.PrimFunc], warm: bool = False) -> list[float | None]:
         """Seconds per run of each (already scheduled) kernel, timed in alternation; `warm`
         ignores the target's cold-weights setting. Only where `can_measure`."""
-        raise NotTimed(f"{self.target.name}: kernels are not timed at build time")
+        raise NotOffered(f"{self.target.name}: kernels are not timed at build time")
 
     def searcher(self, top_k: int, measure: bool = True, reuse: bool = False, db: TuningDatabase | None = None):
         """Gensor's search for this target (`schedule(func, name) -> (func, rule, Choice)`)."""
-        raise NotImplementedError(f"{self.target.name}: {self.kind} targets have no searcher for the graph passes")
+        raise NotOffered(f"{self.target.name}: {self.kind} targets offer no searcher to the graph passes (their layouts "
+                         "are not searched)")
 
     def with_cold_weights(self, weight_bytes: int) -> Target:
         """The target, marked to time candidates with the caches flushed when the model's
@@ -136,7 +139,7 @@ class KernelScheduler(ABC):
 
     def tune(self, kernels: dict[str, tirx.PrimFunc], log: Callable[[str], None]):
         """The `tuning` kernel pass, where `why_not_tuned()` is None."""
-        raise NotImplementedError(self.why_not_tuned())
+        raise NotOffered(f"{self.target.name}: {self.why_not_tuned()}")
 
     def reuse_note(self) -> str | None:
         """Why ETO's reuse cannot act for this target (None: it can)."""

@@ -7,7 +7,7 @@ from tvm import te
 
 from packager.codegen.backend import BACKEND_MODULES
 from packager.optimize.pipeline import PIPELINES, PassContext
-from packager.optimize.schedule.contract import KernelScheduler, NotTimed, Tally
+from packager.optimize.schedule.contract import KernelScheduler, NotOffered, Tally
 from packager.optimize.schedule.cpu import CpuScheduler
 from packager.optimize.schedule.cuda import CudaScheduler
 from packager.optimize.schedule.registry import SCHEDULERS, scheduler_for
@@ -49,8 +49,12 @@ def test_cpu_targets_are_timed_where_they_run_gpus_never():
     assert here.can_measure and here.measuring and here.where_measured() == "this machine"
     assert not scheduler(host_target(), measure=False).measuring
     assert not arm.can_measure and not gpu.can_measure
-    with pytest.raises(NotTimed):
+    with pytest.raises(NotOffered):
         gpu.time([_add()])
+    with pytest.raises(NotOffered, match="offer no searcher"):
+        gpu.searcher(3)
+    with pytest.raises(NotOffered, match="not timed at build time"):
+        gpu.tune({}, print)
     assert "GPU kernels are not timed" in gpu.why_not_tuned() and gpu.reuse_note()
     assert "cannot be timed" in arm.why_not_tuned()
 
