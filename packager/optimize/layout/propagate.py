@@ -265,10 +265,14 @@ def _conv_layouts(mod: tvm.IRModule, decisions, lanes: int) -> tuple[tvm.IRModul
     if not any((d.data_block, d.out_block) != (1, 1) for _, _, d in decisions):
         return mod, decisions, ""
     plain = [(w, s, Decision(1, 1, 1, 1, d.scores)) for w, s, d in decisions]
-    mod, note = _isolated(mod, plain, "")
     converted, why = _apply(mod, decisions)
     if converted is not None:
-        return converted, decisions, note
+        return converted, decisions, ""
+    mod, note = _isolated(mod, plain, "")             # checked only once the choices were refused
+    if note:
+        converted, why = _apply(mod, decisions)
+        if converted is not None:
+            return converted, decisions, note
     uniform = [(w, s, _uniform(s, lanes)) for w, s, _ in decisions]
     refused = f"searched layouts refused by ConvertLayout ({why}): uniform {lanes}-lane blocking used; "
     converted, why2 = _apply(mod, uniform)

@@ -23,6 +23,10 @@ from .measure.database import TuningDatabase
 from .measure.timing import Tally
 
 
+ONLY_GENSOR_REUSES = ("nothing to reuse: only Gensor's measured CPU tuning reuses programs (GPU kernels are not "
+                      "timed at build time)")
+
+
 class Trial(NamedTuple):
     """A kernel as the schedule pass will schedule it: the scheduled PrimFunc (None: nothing
     fits), the rule that took it, and the cost model's estimate (ms; None: not estimated)."""

@@ -9,7 +9,7 @@ from typing import Callable
 from tvm import s_tir, tirx
 
 from ..base import PassReport
-from .contract import KernelScheduler, StructMemo, Trial
+from .contract import ONLY_GENSOR_REUSES, KernelScheduler, StructMemo, Trial
 from .gensor.cpu import GensorCpu, schedule_kernels_gensor, target_key
 from .hardware import Hardware, cpu_hardware, last_level_cache
 from .measure.check import check_untimed
@@ -104,8 +104,7 @@ class CpuScheduler(KernelScheduler):
 
     def reuse_note(self) -> str | None:
         if self.opt.scheduler != "gensor":
-            return ("nothing to reuse: only Gensor's measured CPU tuning reuses programs (GPU kernels are not "
-                    "timed at build time)")
+            return ONLY_GENSOR_REUSES
         if not self.measuring:
             return ("nothing to reuse: the target's kernels are not timed (not this machine, no rpc device, or "
                     "tuning.measure is off)")

@@ -10,7 +10,7 @@ from tvm import tirx
 
 from ...errors import UserError
 from ..base import PassReport
-from .contract import KernelScheduler, Trial
+from .contract import ONLY_GENSOR_REUSES, KernelScheduler, Trial
 from .gensor.gpu import GensorGpu, gpu_target_key
 from .hardware import Hardware, gpu_hardware
 from .phases import gensor_phase
@@ -74,5 +74,4 @@ class CudaScheduler(KernelScheduler):
         return "GPU kernels are not timed at build time (no GPU on the build host); Gensor's analytical choice stands"
 
     def reuse_note(self) -> str | None:
-        return ("nothing to reuse: only Gensor's measured CPU tuning reuses programs (GPU kernels are not timed at "
-                "build time)")
+        return ONLY_GENSOR_REUSES
