@@ -29,11 +29,7 @@ def _recurrent(node, t, b):
                         "constant W/R/B/P (keep it in ONNX Runtime: onnxruntime.keep_nodes)")
     if x_shape is None or None in x_shape:
         raise UserError(f"{where}: input '{ins[0]}' has no static shape under this profile")
-    steps = x_shape[attr(node, "layout", 0)]
-    if steps > recurrent.MAX_STEPS:
-        raise UserError(f"{where}: {steps} time steps; unrolling is limited to {recurrent.MAX_STEPS} "
-                        "(keep it in ONNX Runtime: onnxruntime.keep_nodes)")
-    return recurrent.unroll(node, t.shape, weights, b)
+    return recurrent.lower(node, t.shape, weights, b)
 
 
 def _resize(node, t, b):

@@ -1,15 +1,16 @@
-"""LSTM, GRU and RNN unrolled into primitive ONNX ops over the static sequence length.
+"""LSTM, GRU and RNN over the static sequence length as a projection and a loop.
 
-TVM's importer has no recurrent ops. With the sequence length fixed per profile, a recurrent
-layer is a chain of small matmuls and element-wise gates, which the packager compiles (and fuses)
-like any other graph: the input projection of every time step is one MatMul over the whole
-sequence (X W^T + Wb), then per step one MatMul with R^T and the gate math of the ONNX spec
-(gate order LSTM i,o,f,c; GRU z,r,h), forward, reverse or both directions, with initial states,
+TVM's importer has no recurrent ops. With the sequence length fixed per profile, the input
+projection of every time step is one MatMul over the whole sequence (X W^T + Wb); what stays
+sequential (h @ R^T and the gate math of the ONNX spec, gate order LSTM i,o,f,c; GRU z,r,h) is one
+`Recurrence` node per direction, which the importer compiles as one kernel with the time loop
+inside (recurrent_kernel.py): forward, reverse or both directions, with initial states,
 peepholes, `clip`, `input_forget`, `linear_before_reset`, `layout` and every output (Y, Y_h, Y_c).
+Build time and package size do not grow with the sequence length.
 
-Not unrolled (the node stays in ONNX Runtime under partial offload, see `unsupported`):
+Not lowered (the node stays in ONNX Runtime under partial offload, see `unsupported`):
 `sequence_lens` (variable-length batches), activations outside ACTIVATIONS, weights computed at
-run time, sequences longer than MAX_STEPS (the unrolled graph would be larger than worth it).
+run time.
 """
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ import onnx
 from onnx import helper
 
 from .attrs import attr
+from .recurrent_kernel import Cell
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
 ACTIVATIONS = {"Sigmoid", "Tanh", "Relu", "HardSigmoid", "LeakyRelu", "Elu", "Softsign", "Softplus"}
 ALPHA_BETA = {"HardSigmoid": ("alpha", "beta"), "LeakyRelu": ("alpha",), "Elu": ("alpha",)}
-MAX_STEPS = 512
+DOMAIN, OP_TYPE = "ai.packager", "Recurrence"      # the loop node the importer compiles (relax_import)
 
 
 def _activations(node) -> list[str]:
@@ -34,7 +36,7 @@ def _activations(node) -> list[str]:
 
 
 def unsupported(node: onnx.NodeProto) -> str | None:
-    """Why this recurrent node cannot be unrolled (from its attributes and inputs alone), or None."""
+    """Why this recurrent node cannot be lowered (from its attributes and inputs alone), or None."""
     if len(node.input) > 4 and node.input[4]:
         return "uses sequence_lens (variable-length sequences)"
     bad = sorted(set(_activations(node)) - ACTIVATIONS)
@@ -44,8 +46,8 @@ def unsupported(node: onnx.NodeProto) -> str | None:
 
 
 class Emitter:
-    """Appends nodes; `b` is the rewrites' builder (fresh names, constants), constants memoized so
-    a step loop does not add one initializer per step."""
+    """Appends nodes; `b` is the rewrites' builder (fresh names, constants), constants memoized
+    (a value used twice is one initializer)."""
 
     def __init__(self, b, prefix: str, dtype):
         self.b, self.prefix, self.dtype, self.nodes, self.consts = b, prefix, dtype, [], {}
@@ -68,16 +70,6 @@ class Emitter:
             return self("Unsqueeze", [x, self.const("axes", np.array(axes, np.int64))])
         return self("Unsqueeze", [x], axes=axes)
 
-    def scalar(self, v: float) -> str:
-        return self.const("c", np.array(v, self.dtype))
-
-    def act(self, fn: tuple[str, dict], x: str) -> str:
-        return self(fn[0], [x], **fn[1])
-
-    def clip(self, node, x: str) -> str:
-        c = attr(node, "clip")
-        return x if c is None else self("Clip", [x, self.scalar(-c), self.scalar(c)])
-
 
 def _resolved_activations(node) -> list[tuple[str, dict]]:
     """(op, attributes) per activation; alpha/beta values are consumed in order by the functions
@@ -95,9 +87,11 @@ def _resolved_activations(node) -> list[tuple[str, dict]]:
     return out
 
 
-def unroll(node: onnx.NodeProto, shapes: dict, weights: dict[str, np.ndarray], b) -> list[onnx.NodeProto]:
-    """The nodes that compute `node`'s outputs step by step. `weights` maps initializer names to
-    arrays (W, R, B and P must be among them)."""
+def lower(node: onnx.NodeProto, shapes: dict, weights: dict[str, np.ndarray], b) -> list[onnx.NodeProto]:
+    """The nodes that compute `node`'s outputs: per direction the input projection of the whole
+    sequence and one `Recurrence` node (DOMAIN) that the importer turns into a kernel with the time
+    loop inside (recurrent_kernel.py). `weights` maps initializer names to arrays (W, R, B and P
+    must be among them)."""
     op, ins = node.op_type, list(node.input) + [""] * 8
     outs = list(node.output) + ["", ""]
     layout = attr(node, "layout", 0)
@@ -112,23 +106,29 @@ def unroll(node: onnx.NodeProto, shapes: dict, weights: dict[str, np.ndarray], b
     reverse_only = attr(node, "direction", b"forward") == b"reverse"
     ys, finals = [], {"h": [], "c": []}
     for d in range(dirs):
-        state = {"h": _initial(e, ins[5], d, layout, batch, hidden)}
-        if op == "LSTM":
-            state["c"] = _initial(e, ins[6], d, layout, batch, hidden)
         wb, rb = bias[d, :G * hidden], bias[d, G * hidden:]
         if op == "GRU":       # the h gate's recurrent bias is applied inside the step (after the reset)
-            rb = np.concatenate([rb[:2 * hidden], np.zeros(hidden, rb.dtype)]), rb[2 * hidden:]
-        xw = e("Add", [e("MatMul", [x, e.const("W_t", W[d].T)]), e.const("Wb", wb + (rb[0] if op == "GRU" else rb))])
-        cell = Cell(e, node, hidden, acts[d * n_act:(d + 1) * n_act], R[d],
-                    rb[1] if op == "GRU" else None, peep[d] if peep is not None else None)
-        step = {"LSTM": cell.lstm, "GRU": cell.gru, "RNN": cell.rnn}[op]
-        hs = {}
-        for t in (range(seq - 1, -1, -1) if reverse_only or d == 1 else range(seq)):
-            state = step(e("Gather", [xw, e.const("t", np.array(t, np.int64))], axis=0), state)   # [batch, G*hidden]
-            hs[t] = state["h"]
-        ys.append(e("Concat", [e.unsqueeze(hs[t], [0, 1]) for t in range(seq)], axis=0))  # [seq, 1, batch, hidden]
-        for k in state:
-            finals[k].append(e.unsqueeze(state[k], [0]))
+            xb, rb_h = wb + np.concatenate([rb[:2 * hidden], np.zeros(hidden, rb.dtype)]), rb[2 * hidden:]
+        else:
+            xb, rb_h = wb + rb, None
+        xw = e("Add", [e("MatMul", [x, e.const("W_t", W[d].T)]), e.const("Wb", xb)])   # [seq, batch, G*hidden]
+        cell = Cell(op, seq, batch, hidden, tuple((name, a.get("alpha"), a.get("beta"))
+                                                  for name, a in acts[d * n_act:(d + 1) * n_act]),
+                    clip=attr(node, "clip"), reverse=reverse_only or d == 1,
+                    linear_before_reset=bool(attr(node, "linear_before_reset", 0)),
+                    input_forget=bool(attr(node, "input_forget", 0)), peepholes=peep is not None,
+                    dtype=np.dtype(W.dtype).name)
+        inputs = [xw, e.const("R_t", np.ascontiguousarray(R[d].T))]
+        inputs += [e.const("Rb_h", rb_h)] if rb_h is not None else []
+        inputs += [e.const("P", peep[d])] if peep is not None else []
+        inputs += [_initial(e, ins[5], d, layout, batch, hidden)]
+        inputs += [_initial(e, ins[6], d, layout, batch, hidden)] if op == "LSTM" else []
+        results = [b.fresh(f"{e.prefix}_{name}") for name, _ in cell.outputs()]
+        e.nodes.append(helper.make_node(OP_TYPE, inputs, results, domain=DOMAIN, cell=cell.to_json()))
+        ys.append(e.unsqueeze(results[0], [1]))                                         # [seq, 1, batch, hidden]
+        finals["h"].append(e.unsqueeze(results[1], [0]))
+        if op == "LSTM":
+            finals["c"].append(e.unsqueeze(results[2], [0]))
     _outputs(e, ys, finals, outs, layout)
     return e.nodes
 
@@ -137,59 +137,6 @@ def _initial(e: Emitter, name: str, d: int, layout: int, batch: int, hidden: int
     if not name:
         return e.const("zeros", np.zeros((batch, hidden), e.dtype))
     return e("Gather", [name, e.const("d", np.array(d, np.int64))], axis=layout)
-
-
-class Cell:
-    """One direction's step functions (ONNX operator spec formulas); state = {"h": H, "c": C}."""
-
-    def __init__(self, e: Emitter, node, hidden: int, acts, r: np.ndarray, rbh, peep):
-        self.e, self.node, self.hidden, self.acts = e, node, hidden, acts
-        self.r_t = e.const("R_t", r.T)
-        if node.op_type == "GRU":
-            self.r_zr_t, self.r_h_t, self.rbh = e.const("Rzr_t", r[:2 * hidden].T), e.const("Rh_t", r[2 * hidden:].T), \
-                e.const("Rbh", rbh)
-        self.peep = [e.const("P", peep[k * hidden:(k + 1) * hidden]) for k in range(3)] if peep is not None else None
-
-    def _split(self, x: str, pieces: int) -> list[str]:
-        outs = [self.e.b.fresh(f"{self.e.prefix}_gate") for _ in range(pieces)]
-        sizes = [self.hidden] * pieces
-        if self.e.b.opset >= 13:
-            self.e.nodes.append(helper.make_node("Split", [x, self.e.const("split", np.array(sizes, np.int64))], outs,
-                                                 axis=1))
-        else:                                       # opset 11-12: sizes are an attribute
-            self.e.nodes.append(helper.make_node("Split", [x], outs, axis=1, split=sizes))
-        return outs
-
-    def _gate(self, fn, pre: str) -> str:
-        return self.e.act(fn, self.e.clip(self.node, pre))
-
-    def lstm(self, xt: str, state: dict) -> dict:
-        e, (f_act, g_act, h_act) = self.e, self.acts
-        i, o, f, c = self._split(e("Add", [xt, e("MatMul", [state["h"], self.r_t])]), 4)
-        if self.peep:
-            pi, po, pf = self.peep
-            i, f = e("Add", [i, e("Mul", [pi, state["c"]])]), e("Add", [f, e("Mul", [pf, state["c"]])])
-        i = self._gate(f_act, i)
-        f = e("Sub", [e.scalar(1), i]) if attr(self.node, "input_forget", 0) else self._gate(f_act, f)
-        c_new = e("Add", [e("Mul", [f, state["c"]]), e("Mul", [i, self._gate(g_act, c)])])
-        if self.peep:
-            o = e("Add", [o, e("Mul", [self.peep[1], c_new])])
-        return {"h": e("Mul", [self._gate(f_act, o), e.act(h_act, c_new)]), "c": c_new}
-
-    def gru(self, xt: str, state: dict) -> dict:
-        e, (f_act, g_act), h = self.e, self.acts, state["h"]
-        xz, xr, xh = self._split(xt, 3)
-        hz, hr = self._split(e("MatMul", [h, self.r_zr_t]), 2)
-        z, r = self._gate(f_act, e("Add", [xz, hz])), self._gate(f_act, e("Add", [xr, hr]))
-        if attr(self.node, "linear_before_reset", 0):
-            rh = e("Mul", [r, e("Add", [e("MatMul", [h, self.r_h_t]), self.rbh])])
-        else:
-            rh = e("Add", [e("MatMul", [e("Mul", [r, h]), self.r_h_t]), self.rbh])
-        h_tilde = self._gate(g_act, e("Add", [xh, rh]))
-        return {"h": e("Add", [e("Mul", [e("Sub", [e.scalar(1), z]), h_tilde]), e("Mul", [z, h])])}
-
-    def rnn(self, xt: str, state: dict) -> dict:
-        return {"h": self._gate(self.acts[0], self.e("Add", [xt, self.e("MatMul", [state["h"], self.r_t])]))}
 
 
 def _outputs(e: Emitter, ys: list[str], finals: dict, outs: list[str], layout: int) -> None:

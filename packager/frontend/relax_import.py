@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import onnx
@@ -14,6 +15,8 @@ from .attrs import all_graphs
 from .fold import fold_constants
 from .model import LoadedModel, bind_dims, first_line, infer_shapes
 from .lowering import LOWERED_TO
+from .recurrent import OP_TYPE as RECURRENCE
+from .recurrent_kernel import Cell, kernel
 from .rewrites import rewrite
 
 
@@ -43,7 +46,7 @@ def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes:
     shapes = {names.get(k, k): v for k, v in shapes.items()}
     dtypes = {names.get(k, k): v for k, v in dtypes.items()}
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _our_operators():
             warnings.simplefilter("ignore")
             mod = from_onnx(bound, shape_dict={k: list(v) for k, v in shapes.items()},
                             dtype_dict=dict(dtypes), opset=model.opset, keep_params_in_input=False)
@@ -54,6 +57,32 @@ def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes:
         raise InternalError(f"{model}: importer produced {len(params)} inputs, the model has {len(model.inputs)}")
     after = Counter(n.op_type for n in bound.graph.node if n.op_type in LOWERED_TO)
     return mod, ImportStats(folded.removed, rewritten, folded.note, dict(before - after))
+
+
+@contextmanager
+def _our_operators():
+    """TVM's ONNX importer, also knowing the operators our rewrites emit (DOMAIN ai.packager:
+    the recurrent loops, which become one kernel each). TVM 0.27 reads its operator table
+    through `_get_convert_map` on every use; there is no public hook."""
+    from tvm import relax
+    from tvm.relax.frontend.onnx import onnx_frontend as fe
+
+    class Recurrence(fe.OnnxOpConverter):
+        @classmethod
+        def _impl_v1(cls, bb, inputs, attr, params):
+            text = attr["cell"]
+            cell = Cell.from_json(text.decode() if isinstance(text, bytes) else text)
+            func = kernel(cell)
+            gv = bb.add_func(func, f"{cell.op.lower()}_loop")
+            outs = [relax.TensorType(shape, cell.dtype) for _, shape in cell.outputs()]
+            return bb.emit(relax.call_tir(gv, [x for x in inputs if x is not None], outs))
+
+    table = fe._get_convert_map
+    fe._get_convert_map = lambda: {**table(), RECURRENCE: Recurrence}
+    try:
+        yield
+    finally:
+        fe._get_convert_map = table
 
 
 def _identifiers(model: onnx.ModelProto) -> dict[str, str]:

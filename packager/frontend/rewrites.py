@@ -11,7 +11,7 @@ while avoiding constructs the importer rejects or gets wrong:
   importer implements only the normalized output).
 * `Shape`/`Size` of a tensor with a static shape: a constant (shapes are static per profile; the
   importer's symbolic shape values are refused by many consumers).
-* `LSTM`, `GRU`, `RNN`: unrolled over the static sequence length (recurrent.py; these, Resize,
+* `LSTM`, `GRU`, `RNN`: a projection and a loop kernel per direction (recurrent.py; these, Resize,
   CumSum/TopK and the QLinear ops are registered from lowering.py).
 * `Resize`: gathers and weighted sums per resized axis, weights from onnxruntime (resize.py).
 * `CumSum`, `TopK`: a triangular MatMul and rounds of ArgMax (selection.py).
@@ -33,6 +33,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..errors import UserError
 from .attrs import attr, constant, initializer
 from .lowering import LOWERINGS
+from .recurrent import DOMAIN as OUR_DOMAIN
 
 FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
 
@@ -308,4 +309,6 @@ def rewrite(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
         changed += 1
     del model.graph.node[:]
     model.graph.node.extend(nodes)
+    if any(n.domain == OUR_DOMAIN for n in nodes) and OUR_DOMAIN not in {o.domain for o in model.opset_import}:
+        model.opset_import.append(helper.make_opsetid(OUR_DOMAIN, 1))
     return model, changed + _fold(model)

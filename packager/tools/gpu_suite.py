@@ -23,8 +23,9 @@ from ..errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = ["mlp", "cnn", "transformer"]
-# zoo models for the bundle: samples/zoo/make_zoo.py ZOO entries (bert_mini: a small BERT)
-ZOO = ["mobilenet_v2", "vit_tiny", "bert_mini"]
+# zoo models for the bundle: samples/zoo/make_zoo.py ZOO entries (bert_mini: a small BERT;
+# speech_rnn: recurrent loop kernels)
+ZOO = ["mobilenet_v2", "vit_tiny", "bert_mini", "speech_rnn"]
 DEFAULT_TARGETS = ["h100", "a100"]
 LIMIT_MB = 60
 

@@ -3,7 +3,7 @@ seed) into a cache folder outside git (default ~/.cache/packager/zoo).
 
     pip install torch==2.13.0          # CPU build; only this script needs it
     python samples/zoo/make_zoo.py [resnet18 resnet50 mobilenet_v2 bert_base gpt2_small vit_tiny bert_mini
-                                    bert_hf bert_hf_mini infogan csrnet_block] [--out DIR]
+                                    bert_hf bert_hf_mini infogan csrnet_block speech_rnn] [--out DIR]
     pack build ~/.cache/packager/zoo/resnet50/spec.yaml && pack bench ~/.cache/packager/zoo/resnet50/dist/resnet50
 """
 from __future__ import annotations
@@ -32,6 +32,7 @@ ZOO = {
     "bert_hf_mini": ("BertHF", ("input_ids", "attention_mask"), [1, 128], "ids+mask", (1e-3, 1e-4)),
     "infogan": ("InfoGAN", "z", [1, 228, 1, 1], "float", (1e-4, 1e-4)),      # ConvTranspose (derive)
     "csrnet_block": ("CSRNetBlock", "features", [1, 64, 28, 28], "float", (1e-4, 1e-4)),   # dilated convs
+    "speech_rnn": ("SpeechRNN", "features", [1, 200, 40], "float", (1e-4, 1e-4)),         # GRU + LSTM loops
 }
 # constructor arguments other than the defaults
 KWARGS = {"bert_mini": dict(vocab=2000, dim=128, depth=4, heads=2, mlp=512),

@@ -305,6 +305,22 @@ class CSRNetBlock(nn.Module):
         return self.net(x)
 
 
+# ---------------------------------------------------------------------------- speech tagger
+class SpeechRNN(nn.Module):
+    """A frame tagger over log-mel features: a bidirectional GRU, an LSTM and a per-frame linear
+    head (recurrent layers as speech-quality and VAD models use them; one loop kernel per
+    direction in the package, also on GPU targets)."""
+
+    def __init__(self, features: int = 40, hidden: int = 64, classes: int = 8):
+        super().__init__()
+        self.gru = nn.GRU(features, hidden, batch_first=True, bidirectional=True)
+        self.lstm = nn.LSTM(2 * hidden, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        return self.head(self.lstm(self.gru(x)[0])[0])
+
+
 def init_transformer(m: nn.Module) -> nn.Module:
     """GPT-2/BERT-style init (normal, std 0.02) so activations stay in a realistic range."""
     for p in m.modules():

@@ -1,12 +1,14 @@
 """The kernel-call graph of a fused module's `main`: which call produces each value, who reads
 it, and which values leave the model. Global fusion plans on this graph and outlines groups of
-its calls (outline.py)."""
+its calls (outline.py). Only kernels in block form can be fused: a kernel written as plain loops
+(a recurrent layer's time loop) is not a call of the graph."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import tvm
 from tvm import relax, tirx
+from tvm.s_tir.stmt import SBlockRealize
 
 
 @dataclass
@@ -68,7 +70,8 @@ def kernel_graph(mod: tvm.IRModule) -> KernelGraph | None:
     calls: dict[int, Call] = {}
     for i, b in enumerate(bindings):
         v = b.value
-        if isinstance(v, relax.Call) and getattr(v.op, "name", None) == "relax.call_tir":
+        if isinstance(v, relax.Call) and getattr(v.op, "name", None) == "relax.call_tir" and \
+                isinstance(mod[v.args[0]].body, SBlockRealize):    # hand-written loops (recurrences) stay alone
             gv = v.args[0]
             calls[i] = Call(i, b, gv, mod[gv], list(v.args[1].fields))
     g = KernelGraph(main, bindings, calls)

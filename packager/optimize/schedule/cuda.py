@@ -14,6 +14,7 @@ from .contract import ONLY_GENSOR_REUSES, KernelScheduler, Trial
 from .gensor.gpu import GensorGpu, gpu_target_key
 from .hardware import Hardware, gpu_hardware
 from .phases import gensor_phase
+from .rules import recurrence
 from .rules.gpu import dlight_rules, schedule_kernels_gpu, schedule_one
 
 Kernels = dict[str, tirx.PrimFunc]
@@ -55,6 +56,9 @@ class CudaScheduler(KernelScheduler):
         return self.memo[key]
 
     def _schedule(self, func: tirx.PrimFunc, threads: int | None) -> Trial:
+        looped = recurrence.gpu(func)
+        if looped is not None:
+            return Trial(looped, "recurrence")
         with self.tvm_target:
             made = gensor_phase(self.gensor, func, threads) if self.gensor is not None else None
             if made is not None:

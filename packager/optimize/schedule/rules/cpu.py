@@ -17,6 +17,8 @@ construction-based scheduler (gensor.py) improves on:
 * ``injective`` (element-wise, reshape, transpose): all loops fused, split into parallel
   chunks and vector lanes.
 * ``fallback``: outer loops in parallel, nothing else.
+* ``recurrence``: a recurrent layer's loop kernel, regenerated with vector lanes and a parallel
+  matrix-vector product (recurrence.py); it takes no other rule.
 
 Each rule either schedules the whole kernel or raises; the pass falls through to the next
 rule, and a kernel no rule fits stays as TVM legalized it (reported as ``naive``).
@@ -31,7 +33,7 @@ from tvm import s_tir, tirx
 
 from ....targets import Target
 from ...base import PassReport
-from . import padding
+from . import padding, recurrence
 from .reduction_order import contiguous_reduction_last, unroll_contiguous
 from .transpose import tile_transposed_copy
 from ..tir_util import (PARALLEL_MIN_COPY, PARALLEL_MIN_WORK, Anchor, KernelSchedule, RuleMismatch, best_factor,
@@ -57,6 +59,11 @@ class CpuRules:
 
     def candidates(self, func: tirx.PrimFunc) -> Iterator[tuple[tirx.PrimFunc, KernelSchedule]]:
         """Every rule that fits, in order of preference, then the naive loops (`func` itself)."""
+        looped = recurrence.cpu(func, self.lanes(32))
+        if looped is not None:                    # a recurrent loop: regenerated, not scheduled
+            yield looped
+            yield func, KernelSchedule("naive", note="recurrence: the plain loops")
+            return
         reasons = []
         for rule in (self.tiled_reduction, self.reduction_epilogue, self.row_region, self.vector_row_reduction,
                      self.row_reduction, self.injective, self.fallback):

@@ -24,6 +24,7 @@ from ...base import PassReport
 from ..measure.database import TuningDatabase
 from ..gensor.gpu import GensorGpu
 from ..phases import gensor_phase, phase_sizes, phase_threads, schedule_phases
+from . import recurrence
 
 
 def dlight_rules() -> list[tuple[str, object]]:
@@ -93,6 +94,10 @@ def schedule_kernels_gpu(kernels: dict[str, tvm.tirx.PrimFunc], target: Target,
     with tvm_target, progress.task(f"schedule {target.name}", len(kernels), "kernels") as bar:
         for name, f in kernels.items():
             bar.advance()
+            looped = recurrence.gpu(f)
+            if looped is not None:
+                out[name], chosen[name], plans[name] = looped, "recurrence", "recurrence"
+                continue
             if phase_sizes(f) is None:
                 out[name], chosen[name], plans[name] = one(name, f)
                 continue
