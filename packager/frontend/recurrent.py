@@ -19,7 +19,7 @@ import onnx
 from onnx import helper
 
 from .attrs import attr
-from .recurrent_kernel import Cell
+from .recurrent_kernel import Cell, pack_r
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
@@ -118,7 +118,7 @@ def lower(node: onnx.NodeProto, shapes: dict, weights: dict[str, np.ndarray], b)
                     linear_before_reset=bool(attr(node, "linear_before_reset", 0)),
                     input_forget=bool(attr(node, "input_forget", 0)), peepholes=peep is not None,
                     dtype=np.dtype(W.dtype).name)
-        inputs = [xw, e.const("R_t", np.ascontiguousarray(R[d].T))]
+        inputs = [xw, e.const("R_packed", pack_r(cell, R[d]))]
         inputs += [e.const("Rb_h", rb_h)] if rb_h is not None else []
         inputs += [e.const("P", peep[d])] if peep is not None else []
         inputs += [_initial(e, ins[5], d, layout, batch, hidden)]

@@ -17,11 +17,15 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from tvm import tirx
 from tvm.script import tirx as T
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 ATTR = "packager.recurrence"          # PrimFunc attribute: the Cell as JSON (how schedulers know it)
+CHUNK = 16                            # gate columns per contiguous block of the packed R
+GROUP = 4                             # chunks a CPU thread accumulates at once (independent FMA chains)
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,16 @@ class Cell:
     def gates(self) -> int:
         return GATES[self.op]
 
+    @property
+    def padded(self) -> int:
+        """Each gate's columns in the packed R and in the step's products: the hidden size
+        rounded up to whole chunks (gate q, unit i is column q * padded + i)."""
+        return -(-self.hidden // CHUNK) * CHUNK
+
+    @property
+    def chunks(self) -> int:
+        return self.gates * self.padded // CHUNK
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
@@ -54,10 +68,10 @@ class Cell:
         return cls(**{**raw, "acts": tuple(tuple(a) for a in raw["acts"])})
 
     def inputs(self) -> list[tuple[str, tuple[int, ...]]]:
-        """The kernel's inputs in order: projected inputs [T, B, G*H], R^T [H, G*H], the GRU's
-        recurrent h-gate bias [H], LSTM peepholes [3H], initial h (and c) [B, H]."""
+        """The kernel's inputs in order: projected inputs [T, B, G*H], R packed (pack_r), the
+        GRU's recurrent h-gate bias [H], LSTM peepholes [3H], initial h (and c) [B, H]."""
         t, b, h = self.steps, self.batch, self.hidden
-        out = [("xw", (t, b, self.gates * h)), ("r_t", (h, self.gates * h))]
+        out = [("xw", (t, b, self.gates * h)), ("r_p", (self.chunks, h, CHUNK))]
         out += [("rb_h", (h,))] if self.op == "GRU" else []
         out += [("p", (3 * h,))] if self.peepholes else []
         out += [("h0", (b, h))] + ([("c0", (b, h))] if self.op == "LSTM" else [])
@@ -67,6 +81,16 @@ class Cell:
         """Y [T, B, H] (in time order, also when run in reverse), the last h (and c) [B, H]."""
         b, h = self.batch, self.hidden
         return [("y", (self.steps, b, h)), ("h_last", (b, h))] + ([("c_last", (b, h))] if self.op == "LSTM" else [])
+
+
+def pack_r(cell: Cell, r: np.ndarray) -> np.ndarray:
+    """ONNX's R of one direction [G*H, H] as the kernel reads it: R^T's columns (gate q's unit i
+    at q * padded + i, zeros in the padding) in blocks of CHUNK columns, each block [H, CHUNK]
+    contiguous, so a step streams every block front to back."""
+    g, h, hp = cell.gates, cell.hidden, cell.padded
+    cols = np.zeros((h, g, hp), r.dtype)
+    cols[:, :, :h] = r.T.reshape(h, g, h)
+    return np.ascontiguousarray(cols.reshape(h, cell.chunks, CHUNK).transpose(1, 0, 2))
 
 
 @dataclass(frozen=True)
@@ -132,56 +156,62 @@ def step_math(cell: Cell):
 
 
 def _loop_kernel(cell: Cell, loops: Loops) -> tirx.PrimFunc:
-    """Serial time loop; per step the matrix-vector product h @ R^T over gate-column chunks of
-    `lanes` (in parallel when asked), then the gate math over hidden units in `lanes` vectors.
-    No value is let-bound inside a vectorized loop (TVM 0.27's vectorizer computes such a value
-    for one lane only): each gate goes through a `lanes`-wide local buffer."""
-    steps, batch, hid, gh, dt = cell.steps, cell.batch, cell.hidden, cell.gates * cell.hidden, cell.dtype
+    """Serial time loop; per step the matrix-vector product h @ R^T over the packed R, GROUP
+    chunks of accumulators at a time (in parallel when asked), then the gate math over hidden
+    units in `lanes` vectors. No value is let-bound inside a vectorized loop (TVM 0.27's
+    vectorizer computes such a value for one lane only): each gate goes through a `lanes`-wide
+    local buffer."""
+    steps, batch, hid, hp, dt = cell.steps, cell.batch, cell.hidden, cell.padded, cell.dtype
     vec = loops.lanes
     if hid % vec:
         raise ValueError(f"{vec} lanes do not divide the hidden size {hid}")
     f, g, h_act = step_math(cell)
     op, lbr, peep = cell.op, cell.linear_before_reset, cell.peepholes
-    cols = 2 * hid if op == "GRU" and not lbr else gh      # the GRU without linear_before_reset: r first
+    per_gate = hp // CHUNK
+    grp = next(n for n in (GROUP, 2, 1) if per_gate % n == 0)
+    first = (2 if op == "GRU" and not lbr else cell.gates) * per_gate   # the GRU without linear_before_reset: r first
     one, zero = tirx.const(1, dt), tirx.const(0, dt)
 
     def tt(s):                                              # the time index of step s
         return steps - 1 - s if cell.reverse else s
 
     @T.macro
-    def matvec(acc, src, r_t, col0, ncols):
+    def matvec(acc, src, r_p, chunk0, nchunks):
         for b in range(batch):
-            for jo in T.parallel(ncols // vec) if loops.parallel else T.serial(ncols // vec):
-                reg = T.alloc_buffer((vec,), dt, scope="local")
-                for ji in T.vectorized(vec):
-                    reg[ji] = zero
+            for jg in T.parallel(nchunks // grp) if loops.parallel else T.serial(nchunks // grp):
+                reg = T.alloc_buffer((grp, CHUNK), dt, scope="local")
+                for jc in T.unroll(grp) if vec > 1 else T.serial(grp):
+                    for ji in T.vectorized(CHUNK) if vec > 1 else T.serial(CHUNK):
+                        reg[jc, ji] = zero
                 for k in range(hid):
-                    for ji in T.vectorized(vec):
-                        reg[ji] = reg[ji] + src[b, k] * r_t[k, col0 + jo * vec + ji]
-                for ji in T.vectorized(vec):
-                    acc[b, col0 + jo * vec + ji] = reg[ji]
+                    for jc in T.unroll(grp) if vec > 1 else T.serial(grp):
+                        for ji in T.vectorized(CHUNK) if vec > 1 else T.serial(CHUNK):
+                            reg[jc, ji] = reg[jc, ji] + src[b, k] * r_p[chunk0 + jg * grp + jc, k, ji]
+                for jc in T.unroll(grp) if vec > 1 else T.serial(grp):
+                    for ji in T.vectorized(CHUNK) if vec > 1 else T.serial(CHUNK):
+                        acc[b, (chunk0 + jg * grp + jc) * CHUNK + ji] = reg[jc, ji]
 
     @T.prim_func(private=True)
-    def func(xw: T.Buffer((steps, batch, gh), dt), r_t: T.Buffer((hid, gh), dt), rb_h: T.Buffer((hid,), dt),
-             p: T.Buffer((3 * hid,), dt), h0: T.Buffer((batch, hid), dt), c0: T.Buffer((batch, hid), dt),
-             y: T.Buffer((steps, batch, hid), dt), h_last: T.Buffer((batch, hid), dt),
-             c_last: T.Buffer((batch, hid), dt)):
+    def func(xw: T.Buffer((steps, batch, cell.gates * hid), dt), r_p: T.Buffer((cell.chunks, hid, CHUNK), dt),
+             rb_h: T.Buffer((hid,), dt), p: T.Buffer((3 * hid,), dt), h0: T.Buffer((batch, hid), dt),
+             c0: T.Buffer((batch, hid), dt), y: T.Buffer((steps, batch, hid), dt),
+             h_last: T.Buffer((batch, hid), dt), c_last: T.Buffer((batch, hid), dt)):
         h = T.alloc_buffer((batch, hid), dt)
         c = T.alloc_buffer((batch, hid), dt)
         rh = T.alloc_buffer((batch, hid), dt)
-        acc = T.alloc_buffer((batch, gh), dt)
+        acc = T.alloc_buffer((batch, cell.gates * hp), dt)
         for b, i in T.grid(batch, hid):
             h[b, i] = h0[b, i]
             if op == "LSTM":
                 c[b, i] = c0[b, i]
         for s in range(steps):
-            matvec(acc, h, r_t, 0, cols)
+            matvec(acc, h, r_p, 0, first)
             if op == "GRU" and not lbr:                     # n = g(x_h + (r * h) @ R_h^T + Rb_h)
                 for b, io in T.grid(batch, hid // vec):
                     for ii in T.vectorized(vec):
                         rh[b, io * vec + ii] = f(xw[tt(s), b, hid + io * vec + ii]
-                                                 + acc[b, hid + io * vec + ii]) * h[b, io * vec + ii]
-                matvec(acc, rh, r_t, 2 * hid, hid)
+                                                 + acc[b, hp + io * vec + ii]) * h[b, io * vec + ii]
+                matvec(acc, rh, r_p, 2 * per_gate, per_gate)
             for b, io in T.grid(batch, hid // vec):
                 g1 = T.alloc_buffer((vec,), dt, scope="local")
                 g2 = T.alloc_buffer((vec,), dt, scope="local")
@@ -190,9 +220,9 @@ def _loop_kernel(cell: Cell, loops: Loops) -> tirx.PrimFunc:
                         g1[ii] = f(xw[tt(s), b, io * vec + ii] + acc[b, io * vec + ii])
                     for ii in T.vectorized(vec):
                         g2[ii] = g(xw[tt(s), b, 2 * hid + io * vec + ii]
-                                   + f(xw[tt(s), b, hid + io * vec + ii] + acc[b, hid + io * vec + ii])
-                                   * (acc[b, 2 * hid + io * vec + ii] + rb_h[io * vec + ii])) if lbr else \
-                            g(xw[tt(s), b, 2 * hid + io * vec + ii] + acc[b, 2 * hid + io * vec + ii]
+                                   + f(xw[tt(s), b, hid + io * vec + ii] + acc[b, hp + io * vec + ii])
+                                   * (acc[b, 2 * hp + io * vec + ii] + rb_h[io * vec + ii])) if lbr else \
+                            g(xw[tt(s), b, 2 * hid + io * vec + ii] + acc[b, 2 * hp + io * vec + ii]
                               + rb_h[io * vec + ii])
                     for ii in T.vectorized(vec):
                         h[b, io * vec + ii] = (one - g1[ii]) * g2[ii] + g1[ii] * h[b, io * vec + ii]
@@ -202,13 +232,13 @@ def _loop_kernel(cell: Cell, loops: Loops) -> tirx.PrimFunc:
                                    + (p[io * vec + ii] * c[b, io * vec + ii] if peep else zero))
                     for ii in T.vectorized(vec):
                         g2[ii] = one - g1[ii] if cell.input_forget else \
-                            f(xw[tt(s), b, 2 * hid + io * vec + ii] + acc[b, 2 * hid + io * vec + ii]
+                            f(xw[tt(s), b, 2 * hid + io * vec + ii] + acc[b, 2 * hp + io * vec + ii]
                               + (p[2 * hid + io * vec + ii] * c[b, io * vec + ii] if peep else zero))
                     for ii in T.vectorized(vec):
                         c[b, io * vec + ii] = g2[ii] * c[b, io * vec + ii] + g1[ii] * g(
-                            xw[tt(s), b, 3 * hid + io * vec + ii] + acc[b, 3 * hid + io * vec + ii])
+                            xw[tt(s), b, 3 * hid + io * vec + ii] + acc[b, 3 * hp + io * vec + ii])
                     for ii in T.vectorized(vec):
-                        h[b, io * vec + ii] = f(xw[tt(s), b, hid + io * vec + ii] + acc[b, hid + io * vec + ii]
+                        h[b, io * vec + ii] = f(xw[tt(s), b, hid + io * vec + ii] + acc[b, hp + io * vec + ii]
                                                 + (p[hid + io * vec + ii] * c[b, io * vec + ii] if peep else zero)) \
                             * h_act(c[b, io * vec + ii])
                 else:

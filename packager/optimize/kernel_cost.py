@@ -2,7 +2,8 @@
 
 FLOPs: for every block, the iteration-domain size times the floating-point arithmetic nodes in
 the value it stores (a multiply-accumulate counts 2; exp, tanh, ... count 1; index arithmetic is
-integer and not counted). Bytes: every parameter buffer read or written once, the minimum
+integer and not counted); a kernel written as plain loops (a recurrent layer's time loop) counts
+every store times the extents of the loops around it. Bytes: every parameter buffer read or written once, the minimum
 traffic to memory (plus a write and a read of every tensor a phased GPU kernel passes between
 its phases). Together they place a kernel on the roofline.
 """
@@ -47,6 +48,8 @@ def kernel_cost(func: tirx.PrimFunc) -> KernelCost:
     flops = 0
     blocks: list = []
     tvm_ffi.structural_walk(func.body, (s_tir.SBlock, blocks.append), order="post")
+    if not blocks:
+        flops = _loop_flops(func.body)
     for blk in blocks:
         if not blk.iter_vars or not isinstance(blk.body, tirx.BufferStore):
             continue
@@ -63,6 +66,22 @@ def kernel_cost(func: tirx.PrimFunc) -> KernelCost:
     if sizes is not None:                 # a phased GPU kernel passes tensors on through memory
         nbytes += 2 * sum(_nbytes(b) for b in split_phases(func, sizes)[1])
     return KernelCost(flops, nbytes)
+
+
+def _loop_flops(stmt, times: int = 1) -> int:
+    """FLOPs of the stores under `stmt`, each times the extents of the loops around it (a
+    bounds check counts as taken)."""
+    if isinstance(stmt, tirx.BufferStore):
+        return times * float_ops(stmt.value)
+    if isinstance(stmt, tirx.For):
+        ext = stmt.extent
+        return _loop_flops(stmt.body, times * (int(ext) if isinstance(ext, tirx.IntImm) else 1))
+    if isinstance(stmt, tirx.SeqStmt):
+        return sum(_loop_flops(s, times) for s in stmt.seq)
+    if isinstance(stmt, tirx.IfThenElse):
+        return _loop_flops(stmt.then_case, times) + (_loop_flops(stmt.else_case, times) if stmt.else_case else 0)
+    body = getattr(stmt, "body", None)
+    return _loop_flops(body, times) if isinstance(body, tirx.Stmt) else 0
 
 
 def _nbytes(buf) -> int:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script import tirx as T
 
-from ....frontend.recurrent_kernel import ATTR, Cell, Loops, kernel, lanes_for, only_params, step_math, tagged
+from ....frontend.recurrent_kernel import (ATTR, CHUNK, Cell, Loops, kernel, lanes_for, only_params, step_math,
+                                           tagged)
 from ..tir_util import PARALLEL_MIN_WORK, KernelSchedule
 
 GPU_MAX_THREADS = 1024
@@ -36,10 +37,10 @@ def cpu(func: tirx.PrimFunc, lanes: int) -> tuple[tirx.PrimFunc, KernelSchedule]
     if cell is None:
         return None
     vec = lanes_for(cell, lanes)
-    chunks = cell.gates * cell.hidden // vec
-    parallel = chunks > 1 and cell.batch * cell.gates * cell.hidden * cell.hidden >= PARALLEL_MIN_WORK
+    parallel = cell.chunks > 1 and cell.batch * cell.gates * cell.hidden * cell.hidden >= PARALLEL_MIN_WORK
     out = kernel(cell, Loops(vec, parallel))
-    return _keep_attrs(out, func), KernelSchedule("recurrence", parallel=chunks if parallel else 1, vector=vec)
+    return _keep_attrs(out, func), KernelSchedule("recurrence", parallel=cell.chunks if parallel else 1,
+                                                  vector=vec)
 
 
 def gpu(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
@@ -57,9 +58,10 @@ def _gpu_kernel(cell: Cell) -> tirx.PrimFunc:
     padded to whole rounds of threads and global reads clamped, so only the global writes sit
     under a bounds check (TVM's sync planner cannot place a barrier inside a condition)."""
     steps, batch, hid, dt, rev, op = cell.steps, cell.batch, cell.hidden, cell.dtype, cell.reverse, cell.op
-    gh = cell.gates * hid
+    hp = cell.padded                             # a gate's columns in the packed R and in `acc`
+    gh = cell.gates * hp
     lbr = cell.linear_before_reset
-    cols = 2 * hid if op == "GRU" and not lbr else gh
+    cols = 2 * hp if op == "GRU" and not lbr else gh
     nt = min(GPU_MAX_THREADS, -(-gh // 32) * 32)
     per = -(-hid // nt)                          # hidden units per thread
     rounds = -(-gh // nt)                        # gate columns per thread
@@ -78,16 +80,18 @@ def _gpu_kernel(cell: Cell) -> tirx.PrimFunc:
         return col0 + tirx.min(jo * nt + tx, ncols - 1)
 
     @T.macro
-    def matvec(acc, src, r_t, tx, col0, ncols):
+    def matvec(acc, src, r_p, tx, col0, ncols):
         for jo in range(-(-ncols // nt)):
             reg = T.alloc_buffer((1,), dt, scope="local")
             reg[0] = zero
             for k in range(hid):
-                reg[0] = reg[0] + src[k] * r_t[k, column(col0, jo, tx, ncols)]
+                reg[0] = reg[0] + src[k] * r_p[column(col0, jo, tx, ncols) // CHUNK, k,
+                                               column(col0, jo, tx, ncols) % CHUNK]
             acc[col0 + jo * nt + tx] = reg[0]
 
     @T.prim_func(private=True)
-    def func(xw: T.Buffer((steps, batch, gh), dt), r_t: T.Buffer((hid, gh), dt), rb_h: T.Buffer((hid,), dt),
+    def func(xw: T.Buffer((steps, batch, cell.gates * hid), dt), r_p: T.Buffer((cell.chunks, hid, CHUNK), dt),
+             rb_h: T.Buffer((hid,), dt),
              p: T.Buffer((3 * hid,), dt), h0: T.Buffer((batch, hid), dt), c0: T.Buffer((batch, hid), dt),
              y: T.Buffer((steps, batch, hid), dt), h_last: T.Buffer((batch, hid), dt),
              c_last: T.Buffer((batch, hid), dt)):
@@ -96,7 +100,7 @@ def _gpu_kernel(cell: Cell) -> tirx.PrimFunc:
         h = T.alloc_buffer((per * nt,), dt, scope="shared")
         h_next = T.alloc_buffer((per * nt,), dt, scope="shared")
         rh = T.alloc_buffer((per * nt,), dt, scope="shared")
-        acc = T.alloc_buffer((rounds * nt + 2 * hid,), dt, scope="shared")
+        acc = T.alloc_buffer((rounds * nt + 2 * hp,), dt, scope="shared")
         c = T.alloc_buffer((per,), dt, scope="local")
         for io in range(per):
             h[io * nt + tx] = h0[bx, unit(io, tx)]
@@ -104,30 +108,30 @@ def _gpu_kernel(cell: Cell) -> tirx.PrimFunc:
                 c[io] = c0[bx, unit(io, tx)]
         T.tvm_storage_sync("shared")
         for s in range(steps):
-            matvec(acc, h, r_t, tx, 0, cols)
+            matvec(acc, h, r_p, tx, 0, cols)
             T.tvm_storage_sync("shared")
             if gru and not lbr:                         # n = g(x_h + (r * h) @ R_h^T + Rb_h)
                 for io in range(per):
-                    rh[io * nt + tx] = f(xw[tt(s), bx, hid + unit(io, tx)] + acc[hid + unit(io, tx)]) \
+                    rh[io * nt + tx] = f(xw[tt(s), bx, hid + unit(io, tx)] + acc[hp + unit(io, tx)]) \
                         * h[io * nt + tx]
                 T.tvm_storage_sync("shared")
-                matvec(acc, rh, r_t, tx, 2 * hid, hid)
+                matvec(acc, rh, r_p, tx, 2 * hp, hp)
                 T.tvm_storage_sync("shared")
             for io in range(per):
                 if gru:
                     h_next[io * nt + tx] = (one - f(xw[tt(s), bx, unit(io, tx)] + acc[unit(io, tx)])) * (
                         g(xw[tt(s), bx, 2 * hid + unit(io, tx)]
-                          + f(xw[tt(s), bx, hid + unit(io, tx)] + acc[hid + unit(io, tx)])
-                          * (acc[2 * hid + unit(io, tx)] + rb_h[unit(io, tx)])) if lbr else
-                        g(xw[tt(s), bx, 2 * hid + unit(io, tx)] + acc[2 * hid + unit(io, tx)] + rb_h[unit(io, tx)])) \
+                          + f(xw[tt(s), bx, hid + unit(io, tx)] + acc[hp + unit(io, tx)])
+                          * (acc[2 * hp + unit(io, tx)] + rb_h[unit(io, tx)])) if lbr else
+                        g(xw[tt(s), bx, 2 * hid + unit(io, tx)] + acc[2 * hp + unit(io, tx)] + rb_h[unit(io, tx)])) \
                         + f(xw[tt(s), bx, unit(io, tx)] + acc[unit(io, tx)]) * h[io * nt + tx]
                 elif lstm:
                     gi = f(xw[tt(s), bx, unit(io, tx)] + acc[unit(io, tx)] + (p[unit(io, tx)] * c[io] if peep else zero))
                     gf = one - gi if cell.input_forget else \
-                        f(xw[tt(s), bx, 2 * hid + unit(io, tx)] + acc[2 * hid + unit(io, tx)]
+                        f(xw[tt(s), bx, 2 * hid + unit(io, tx)] + acc[2 * hp + unit(io, tx)]
                           + (p[2 * hid + unit(io, tx)] * c[io] if peep else zero))
-                    c[io] = gf * c[io] + gi * g(xw[tt(s), bx, 3 * hid + unit(io, tx)] + acc[3 * hid + unit(io, tx)])
-                    h_next[io * nt + tx] = f(xw[tt(s), bx, hid + unit(io, tx)] + acc[hid + unit(io, tx)]
+                    c[io] = gf * c[io] + gi * g(xw[tt(s), bx, 3 * hid + unit(io, tx)] + acc[3 * hp + unit(io, tx)])
+                    h_next[io * nt + tx] = f(xw[tt(s), bx, hid + unit(io, tx)] + acc[hp + unit(io, tx)]
                                              + (p[hid + unit(io, tx)] * c[io] if peep else zero)) * h_act(c[io])
                 else:
                     h_next[io * nt + tx] = f(xw[tt(s), bx, unit(io, tx)] + acc[unit(io, tx)])

@@ -82,4 +82,4 @@ def test_the_gpu_form_compiles_to_cuda_with_one_block_per_batch_row(op, extra):
     lib = tvm.tirx.build(mod, target=tvm.target.Target({"kind": "cuda", "arch": "sm_80"}))
     source = lib.imports[0].inspect_source()
     assert "__syncthreads()" in source and "__shared__" in source
-    assert f"__launch_bounds__({min(1024, -(-cell.gates * 40 // 32) * 32)})" in source
+    assert f"__launch_bounds__({min(1024, -(-cell.gates * cell.padded // 32) * 32)})" in source
