@@ -23,7 +23,7 @@ from .codegen.backend import check_toolchains
 from .codegen.compile import PER_TARGET_REPORTS, compile_unit, optimize_unit
 from .emit.assemble import Build, CompiledUnit, write_package, write_units
 from .emit.html import write as write_html_report
-from .emit.package import PackageWriter, check_destination
+from .emit.package import PackageWriter, check_destination, check_space
 from .emit.reference import References, compute_references
 from .emit.runtime import build_runtime
 from .errors import UserError
@@ -132,6 +132,7 @@ def check_inputs(spec: Spec, only_targets: list[str] | None):
     targets = resolve_all(spec, only_targets)
     check_toolchains(targets)
     check_destination(spec.output)
+    check_space(spec.output, weight_bytes(model.proto) * len(targets))
     return model, dtypes, targets
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InternalError, UserError, write_failure
+from ..frontend.sizes import human_size
 from ..supervise import record
 from .manifest import MANIFEST_FORMAT, MANIFEST_VERSION, WRAPPER_MODEL, sha256_file
 
@@ -40,6 +41,36 @@ def check_destination(dest: Path) -> None:
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as e:
         raise write_failure(e, folder, f"package to {dest}", HINT) or e from None
+
+
+COMPILE_BYTES = 64 << 20           # a build's compiler output in the temporary folder, at most about
+
+
+def check_space(dest: Path, package_bytes: int) -> None:
+    """Fail before anything is compiled when the package's file system or the temporary folder's
+    (kernels are compiled there) has less free space than the build will write: on a failed
+    write LLVM ends the process with its own message. `package_bytes`: what the package will
+    hold, about (its weights per target)."""
+    folder = dest.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    temp = Path(tempfile.gettempdir())
+    needs = [(folder, package_bytes + (16 << 20), f"the package {dest}", HINT),
+             (temp, COMPILE_BYTES, "compiling kernels", "free space there or set TMPDIR to another folder")]
+    if _device(folder) == _device(temp):
+        needs = [(folder, needs[0][1] + COMPILE_BYTES, f"the package {dest} and compiling its kernels", HINT)]
+    for where, need, what, hint in needs:
+        free = shutil.disk_usage(where).free
+        if free < need:
+            raise UserError(f"not enough free space for {what}: {where} has {human_size(free)} free, the build "
+                            f"needs about {human_size(need)}; {hint}")
+
+
+def _device(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return None
 
 
 def _check_only_package_files(dest: Path) -> None:

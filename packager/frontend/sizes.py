@@ -39,14 +39,14 @@ def check_sizes(spec: Spec, model: LoadedModel, dtypes: dict[str, str]) -> None:
         need = weights + sum(inputs.values()) + outputs + largest[0]
         if need > limit:
             big = max(inputs.items(), key=lambda kv: kv[1])
-            parts = [f"inputs {_size(sum(inputs.values()))} ({big[0]}: {_size(big[1])})"]
+            parts = [f"inputs {human_size(sum(inputs.values()))} ({big[0]}: {human_size(big[1])})"]
             if outputs:
-                parts.append(f"outputs {_size(outputs)}")
+                parts.append(f"outputs {human_size(outputs)}")
             if largest[0]:
-                parts.append(f"the largest intermediate tensor {_size(largest[0])} ('{largest[1]}')")
-            parts.append(f"weights {_size(weights)}")
-            raise UserError(f"{spec.path}: profile '{prof.name}' needs at least {_size(need)} ({', '.join(parts)}), "
-                            f"more than this machine's {_size(limit)} of memory, which computes its reference "
+                parts.append(f"the largest intermediate tensor {human_size(largest[0])} ('{largest[1]}')")
+            parts.append(f"weights {human_size(weights)}")
+            raise UserError(f"{spec.path}: profile '{prof.name}' needs at least {human_size(need)} ({', '.join(parts)}), "
+                            f"more than this machine's {human_size(limit)} of memory, which computes its reference "
                             "outputs; bind smaller shapes in the spec's inputs")
 
 
@@ -87,7 +87,7 @@ def _itemsize(dtype: str | int) -> int:
     return (helper.tensor_dtype_to_np_dtype(dtype) if isinstance(dtype, int) else np.dtype(dtype)).itemsize
 
 
-def _size(n: float) -> str:
+def human_size(n: float) -> str:
     units = ("B", "KiB", "MiB", "GiB", "TiB")
     k = 0
     while n >= 1024 and k < len(units) - 1:

@@ -250,7 +250,7 @@ def test_full_disk_under_the_tuning_database(disk):
 @pytest.mark.slow
 def test_pack_build_onto_a_full_disk(disk, tmp_path):
     """The whole `pack build` of the mlp sample (x86-64 only) into a 1 MiB file system that holds
-    an older package: exit 2, one line, and the older package untouched."""
+    an older package: exit 2, one line before anything is compiled, the older package untouched."""
     from make_samples import write_samples
 
     write_samples(["mlp"], root=tmp_path)
@@ -260,5 +260,17 @@ def test_pack_build_onto_a_full_disk(disk, tmp_path):
     make_package(disk / "mlp", {"plan.json": b"old"})
     before = snapshot(disk)
     r = run_pack("build", spec, "-o", disk / "mlp", cwd=REPO)
-    assert_clean_error(r, 2, f"cannot write package to {disk / 'mlp'}", "No space left on device")
+    assert_clean_error(r, 2, f"not enough free space for the package {disk / 'mlp'}: {disk} has", "free space there")
+    assert "import + graph passes" not in r.stdout and "LLVM" not in r.stderr, r.stdout + r.stderr
     assert snapshot(disk) == before and [p.name for p in disk.iterdir()] == ["mlp"]
+
+
+def test_a_full_temporary_folder_stops_the_build_before_compiling(disk, tmp_path):
+    """Kernels are compiled under TMPDIR: when it is full, LLVM would end the process with its
+    own 'IO failure' line; the build refuses first, with one line."""
+    _tiny_model(tmp_path / "model.onnx")
+    spec = write_spec(tmp_path, "name: tiny\nmodel: model.onnx\ntargets: [x86-64]\n")
+    r = run_pack("build", spec, "-o", tmp_path / "out" / "tiny", cwd=REPO, env={"TMPDIR": str(disk)})
+    assert_clean_error(r, 2, "not enough free space for compiling kernels", "set TMPDIR to another folder")
+    assert "import + graph passes" not in r.stdout and not (tmp_path / "out").exists()
+    assert list(disk.iterdir()) == []

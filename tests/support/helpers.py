@@ -2,6 +2,7 @@
 files, onnxruntime as the reference."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -14,10 +15,10 @@ REPO = Path(__file__).resolve().parents[2]
 HAS_QEMU = shutil.which("qemu-aarch64") is not None and Path("/usr/aarch64-linux-gnu").is_dir()
 
 
-def run_pack(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run the `pack` CLI in a subprocess (as a user would)."""
+def run_pack(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the `pack` CLI in a subprocess (as a user would), with `env` added to the environment."""
     return subprocess.run([sys.executable, "-m", "packager.cli", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd)
+                          capture_output=True, text=True, cwd=cwd, env={**os.environ, **(env or {})})
 
 
 def assert_clean_error(r: subprocess.CompletedProcess, code: int, *needles: str) -> None:
