@@ -304,7 +304,8 @@ def _conv_details(decisions) -> list[dict]:
                     "primitives": {"data": channel_blocked(s.data, 1, d.data_block).describe(),
                                    "weight": conv_weight_blocked(s.weight, d.w_in, d.w_out).describe(),
                                    "output": channel_blocked((s.data[0], s.weight[0], 1, 1), 1, d.out_block).describe()},
-                    "scores_ms": d.scores, "next_conv_ms": d.ahead, "pool_ms": d.pool, "from_database": d.reused})
+                    "scores_ms": d.scores, "next_conv_ms": d.ahead, "pool_ms": d.pool, "from_database": d.reused,
+                    **({"shared_from": d.shared_from} if d.shared_from else {})})
     return out
 
 
@@ -354,11 +355,15 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     if pooled:
         conv_part += (f"; {len(pooled)} convs chose their output block with the time of the pooling after them, "
                       f"{pool_changed} of them another block than their own time alone")
+    shared = sum(bool(getattr(d, "shared_from", "")) for _, _, d in decisions)
+    if shared:
+        conv_part += (f"; {shared} convs took the layouts of a conv of their shape class (input channels rounded "
+                      "up to a power of two) instead of being scored")
     summary = f"{note}{conv_part}; {mm_part}; candidates scored {how}"
     return converted, PassReport("layout", "applied", summary, {
         "convs": len(decisions), "packed": len(packed), "conversions_before": 2 * len(packed),
         "conversions_after": act, "constants_relaid": const, "clip_ops_rewritten": clips,
-        "lookahead": {"convs": len(ahead), "changed": changed},
+        "lookahead": {"convs": len(ahead), "changed": changed}, "shared_by_class": shared,
         "pooling": {"convs": len(pooled), "changed": pool_changed},
         "matmuls": len(matmuls), "matmuls_packed": n_panels, "per_conv": _conv_details(decisions),
         "per_matmul": [{"a": list(s.a), "n": s.n, "n_t": d.nt, "scores_ms": d.scores, "from_database": d.reused}

@@ -15,11 +15,15 @@ output only a pooling reads scores the pooling's time in each block (PoolSite).
 Candidates per conv: output block in {1 (NCHW), v, 2v} (v = fp32 vector lanes), input block = the
 producer's block, or v when the producer writes NCHW. Unfold (overlapped spatial tiles) and
 spatial layout tiling are not searched here.
+
+Decisions are shared within a shape class (ConvSite.class_key: the same conv but for its input
+channels, rounded up to a power of two, in the same context): the first conv of a class is
+scored, the others take its layouts (the report names the conv they came from).
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from tvm import relax, te, topi
@@ -93,6 +97,17 @@ class ConvSite:
     def key(self) -> str:
         return json.dumps([self.data, self.weight, self.strides, self.padding, self.dilation, self.groups, self.dtype])
 
+    def class_key(self) -> str:
+        """The key of the site's shape class: input channels rounded up to a power of two (a
+        plain conv's only), so convs that differ only in how many channels they read share
+        their layouts: a DenseNet block's 1x1 convs each read 32 more channels than the one
+        before, at the same size and output."""
+        if self.groups != 1:
+            return self.key()
+        c = 1 << (self.channels - 1).bit_length()
+        return json.dumps([(self.data[0], c, *self.data[2:]), (self.weight[0], c, *self.weight[2:]), self.strides,
+                           self.padding, self.dilation, self.groups, self.dtype, "class"])
+
 
 @dataclass(frozen=True)
 class NextConv:
@@ -157,6 +172,7 @@ class Decision:
     reused: bool = False
     ahead: dict[str, float] = field(default_factory=dict)
     pool: dict[str, float] = field(default_factory=dict)
+    shared_from: str = ""              # the conv of the same shape class whose scores decided (its key)
 
     @property
     def changed_by_lookahead(self) -> bool:
@@ -172,12 +188,18 @@ class Decision:
 
     def record(self) -> dict:
         return {"data_block": self.data_block, "out_block": self.out_block, "w_in": self.w_in, "w_out": self.w_out,
-                "scores": self.scores, "measured": self.measured, "ahead": self.ahead, "pool": self.pool}
+                "scores": self.scores, "measured": self.measured, "ahead": self.ahead, "pool": self.pool,
+                **({"shared_from": self.shared_from} if self.shared_from else {})}
 
     @staticmethod
     def from_record(r: dict) -> "Decision":
         return Decision(r["data_block"], r["out_block"], r["w_in"], r["w_out"], r.get("scores", {}),
-                        r.get("measured", False), reused=True, ahead=r.get("ahead", {}), pool=r.get("pool", {}))
+                        r.get("measured", False), reused=True, ahead=r.get("ahead", {}), pool=r.get("pool", {}),
+                        shared_from=r.get("shared_from", ""))
+
+
+def _site_name(site: ConvSite) -> str:
+    return f"{'x'.join(map(str, site.data))}*{'x'.join(map(str, site.weight))}"
 
 
 def _out(candidate: str) -> str:
@@ -215,7 +237,7 @@ class LayoutSearch:
         return self.gensor.measure
 
     def _score(self, site: ConvSite, data_block: int, out_block: int) -> float:
-        name = f"layout conv {'x'.join(map(str, site.data))}*{'x'.join(map(str, site.weight))} {data_block}/{out_block}"
+        name = f"layout conv {_site_name(site)} {data_block}/{out_block}"
         return self._score_func(site.kernel(data_block, out_block), name)
 
     def _score_func(self, func, name: str = "") -> float:
@@ -258,14 +280,20 @@ class LayoutSearch:
     def decide(self, site: ConvSite, incoming: int, allowed_out: tuple[int, ...] | None = None,
                next_conv: NextConv | None = None, pool: PoolSite | None = None) -> Decision:
         pairs = candidates(site, incoming, self.lanes, allowed_out)
-        key = f"layout/{self.gensor.target_key}/{site.key()}/in{incoming}/{pairs}"
-        if next_conv is not None:
-            key += f"/next{next_conv.key()}"
-        if pool is not None:
-            key += f"/pool{pool.key()}"
+        context = f"/in{incoming}/{pairs}" + (f"/next{next_conv.key()}" if next_conv is not None else "") + \
+            (f"/pool{pool.key()}" if pool is not None else "")
+        key = f"layout/{self.gensor.target_key}/{site.key()}{context}"
         rec = self.db.get(key, measured_only=self.measuring, kind="layout")
         if rec is not None:
             return Decision.from_record(rec)
+        class_key = f"layout/{self.gensor.target_key}/{site.class_key()}{context}"
+        shared = self.db.get(class_key, measured_only=self.measuring, kind="layout")
+        if shared is not None and class_key != key:
+            d = Decision.from_record(shared)
+            d = replace(d, w_in=site.weight_blocks(d.data_block, d.out_block)[0], reused=False,
+                        shared_from=d.shared_from or shared.get("site", ""))
+            self.db.put(key, d.record(), "layout", self.gensor.target_key)
+            return d
         scores = self._scores(site, incoming, pairs)
         ahead = self._ahead(scores, next_conv) if next_conv is not None else {}
         pooled = self._pool_scores(scores, pool) if pool is not None else {}
@@ -277,6 +305,8 @@ class LayoutSearch:
         d = Decision(data_block, out_block, *site.weight_blocks(data_block, out_block), scores, self.measuring,
                      ahead=ahead, pool=pooled)
         self.db.put(key, d.record(), "layout", self.gensor.target_key)
+        if class_key != key:
+            self.db.put(class_key, {**d.record(), "site": _site_name(site)}, "layout", self.gensor.target_key)
         return d
 
     def save(self) -> None:
