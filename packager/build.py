@@ -61,7 +61,7 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
     """Build the package described by `spec`; returns the package folder. Without
     `bundle_runtime` the package holds only its compiled targets (for tools that bring the
     runtime themselves, like the conformance runner)."""
-    t_start, st, tally = time.perf_counter(), Stages(log), Tally()
+    t_start, st, tally = time.perf_counter(), Stages(log), Tally(budget_s=0.0 if spec.optimize.tunes() else spec.optimize.budget)
     log(f"pack build {spec.name}: {spec.model.name} -> {spec.output}")
     model, dtypes, targets = st.run("check spec and model", check_inputs, spec, only_targets)
     targets = timed_cold(targets, weight_bytes(model.proto), log)
@@ -213,6 +213,9 @@ def _log_finish(log: Log, out: Path, tally: Tally, seconds: float) -> None:
         log(f"  the machine was busy while candidates were timed: other processes kept {measured['busy_cores']:.1f} "
             f"of {os.cpu_count()} cores busy on average, so the choices may differ from a quiet machine's; "
             f"rebuild on a quiet machine (or into an empty tuning database) for the package's best speed")
-    screened = f" ({tally.screened} slow ones not timed past their first run)" if tally.screened else ""
+    notes = ([f"{tally.screened} slow ones not timed past their first run"] if tally.screened else []) + (
+        [f"timing budget of {tally.budget_s:.0f} s spent: {tally.cut} kernels chose on one run per candidate "
+         "(optimize.tuning.budget)"] if tally.cut else [])
+    screened = f" ({'; '.join(notes)})" if notes else ""
     timed = f"; {tally.programs} candidate programs timed{screened}, {tally.seconds:.1f} s of it" if tally.programs else ""
     log(f"wrote {out} ({seconds:.1f} s{timed})")

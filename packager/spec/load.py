@@ -298,16 +298,18 @@ def _optimize(r: _Reader, top: dict, base: Path) -> OptimizeSpec:
     scheduler = raw_opt.get("scheduler", "gensor")
     if scheduler not in ("gensor", "rules"):
         r.fail("optimize.scheduler", f"expected gensor or rules, got {scheduler!r}")
-    tuning = r.mapping(_section(raw_opt, "tuning", {}), "optimize.tuning", ("trials", "seconds", "database", "measure", "top_k"))
+    tuning = r.mapping(_section(raw_opt, "tuning", {}), "optimize.tuning",
+                       ("trials", "seconds", "database", "measure", "top_k", "budget"))
     counts = {}
     for key, default in (("trials", 0), ("top_k", 6)):
         value = tuning.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             r.fail(f"optimize.tuning.{key}", f"expected a non-negative integer, got {value!r}")
         counts[key] = value
-    seconds = tuning.get("seconds", 0)
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
-        r.fail("optimize.tuning.seconds", f"expected a non-negative number of seconds, got {seconds!r}")
+    seconds, budget = tuning.get("seconds", 0), tuning.get("budget", OptimizeSpec.budget)
+    for key, value in (("seconds", seconds), ("budget", budget)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            r.fail(f"optimize.tuning.{key}", f"expected a non-negative number of seconds, got {value!r}")
     measure = tuning.get("measure", True)
     if not isinstance(measure, bool):
         r.fail("optimize.tuning.measure", f"expected true or false, got {measure!r}")
@@ -316,7 +318,7 @@ def _optimize(r: _Reader, top: dict, base: Path) -> OptimizeSpec:
         r.fail("optimize.tuning.database", "expected a folder path")
     db_path = _path(r, db, "optimize.tuning.database", base, resolve=False) if db else None
     return OptimizeSpec(level, dict(passes), counts["trials"], db_path, scheduler, measure, counts["top_k"],
-                        float(seconds))
+                        float(seconds), float(budget))
 
 
 def _onnxruntime(r: _Reader, top: dict) -> OrtSpec:

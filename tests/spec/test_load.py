@@ -63,6 +63,7 @@ def test_output_override_is_relative_to_cwd_not_spec(spec_dir, tmp_path):
     ("{fusion: false}", "{fuse: false}", ["optimize.passes.fuse", "did you mean 'fusion'"]),
     ("trials: 0,", "trials: 0, seconds: -1,", ["optimize.tuning.seconds", "expected a non-negative number"]),
     ("trials: 0,", "trials: 0, seconds: .inf,", ["optimize.tuning.seconds", "expected a non-negative number"]),
+    ("trials: 0,", "trials: 0, budget: -3,", ["optimize.tuning.budget", "expected a non-negative number"]),
     ("- name: batch8", "- name: default", ["profiles[0].name", "duplicate profile name"]),
     ("{image: {shape: [8, 3, 64, 64]}}", "{img: {shape: [8, 3, 64, 64]}}", ["profiles[0].inputs.img", "unknown key"]),
     ("rtol: 1.0e-3", "rtol: -1", ["verify.rtol", "expected a number"]),

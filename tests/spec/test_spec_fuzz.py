@@ -29,7 +29,7 @@ FUZZ = settings(max_examples=200, deadline=None, derandomize=True, database=None
 # Every field the spec knows, so random documents hit the real checks and not only "unknown key".
 TOP_KEYS = ["name", "model", "output", "inputs", "profiles", "targets", "optimize", "verify", "onnxruntime"]
 NESTED_KEYS = ["dtype", "shape", "kind", "arch", "isa", "mcpu", "mattr", "sm", "host_arch", "level", "passes",
-               "scheduler", "tuning", "trials", "seconds", "database", "measure", "top_k", "rtol", "atol", "fallback",
+               "scheduler", "tuning", "trials", "seconds", "budget", "database", "measure", "top_k", "rtol", "atol", "fallback",
                "keep_ops", "keep_nodes", "image", "x", *PASS_NAMES]
 WORDS = ["x86-64", "arm64", "x86-avx2", "cuda", "cpu", "sm_86", "float32", "int8", "gensor", "rules", "model.onnx",
          "dist/out", "default", "N", "~", "~nosuchuser/model.onnx", "", ".", "..", "/", "a" * 300, "x\0y",

@@ -32,6 +32,7 @@ from .workload import Workload, analyze, func_key
 
 RESTARTS = 12
 PAD_VARIANTS = 2              # best-estimated plans also timed with their padding per task (padding.py)
+BUDGET_SPENT_TOP_K = 2        # plans compiled per kernel once the build's timing budget is spent
 
 
 def with_pad_variants(plans: list[tuple[float, TilePlan]], wl: Workload, n: int) -> list[tuple[float, TilePlan]]:
@@ -197,6 +198,8 @@ class GensorCpu:
         if not self.measure:
             est, plan, _ = lowered[0]
             return Choice("gensor", plan, est * 1e3, candidates=n)
+        if self.tally.over_budget():              # the build's timing budget is spent: fewer to compile
+            lowered = lowered[:BUDGET_SPENT_TOP_K]
         baseline, _ = self.rules.schedule(func)
         times = time_candidates([baseline] + [f for _, _, f in lowered], self.target, time_first=time_rules,
                                 tally=self.tally)

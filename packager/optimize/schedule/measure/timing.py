@@ -60,6 +60,8 @@ class Tally:
     programs: int = 0
     seconds: float = 0.0
     screened: int = 0              # slow candidates not timed past their first run (clearly slower)
+    budget_s: float = 0.0          # timing seconds after which candidates get their first run only (0: no cap)
+    cut: int = 0                   # kernels whose candidates were compared on their first run (budget spent)
     others_cpu_s: float = 0.0      # CPU seconds not this process's, while timing
     watched_s: float = 0.0         # seconds over which others_cpu_s was watched
 
@@ -76,6 +78,11 @@ class Tally:
             self.others_cpu_s += max(0.0, (cpu1[0] - cpu0[0]) - (cpu1[1] - cpu0[1]))
             self.watched_s += wall
 
+    def over_budget(self) -> bool:
+        """The build has spent its timing budget: what is still to choose is compared on the
+        correctness run every candidate makes anyway."""
+        return bool(self.budget_s) and self.seconds >= self.budget_s
+
     def busy_cores(self) -> float | None:
         """Cores other processes kept busy, on average, while candidates were timed; None when
         nothing was timed (half a second at least) or the machine does not say."""
@@ -83,7 +90,8 @@ class Tally:
 
     def summary(self) -> dict:
         """The build report's `measured` entry: programs timed, seconds, and how busy the machine was."""
-        out = {"programs": self.programs, "seconds": round(self.seconds, 3), "screened": self.screened}
+        out = {"programs": self.programs, "seconds": round(self.seconds, 3), "screened": self.screened,
+               "budget_s": self.budget_s, "cut_short": self.cut}
         busy = self.busy_cores()
         if busy is not None:
             out.update(busy_cores=round(busy, 2), busy=busy >= BUSY_CORES)
@@ -211,10 +219,14 @@ def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3,
         elif not np.allclose(out, ref, rtol=1e-4, atol=1e-4):
             continue
         correct.append(i)
-    timed, screened, runs = screen({i: first[i] for i in correct})
-    best = _timed_rounds(lib, dev, args, timed, repeat, target, preproc, runs)
-    best.update(screened)
-    tally.screened += len(screened)
+    if tally.over_budget():                       # the build's timing budget is spent: first runs decide
+        best = {i: first[i] for i in correct}
+        tally.cut += 1
+    else:
+        timed, screened, runs = screen({i: first[i] for i in correct})
+        best = _timed_rounds(lib, dev, args, timed, repeat, target, preproc, runs)
+        best.update(screened)
+        tally.screened += len(screened)
     tally.add(len(funcs) - (0 if time_first else 1), t0)
     return [best.get(i) for i in range(len(funcs))]
 

@@ -153,6 +153,20 @@ def test_pass_measures_records_and_reuses(tmp_path):
         np.testing.assert_allclose(run_kernel(out[name], target, [a.copy() for a in args]), ref, rtol=1e-5, atol=1e-5)
 
 
+def test_past_the_builds_timing_budget_fewer_plans_are_compiled(tmp_path):
+    """Once the build's timing budget is spent, a kernel compiles BUDGET_SPENT_TOP_K plans (and
+    the rules' schedule) instead of top-k, and its choice is still a correct, timed one."""
+    from packager.optimize.schedule.gensor.cpu import BUDGET_SPENT_TOP_K
+    from packager.optimize.schedule.measure.timing import Tally
+
+    target = host_target()
+    (func,) = kernels_of(CASES["conv3x3"]).values()
+    spent = Tally(seconds=100.0, budget_s=1.0)
+    _, _, choice = GensorCpu(target, TuningDatabase(tmp_path), measure=True, top_k=6, tally=spent).schedule(func)
+    assert choice.trials <= BUDGET_SPENT_TOP_K + 1 and spent.cut == 1
+    assert choice.measured_ms is not None or choice.rules_ms is not None
+
+
 def test_analytical_choice_for_arm64_is_deterministic_and_compiles(tmp_path):
     arm = resolve(TargetSpec("arm64", {}, "test"))
     kernels = {f"{n}_{k}": f for n in ("conv3x3", "conv3x3_stride2", "C3", "M2")

@@ -3,6 +3,7 @@ back in order, each with its own inputs. No test here compares two measured time
 asserted is what the timing does (which runs, on what, flushed or not), which no load can flip."""
 from __future__ import annotations
 
+import pytest
 from tvm import te
 
 from support.kernel_cases import host_target
@@ -65,6 +66,22 @@ def test_the_tally_counts_timed_candidates_only():
     times = time_candidates([f, f, f], target, repeat=1, time_first=False, tally=tally)
     assert times[0] is None and all(t > 0 for t in times[1:])
     assert tally.programs == 2 and tally.seconds > 0 and tally.summary()["programs"] == 2
+
+
+def test_past_the_budget_candidates_are_judged_by_their_correctness_run(monkeypatch):
+    """A build whose timing budget is spent still runs every candidate against the reference (a
+    wrong one is None), but times none again: their first runs are their times, and the build
+    counts the kernel as cut short."""
+    import packager.optimize.schedule.measure.timing as measure
+
+    target = host_target()
+    f = CpuRules(target).schedule(_matmul(32))[0]
+    tally = Tally(seconds=10.0, budget_s=5.0)
+    assert tally.over_budget() and not Tally(seconds=10.0).over_budget()
+    monkeypatch.setattr(measure, "_timed_rounds", lambda *a, **k: pytest.fail("timed past the budget"))
+    times = time_candidates([f, f], target, tally=tally)
+    assert all(t is not None and t > 0 for t in times)
+    assert tally.cut == 1 and tally.summary()["cut_short"] == 1
 
 
 class _FakeLib:
