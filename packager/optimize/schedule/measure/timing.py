@@ -61,7 +61,7 @@ class Tally:
     seconds: float = 0.0
     screened: int = 0              # slow candidates not timed past their first run (clearly slower)
     budget_s: float = 0.0          # timing seconds after which candidates get their first run only (0: no cap)
-    cut: int = 0                   # kernels whose candidates were compared on their first run (budget spent)
+    cut: int = 0                   # choices made on one run per candidate (the budget spent)
     others_cpu_s: float = 0.0      # CPU seconds not this process's, while timing
     watched_s: float = 0.0         # seconds over which others_cpu_s was watched
 
@@ -262,7 +262,8 @@ def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3
     """Seconds per run of different kernels (each on its own random inputs), timed in
     alternation for `rounds` rounds and the minimum kept per kernel: on a machine whose
     neighbours slow it for seconds at a time, kernels compared with each other (a merged kernel
-    and the kernels it replaces) see the same slow and quiet periods. None: failed to run."""
+    and the kernels it replaces) see the same slow and quiet periods (one repeat each once the
+    build's timing budget is spent). None: failed to run."""
     tally = tally if tally is not None else Tally()
     t0 = tally.start()
     lib, dev = _load(_build(funcs, target, "k"), target)
@@ -276,6 +277,9 @@ def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3
         except Exception:  # noqa: BLE001 - a kernel that fails to run is reported as untimed
             continue
         best[i] = float("inf")
+    if tally.over_budget():                       # the build's timing budget is spent: one repeat each
+        rounds = repeat = 1
+        tally.cut += 1
     for _ in range(rounds):
         for i in range(len(funcs)):
             if best[i] is not None:

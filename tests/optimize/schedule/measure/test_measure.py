@@ -82,6 +82,11 @@ def test_past_the_budget_candidates_are_judged_by_their_correctness_run(monkeypa
     times = time_candidates([f, f], target, tally=tally)
     assert all(t is not None and t > 0 for t in times)
     assert tally.cut == 1 and tally.summary()["cut_short"] == 1
+    calls = []
+    real = measure._evaluator
+    monkeypatch.setattr(measure, "_evaluator", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    assert all(t > 0 for t in time_interleaved([f, f], target, rounds=3, repeat=2, tally=tally))
+    assert sorted(calls) == ["k0", "k1"] and tally.cut == 2       # one repeat each, not 3 x 2
 
 
 class _FakeLib:
