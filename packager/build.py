@@ -214,7 +214,7 @@ def _log_finish(log: Log, out: Path, tally: Tally, seconds: float) -> None:
             f"of {os.cpu_count()} cores busy on average, so the choices may differ from a quiet machine's; "
             f"rebuild on a quiet machine (or into an empty tuning database) for the package's best speed")
     notes = ([f"{tally.screened} slow ones not timed past their first run"] if tally.screened else []) + (
-        [f"timing budget of {tally.budget_s:.0f} s spent: {tally.cut} choices made on one run per candidate "
+        [f"timing budget of {tally.budget_s:.0f} s spent: {tally.cut} choices made on one repeat per candidate "
          "(optimize.tuning.budget)"] if tally.cut else [])
     screened = f" ({'; '.join(notes)})" if notes else ""
     timed = f"; {tally.programs} candidate programs timed{screened}, {tally.seconds:.1f} s of it" if tally.programs else ""

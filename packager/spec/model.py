@@ -60,7 +60,7 @@ class OptimizeSpec:
     measure: bool = True               # time the top-k schedules where the target runs (here or its rpc device)
     top_k: int = 6                     # candidates measured per kernel
     seconds: float = 0.0               # measured tuning's budget per model in wall time (0: none)
-    budget: float = 120.0              # seconds of candidate timing per build (not when tuning); past it, one run each
+    budget: float = 0.0                # seconds of candidate timing per build (0: no cap; not when tuning); past it, one repeat each
 
     def tunes(self) -> bool:
         """Whether the measured tuner runs (level 3, or a budget given)."""

@@ -60,7 +60,7 @@ class Tally:
     programs: int = 0
     seconds: float = 0.0
     screened: int = 0              # slow candidates not timed past their first run (clearly slower)
-    budget_s: float = 0.0          # timing seconds after which candidates get their first run only (0: no cap)
+    budget_s: float = 0.0          # timing seconds after which candidates get one repeat each (0: no cap)
     cut: int = 0                   # choices made on one run per candidate (the budget spent)
     others_cpu_s: float = 0.0      # CPU seconds not this process's, while timing
     watched_s: float = 0.0         # seconds over which others_cpu_s was watched
@@ -79,8 +79,8 @@ class Tally:
             self.watched_s += wall
 
     def over_budget(self) -> bool:
-        """The build has spent its timing budget: what is still to choose is compared on the
-        correctness run every candidate makes anyway."""
+        """The build has spent its timing budget: what is still to choose is compared on one
+        repeat of each candidate (a first run alone is no time for a fast kernel: cold caches)."""
         return bool(self.budget_s) and self.seconds >= self.budget_s
 
     def busy_cores(self) -> float | None:
@@ -219,14 +219,13 @@ def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3,
         elif not np.allclose(out, ref, rtol=1e-4, atol=1e-4):
             continue
         correct.append(i)
-    if tally.over_budget():                       # the build's timing budget is spent: first runs decide
-        best = {i: first[i] for i in correct}
+    timed, screened, runs = screen({i: first[i] for i in correct})
+    if tally.over_budget():                       # the build's timing budget is spent: one short repeat each
+        repeat, runs = 1, 1
         tally.cut += 1
-    else:
-        timed, screened, runs = screen({i: first[i] for i in correct})
-        best = _timed_rounds(lib, dev, args, timed, repeat, target, preproc, runs)
-        best.update(screened)
-        tally.screened += len(screened)
+    best = _timed_rounds(lib, dev, args, timed, repeat, target, preproc, runs)
+    best.update(screened)
+    tally.screened += len(screened)
     tally.add(len(funcs) - (0 if time_first else 1), t0)
     return [best.get(i) for i in range(len(funcs))]
 
