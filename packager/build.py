@@ -61,7 +61,8 @@ def build(spec: Spec, only_targets: list[str] | None = None, log: Log = print, b
     """Build the package described by `spec`; returns the package folder. Without
     `bundle_runtime` the package holds only its compiled targets (for tools that bring the
     runtime themselves, like the conformance runner)."""
-    t_start, st, tally = time.perf_counter(), Stages(log), Tally(budget_s=0.0 if spec.optimize.tunes() else spec.optimize.budget)
+    budget = 0.0 if spec.optimize.tunes() else spec.optimize.budget         # the measured tuner has its own
+    t_start, st, tally = time.perf_counter(), Stages(log), Tally(budget_s=budget)
     log(f"pack build {spec.name}: {spec.model.name} -> {spec.output}")
     model, dtypes, targets = st.run("check spec and model", check_inputs, spec, only_targets)
     targets = timed_cold(targets, weight_bytes(model.proto), log)
