@@ -1,14 +1,15 @@
 """ONNX's NaN and infinity semantics for Relu, Clip, Max and Min (what onnxruntime computes).
 
-TVM lowers a float max(a, b) to `a > b ? a : b` on CPUs (a NaN in `a` gives `b`) and to
-fmaxf/fminf in CUDA and OpenCL (a NaN on either side gives the other operand); TOPI writes relu
-as max(x, 0). So every float relu/maximum/minimum here keeps a NaN operand explicitly,
-`isnan(u) ? u : isnan(v) ? v : max(u, v)`, on every target (a constant operand's test folds
-away; on a CPU the rest is one compare and blend per element). TVM's importer writes ONNX
-Max/Min as a reduction over a stack of its inputs (a NaN survives only in the last one) and Clip
-with bounds as TOPI maximum/minimum kernels: both become binary maximum/minimum first
-(`variadic_max_min`, layout/clip.py's `clip_as_ops`), so the rule reaches them. Other dtypes keep
-TVM's own lowering.
+TVM lowers a float max(a, b) to `a > b ? a : b` and min(a, b) to `a < b ? a : b`: a NaN in `a`
+gives `b`, a NaN in `b` gives NaN. TOPI writes relu as max(x, 0), so a NaN input became 0 where
+onnxruntime returns NaN; with the constant first, max(0, x) returns x when it is NaN, at no cost.
+TVM's importer writes ONNX Max/Min as a reduction over a stack of its inputs (a NaN survives
+only in the last one); they become binary maximum/minimum here, a constant operand first, and
+between two tensors a NaN on either side is kept with one select. Clip with bounds arrives here as
+maximum/minimum with a 0-d bound where the layout pass turned the importer's TOPI kernels back
+into graph ops (layout/clip.py, CPU targets): bound first, no cost. Other dtypes keep TVM's own
+lowering. Not covered: Clip with bounds where the layout pass is off or on GPU targets (the
+importer's TOPI kernel: a NaN becomes the bound), and CUDA (fmaxf/fminf drop NaN in any order).
 """
 from __future__ import annotations
 
@@ -31,19 +32,14 @@ def _relu(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 
     def compute(t):
         zero = tvm.tirx.const(0, t.dtype)
-        return te.compute(t.shape, lambda *i: _keep_nan(tvm.tirx.max, t(*i), zero), name="compute",
-                          tag=topi.tag.ELEMWISE)
+        return te.compute(t.shape, lambda *i: tvm.tirx.max(zero, t(*i)), name="compute", tag=topi.tag.ELEMWISE)
 
     return bb.call_te(compute, x, primfunc_name_hint="relu")
 
 
-def _keep_nan(pick, u, v):
-    """pick(u, v), or the operand that is NaN."""
-    return tvm.tirx.Select(tvm.tirx.isnan(u), u, tvm.tirx.Select(tvm.tirx.isnan(v), v, pick(u, v)))
-
-
 def _binary(name: str):
-    """relax.maximum / relax.minimum with a NaN on either side kept."""
+    """relax.maximum / relax.minimum: a constant operand goes first; between two tensors a NaN on
+    either side is kept."""
     pick = tvm.tirx.max if name == "maximum" else tvm.tirx.min
     op = f"relax.{name}"
 
@@ -51,14 +47,18 @@ def _binary(name: str):
         a, b = call.args
         if str(a.ty.dtype) not in FLOATS or str(b.ty.dtype) != str(a.ty.dtype):
             return _default(op)(bb, call)
+        constant = _scalar(a) or _scalar(b)      # a constant or 0-d bound (Clip's, once layout/clip.py ran)
         if _scalar(a):
-            a, b = b, a                          # the tensor first (a 0-d bound second)
+            a, b = b, a                          # the tensor first here; its pair picks below
 
         def compute(x, y):
             shape = _broadcast([int(d) for d in x.shape], [int(d) for d in y.shape])
 
             def value(*i):
-                return _keep_nan(pick, _at(x, i, shape), _at(y, i, shape))
+                u, v = _at(x, i, shape), _at(y, i, shape)
+                if constant:
+                    return pick(v, u)            # constant first: a NaN in the tensor comes through
+                return tvm.tirx.Select(tvm.tirx.isnan(u), u, pick(u, v))
 
             return te.compute(shape, value, name=f"T_{name}", tag=topi.tag.BROADCAST)
 
