@@ -19,9 +19,8 @@ import onnx
 from onnx import helper
 
 from .attrs import attr
-from .recurrent_kernel import Cell, pack_r
+from .recurrent_kernel import GATES, Cell, pack_r
 
-GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
 ACTIVATIONS = {"Sigmoid", "Tanh", "Relu", "HardSigmoid", "LeakyRelu", "Elu", "Softsign", "Softplus"}
 ALPHA_BETA = {"HardSigmoid": ("alpha", "beta"), "LeakyRelu": ("alpha",), "Elu": ("alpha",)}

@@ -95,9 +95,9 @@ def pack_r(cell: Cell, r: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Loops:
-    """How the kernel's loops run: `lanes` vector lanes over gate columns and hidden units (they
-    must divide the hidden size), the matrix-vector product's column chunks `parallel` across
-    threads."""
+    """How the kernel's loops run: the gate math in `lanes` vector lanes over hidden units (they
+    must divide the hidden size; the matrix-vector product always runs CHUNK-wide vectors), its
+    GROUPs of chunks `parallel` across threads."""
 
     lanes: int = 1
     parallel: bool = False

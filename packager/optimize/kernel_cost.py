@@ -3,9 +3,9 @@
 FLOPs: for every block, the iteration-domain size times the floating-point arithmetic nodes in
 the value it stores (a multiply-accumulate counts 2; exp, tanh, ... count 1; index arithmetic is
 integer and not counted); a kernel written as plain loops (a recurrent layer's time loop) counts
-every store times the extents of the loops around it. Bytes: every parameter buffer read or written once, the minimum
-traffic to memory (plus a write and a read of every tensor a phased GPU kernel passes between
-its phases). Together they place a kernel on the roofline.
+every store times the extents of the loops around it. Bytes: every parameter buffer read or
+written once, the minimum traffic to memory (plus a write and a read of every tensor a phased
+GPU kernel passes between its phases). Together they place a kernel on the roofline.
 """
 from __future__ import annotations
 

@@ -287,8 +287,8 @@ class LayoutSearch:
         if rec is not None:
             return Decision.from_record(rec)
         class_key = f"layout/{self.gensor.target_key}/{site.class_key()}{context}"
-        shared = self.db.get(class_key, measured_only=self.measuring, kind="layout")
-        if shared is not None and class_key != key:
+        shared = self.db.get(class_key, measured_only=self.measuring, kind="layout") if class_key != key else None
+        if shared is not None:
             d = Decision.from_record(shared)
             d = replace(d, w_in=site.weight_blocks(d.data_block, d.out_block)[0], reused=False,
                         shared_from=d.shared_from or shared.get("site", ""))

@@ -61,7 +61,7 @@ class Tally:
     seconds: float = 0.0
     screened: int = 0              # slow candidates not timed past their first run (clearly slower)
     budget_s: float = 0.0          # timing seconds after which candidates get one repeat each (0: no cap)
-    cut: int = 0                   # choices made on one run per candidate (the budget spent)
+    cut: int = 0                   # choices made on one repeat per candidate (the budget spent)
     others_cpu_s: float = 0.0      # CPU seconds not this process's, while timing
     watched_s: float = 0.0         # seconds over which others_cpu_s was watched
 

@@ -1,8 +1,9 @@
 """Recurrent loop kernels (frontend/recurrent_kernel.py): the time loop carries the state, so loop
 primitives cannot restructure them; each device regenerates the kernel from its cell instead.
 
-* CPU: vector lanes over gate columns and hidden units; the per-step matrix-vector product
-  h @ R^T in parallel column chunks when one step has enough work to pay a parallel launch.
+* CPU: the per-step matrix-vector product h @ R^T over the packed R in CHUNK-wide vectors, in
+  parallel over groups of chunks when one step has enough work to pay a parallel launch; the
+  gate math in vector lanes over hidden units.
 * GPU: one thread block per batch row; the state and the step's gate pre-activations live in
   shared memory, threads take gate columns (then hidden units) in strides, and the block meets
   at a barrier after each phase of a step.
@@ -26,9 +27,7 @@ def cell_of(func: tirx.PrimFunc) -> Cell | None:
 
 
 def _keep_attrs(new: tirx.PrimFunc, old: tirx.PrimFunc) -> tirx.PrimFunc:
-    for key, value in old.attrs.items():
-        new = new.with_attr(key, value)
-    return new
+    return new.with_attrs(dict(old.attrs))
 
 
 def cpu(func: tirx.PrimFunc, lanes: int) -> tuple[tirx.PrimFunc, KernelSchedule] | None:
