@@ -1,15 +1,16 @@
 """ONNX's NaN and infinity semantics for Relu, Clip, Max and Min (what onnxruntime computes).
 
-TVM lowers a float max(a, b) to `a > b ? a : b` and min(a, b) to `a < b ? a : b`: a NaN in `a`
-gives `b`, a NaN in `b` gives NaN. TOPI writes relu as max(x, 0), so a NaN input became 0 where
-onnxruntime returns NaN; with the constant first, max(0, x) returns x when it is NaN, at no cost.
-TVM's importer writes ONNX Max/Min as a reduction over a stack of its inputs (a NaN survives
-only in the last one); they become binary maximum/minimum here, a constant operand first, and
-between two tensors a NaN on either side is kept with one select. Clip with bounds arrives here as
-maximum/minimum with a 0-d bound where the layout pass turned the importer's TOPI kernels back
-into graph ops (layout/clip.py, CPU targets): bound first, no cost. Other dtypes keep TVM's own
-lowering. Not covered: Clip with bounds where the layout pass is off or on GPU targets (the
-importer's TOPI kernel: a NaN becomes the bound), and CUDA (fmaxf/fminf drop NaN in any order).
+TVM lowers a float max(a, b) to `a > b ? a : b` on CPUs (a NaN in `a` gives `b`) but to
+fmaxf/fminf in CUDA and OpenCL, which return the other operand when either is NaN. So every
+float relu/maximum/minimum here is written as that select itself, `a > b ? a : b` (`<` for min),
+with the operand that may be NaN second: a NaN there fails the compare and comes through, on
+every target, at the cost of max itself (LLVM matches the select to maxps/fmax). A constant or
+0-d operand (relu's zero, Clip's bound) goes first, so the tensor's NaN is kept for free;
+between two tensors one isnan test keeps a NaN in the first. TVM's importer writes ONNX Max/Min
+as a reduction over a stack of its inputs (a NaN survives only in the last one) and Clip with
+bounds as TOPI maximum/minimum kernels: both become binary maximum/minimum first
+(`variadic_max_min`, layout/clip.py's `clip_as_ops`), so the rule reaches them on every target.
+Other dtypes keep TVM's own lowering.
 """
 from __future__ import annotations
 
@@ -32,15 +33,20 @@ def _relu(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 
     def compute(t):
         zero = tvm.tirx.const(0, t.dtype)
-        return te.compute(t.shape, lambda *i: tvm.tirx.max(zero, t(*i)), name="compute", tag=topi.tag.ELEMWISE)
+        return te.compute(t.shape, lambda *i: _select("maximum", zero, t(*i)), name="compute",
+                          tag=topi.tag.ELEMWISE)
 
     return bb.call_te(compute, x, primfunc_name_hint="relu")
+
+
+def _select(name: str, a, b):
+    """max/min(a, b) as `a > b ? a : b` (`<` for min): a NaN in `b` comes through on every target."""
+    return tvm.tirx.Select(a > b if name == "maximum" else a < b, a, b)
 
 
 def _binary(name: str):
     """relax.maximum / relax.minimum: a constant operand goes first; between two tensors a NaN on
     either side is kept."""
-    pick = tvm.tirx.max if name == "maximum" else tvm.tirx.min
     op = f"relax.{name}"
 
     def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
@@ -57,8 +63,8 @@ def _binary(name: str):
             def value(*i):
                 u, v = _at(x, i, shape), _at(y, i, shape)
                 if constant:
-                    return pick(v, u)            # constant first: a NaN in the tensor comes through
-                return tvm.tirx.Select(tvm.tirx.isnan(u), u, pick(u, v))
+                    return _select(name, v, u)   # constant first: a NaN in the tensor comes through
+                return tvm.tirx.Select(tvm.tirx.isnan(u), u, _select(name, u, v))
 
             return te.compute(shape, value, name=f"T_{name}", tag=topi.tag.BROADCAST)
 

@@ -19,7 +19,7 @@ from tvm.ir import expr as ir
 
 from .schedule.phases import phase_sizes, split_phases
 
-ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Max, tirx.Min)
+ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Max, tirx.Min, tirx.Select)   # Select: ieee.py's max/min
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from .base import PassReport
 from .fastmath import fastmath
 from .fusion import fuse
 from .globalfuse import combine_siblings, global_fusion
+from .layout.clip import clip_as_ops
 from .layout.conv import legalize_conv2d
 from .ieee import LEGALIZATIONS as IEEE_OPS, variadic_max_min
 from .layout.propagate import alter_layouts, keep_nchw
@@ -75,8 +76,8 @@ LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
                         off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True)
 # Graph ops -> PrimFuncs: not an optimization (always on, not reported). Packed-layout convs get
 # the layout package's compute, plain NCHW convs TVM's own legalization; relu/clip/max/min keep
-# ONNX's NaN and infinity semantics (ieee.py).
-LEGALIZE = Pass("legalize", lambda mod, ctx: (legalize(variadic_max_min(mod),
+# ONNX's NaN and infinity semantics (ieee.py; the importer's Clip kernels become graph ops first).
+LEGALIZE = Pass("legalize", lambda mod, ctx: (legalize(clip_as_ops(variadic_max_min(mod))[0],
                                                         {"relax.nn.conv2d": legalize_conv2d, **IEEE_OPS}), None),
                 switch=lambda opt: True)
 FUSION = Pass("fusion", lambda mod, ctx: fuse(mod), off="off in the spec: one kernel per graph op")

@@ -1,7 +1,8 @@
 """TVM's ONNX importer emits Clip (ReLU6 in MobileNets) as pre-lowered TIR (`call_tir` of
 topi.maximum / topi.minimum), which layout propagation cannot see through: every ReLU6 would
 need a conversion on each side. This rewrite turns those calls back into relax.maximum /
-relax.minimum with the same scalar bound (identical math), before layouts are chosen."""
+relax.minimum with the same scalar bound (identical math), before layouts are chosen; the
+legalization runs it again for every target, so Clip gets ieee.py's NaN rule everywhere."""
 from __future__ import annotations
 
 import tvm
