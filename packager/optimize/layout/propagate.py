@@ -39,6 +39,7 @@ from ...targets import Target
 from ..base import PassReport
 from ..schedule.contract import KernelScheduler
 from ..ieee import LEGALIZATIONS as IEEE_OPS, variadic_max_min
+from .broadcast import propagatable
 from .clip import clip_as_ops
 from .isolate import isolate
 from .matmul import matmul_site, pack_matmul_weights
@@ -323,6 +324,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     decide(site, incoming), decide_matmul(site), save() and `measuring`. `memo` carries the
     first shape profile's choices to the others."""
     mod, clips = clip_as_ops(variadic_max_min(mod))     # ONNX Max/Min as binary ops, not stack + max
+    mod, bns, promoted = propagatable(mod)
     target = scheduler.target
     search = search or LayoutSearch(scheduler)
     if memo is not None:
@@ -339,7 +341,8 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     chosen = Counter("/".join(d.layouts()) for _, _, d in decisions)
     conv_part = (f"{len(packed)}/{len(decisions)} convs packed ({', '.join(f'{n}x {k}' for k, n in chosen.most_common())}); "
                  f"activation conversions {2 * len(packed)} before propagation -> {act} after; {const} weight/bias "
-                 f"re-layouts folded at build time; {clips} pre-lowered Clip max/min made propagatable"
+                 f"re-layouts folded at build time; {clips} pre-lowered Clip max/min, {bns} BatchNorm(s) (as element-wise ops) "
+                 f"and {promoted} lower-rank broadcast constant(s) made propagatable"
                  if decisions else "no convs")
     widths = Counter(d.nt for _, _, d in matmuls if d.nt)
     mm_part = (f"{n_panels}/{len(matmuls)} constant-weight matmuls with B in n_t panels "
@@ -362,7 +365,8 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     summary = f"{note}{conv_part}; {mm_part}; candidates scored {how}"
     return converted, PassReport("layout", "applied", summary, {
         "convs": len(decisions), "packed": len(packed), "conversions_before": 2 * len(packed),
-        "conversions_after": act, "constants_relaid": const, "clip_ops_rewritten": clips,
+        "conversions_after": act, "constants_relaid": const, "clip_ops_rewritten": clips, "batchnorms_decomposed": bns,
+        "constants_full_rank": promoted,
         "lookahead": {"convs": len(ahead), "changed": changed}, "shared_by_class": shared,
         "pooling": {"convs": len(pooled), "changed": pool_changed},
         "matmuls": len(matmuls), "matmuls_packed": n_panels, "per_conv": _conv_details(decisions),

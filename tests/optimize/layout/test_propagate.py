@@ -143,6 +143,26 @@ def test_concat_and_pooling_keep_the_packed_layout():
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_batchnorm_and_lower_rank_channel_constants_keep_the_packed_layout():
+    """DenseNet's pattern: a BatchNorm that no conv absorbs (on a concat) and Caffe2-style
+    per-channel scales as [C, 1, 1] constants. Both used to run in NCHW with a conversion on
+    each side; as element-wise ops on full-rank constants they stay packed."""
+    c = 48
+    m = _model([_conv("x", "w1", None, "a", pads=[1] * 4), _conv("x", "w2", None, "b", pads=[1] * 4),
+                helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
+                helper.make_node("BatchNormalization", ["cat", "g", "beta", "mean", "var"], ["bn"]),
+                helper.make_node("Mul", ["bn", "scale"], ["sc"]), helper.make_node("Add", ["sc", "shift"], ["sh"]),
+                helper.make_node("Relu", ["sh"], ["r"]), _conv("r", "w3", None, "y")],
+               [1, 8, 8, 8], {"w1": _w(16, 8, 3, 3), "w2": _w(32, 8, 3, 3), "w3": _w(16, c, 1, 1),
+                              "g": _w(c) + 1, "beta": _w(c), "mean": _w(c), "var": np.abs(_w(c)) + 0.5,
+                              "scale": _w(c, 1, 1), "shift": _w(c, 1, 1)})
+    report, got, ref = _run(m, [(1, 16), (1, 16), (16, 16)])
+    d = report.details
+    assert d["batchnorms_decomposed"] == 1 and d["constants_full_rank"] >= 2, report.summary
+    assert d["conversions_after"] == 1, report.summary          # only back to NCHW at the output
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
 def test_candidates_follow_the_producer_and_respect_divisibility():
     site = ConvSite((1, 24, 8, 8), (40, 24, 3, 3), (1, 1), (1,) * 4, (1, 1), 1, "float32")
     assert candidates(site, 1, 8) == [(1, 1), (1, 8), (8, 1), (8, 8)]         # 40 % 16 != 0
