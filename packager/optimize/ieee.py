@@ -17,7 +17,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax, te, topi
 
-from .relax_util import is_const, rewrite_functions
+from .relax_util import is_const
 
 FLOATS = ("float16", "float32", "float64")
 
@@ -87,44 +87,6 @@ def _at(t, idx, shape: list[int]):
     """t read at the output index `idx` under numpy broadcasting."""
     k = len(shape) - len(t.shape)
     return t(*[0 if int(d) == 1 and shape[k + j] != 1 else idx[k + j] for j, d in enumerate(t.shape)])
-
-
-@relax.expr_functor.mutator
-class _VariadicMaxMin(relax.PyExprMutator):
-    """TVM's importer writes ONNX Max/Min(a, b, ...) as max/min over axis 0 of
-    stack(broadcast_to(a), broadcast_to(b), ...), a reduction that keeps a NaN only when it comes
-    last; the same as a chain of relax.maximum/minimum, which _binary lowers with NaN kept."""
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        op = getattr(call.op, "name", "")
-        if op not in ("relax.max", "relax.min") or call.attrs.keepdims or list(call.attrs.axis or []) != [0]:
-            return call
-        stacked = self.lookup_binding(call.args[0]) if isinstance(call.args[0], relax.Var) else call.args[0]
-        if getattr(getattr(stacked, "op", None), "name", "") != "relax.stack" or int(stacked.attrs.axis) != 0:
-            return call
-        parts = stacked.args[0]
-        parts = self.lookup_binding(parts) if isinstance(parts, relax.Var) else parts
-        if not isinstance(parts, relax.Tuple) or len(parts.fields) < 2:
-            return call
-        pick = relax.op.maximum if op == "relax.max" else relax.op.minimum
-        fields = [self._unbroadcast(f) for f in parts.fields]
-        out = fields[0]
-        for f in fields[1:]:
-            out = self.builder_.normalize(pick(out, f))
-        return out
-
-    def _unbroadcast(self, e):
-        """broadcast_to(a) -> a: maximum/minimum broadcast by themselves (and a constant stays one)."""
-        bound = self.lookup_binding(e) if isinstance(e, relax.Var) else e
-        if getattr(getattr(bound, "op", None), "name", "") == "relax.broadcast_to":
-            return bound.args[0]
-        return e
-
-
-def variadic_max_min(mod: tvm.IRModule) -> tvm.IRModule:
-    """Rewrite the importer's stacked Max/Min into binary maximum/minimum (see _VariadicMaxMin)."""
-    return relax.transform.DeadCodeElimination()(rewrite_functions(_VariadicMaxMin(mod), mod))
 
 
 LEGALIZATIONS = {"relax.nn.relu": _relu,

@@ -23,10 +23,11 @@ from .fusion import fuse
 from .globalfuse import combine_siblings, global_fusion
 from .layout.clip import clip_as_ops
 from .layout.conv import legalize_conv2d
-from .ieee import LEGALIZATIONS as IEEE_OPS, variadic_max_min
+from .ieee import LEGALIZATIONS as IEEE_OPS
 from .layout.propagate import alter_layouts, keep_nchw
 from .layout.search import ProfileMemo
 from .relax_util import legalize
+from .variadic import variadic_to_binary
 from .derive.graph import derive_graph
 from .schedule.contract import KernelScheduler, Tally
 from .schedule.registry import scheduler_for
@@ -77,7 +78,7 @@ LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
 # Graph ops -> PrimFuncs: not an optimization (always on, not reported). Packed-layout convs get
 # the layout package's compute, plain NCHW convs TVM's own legalization; relu/clip/max/min keep
 # ONNX's NaN and infinity semantics (ieee.py; the importer's Clip kernels become graph ops first).
-LEGALIZE = Pass("legalize", lambda mod, ctx: (legalize(clip_as_ops(variadic_max_min(mod))[0],
+LEGALIZE = Pass("legalize", lambda mod, ctx: (legalize(clip_as_ops(variadic_to_binary(mod))[0],
                                                         {"relax.nn.conv2d": legalize_conv2d, **IEEE_OPS}), None),
                 switch=lambda opt: True)
 FUSION = Pass("fusion", lambda mod, ctx: fuse(mod), off="off in the spec: one kernel per graph op")

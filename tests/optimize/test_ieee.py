@@ -13,7 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 from packager.frontend import import_relax, load_model
-from packager.optimize.ieee import LEGALIZATIONS, variadic_max_min
+from packager.optimize.ieee import LEGALIZATIONS
+from packager.optimize.variadic import variadic_to_binary
 from packager.optimize.layout.clip import clip_as_ops
 from packager.optimize.relax_util import legalize
 from support.helpers import ort_run, run_pack, save_model, write_spec
@@ -48,7 +49,7 @@ def test_legalized_kernels_keep_nan_and_clamp_infinities_like_onnxruntime(tmp_pa
     want = ort_run(path, {"x": x})
     mod = import_relax(load_model(Path(path)), {"x": (1, 6)}, {"x": "float32"})
     mod = mod[0] if isinstance(mod, tuple) else mod
-    mod = legalize(clip_as_ops(variadic_max_min(mod))[0], LEGALIZATIONS)
+    mod = legalize(clip_as_ops(variadic_to_binary(mod))[0], LEGALIZATIONS)
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(x))
     for k, name in enumerate(want):
@@ -59,10 +60,10 @@ def test_the_stacked_max_becomes_binary_maximums(tmp_path):
     path = save_model(_model(), tmp_path / "m.onnx")
     mod = import_relax(load_model(Path(path)), {"x": (1, 6)}, {"x": "float32"})
     mod = mod[0] if isinstance(mod, tuple) else mod
-    text = variadic_max_min(mod).script()
+    text = variadic_to_binary(mod).script()
     assert "R.stack(" not in text and "R.max(" not in text
     assert text.count("R.maximum(") == 6 and text.count("R.minimum(") == 2
-    assert clip_as_ops(variadic_max_min(mod))[1] == 2          # ReLU6's TOPI max and min kernels
+    assert clip_as_ops(variadic_to_binary(mod))[1] == 2          # ReLU6's TOPI max and min kernels
 
 
 @pytest.mark.slow

@@ -38,7 +38,8 @@ from ... import progress
 from ...targets import Target
 from ..base import PassReport
 from ..schedule.contract import KernelScheduler
-from ..ieee import LEGALIZATIONS as IEEE_OPS, variadic_max_min
+from ..ieee import LEGALIZATIONS as IEEE_OPS
+from ..variadic import variadic_to_binary
 from .broadcast import propagatable
 from .clip import clip_as_ops
 from .isolate import isolate
@@ -323,7 +324,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     matmul weights out. `search` (tests) replaces the joint search: anything with
     decide(site, incoming), decide_matmul(site), save() and `measuring`. `memo` carries the
     first shape profile's choices to the others."""
-    mod, clips = clip_as_ops(variadic_max_min(mod))     # ONNX Max/Min as binary ops, not stack + max
+    mod, clips = clip_as_ops(variadic_to_binary(mod))   # ONNX Max/Min/Sum/Mean as binary ops, not stack + reduce
     mod, bns, promoted = propagatable(mod)
     target = scheduler.target
     search = search or LayoutSearch(scheduler)
