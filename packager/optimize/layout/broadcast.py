@@ -59,7 +59,11 @@ def _rank(e) -> int:
 def propagatable(mod: tvm.IRModule) -> tuple[tvm.IRModule, int, int]:
     """(module, BatchNorms decomposed, constants given full rank)."""
     before = _count(mod, "relax.nn.batch_norm")
-    mod = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(), relax.transform.FoldConstant()])(mod)
+    # The decomposition leaves (y, mean, var)[0] behind: canonicalized to y, so the layout search's
+    # tracker (propagate._Tracker) sees the element-wise chain that ConvertLayout will follow.
+    mod = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(), relax.transform.FoldConstant(),
+                                    relax.transform.CanonicalizeBindings(),
+                                    relax.transform.DeadCodeElimination()])(mod)
     decomposed = before - _count(mod, "relax.nn.batch_norm")
     m = _FullRank(mod)
     mod = relax.transform.DeadCodeElimination()(rewrite_functions(m, mod))

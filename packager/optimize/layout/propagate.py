@@ -18,7 +18,8 @@
 
 TVM cannot convert one packed block into another (NCHW16c -> NCHW32c): a conv whose output meets
 another packed tensor downstream (residual add, concat) may only use that tensor's block, and if
-ConvertLayout still refuses the choices, every conv gets the vector-width block. An op whose
+ConvertLayout still refuses the choices, each conv keeps its packed-or-NCHW choice with one block
+(v) for all packed tensors, and failing that every conv gets the vector-width block. An op whose
 layout inference fails is lowered to a kernel first, with NCHW around it (isolate.py); only when
 that does not help either does every conv keep NCHW.
 
@@ -28,6 +29,7 @@ propagation (one in front of and one behind every packed conv) and after.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 import tvm
 from tvm import relax
@@ -259,6 +261,17 @@ def _uniform(site: ConvSite, lanes: int) -> Decision:
     return Decision(data_block, out_block, *site.weight_blocks(data_block, out_block))
 
 
+def _one_block(site: ConvSite, d: Decision, lanes: int) -> Decision:
+    """`d` with each packed block (data, output) at `lanes`: the search's choice of packed or
+    NCHW per tensor kept, where channels allow; TVM can convert any of these into any other."""
+    data = lanes if d.data_block > 1 and site.channels % lanes == 0 else 1
+    out = lanes if d.out_block > 1 and site.valid(data, lanes) else 1
+    if not site.valid(data, out):
+        return _uniform(site, lanes)
+    return replace(d, data_block=data, out_block=out, w_in=site.weight_blocks(data, out)[0],
+                   w_out=site.weight_blocks(data, out)[1])
+
+
 def _conv_layouts(mod: tvm.IRModule, decisions, lanes: int) -> tuple[tvm.IRModule, list, str]:
     """Apply the searched conv layouts; if TVM refuses them, one block for all; else NCHW. An op
     whose own layout inference fails (even with every conv at NCHW), or one that still fails under
@@ -275,6 +288,12 @@ def _conv_layouts(mod: tvm.IRModule, decisions, lanes: int) -> tuple[tvm.IRModul
         converted, why = _apply(mod, decisions)
         if converted is not None:
             return converted, decisions, note
+    one = [(w, s, _one_block(s, d, lanes)) for w, s, d in decisions]
+    if one != decisions:                    # blocks TVM cannot convert between (16c -> 32c): one block
+        converted, why_one = _apply(mod, one)
+        if converted is not None:
+            return converted, one, note + (f"searched layouts refused by ConvertLayout ({why}): the searched "
+                                           f"packed/NCHW choices kept, every packed block {lanes} lanes; ")
     uniform = [(w, s, _uniform(s, lanes)) for w, s, _ in decisions]
     refused = f"searched layouts refused by ConvertLayout ({why}): uniform {lanes}-lane blocking used; "
     converted, why2 = _apply(mod, uniform)

@@ -106,15 +106,17 @@ def test_adjacent_convs_with_different_layouts_get_one_conversion():
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
-def test_blocks_tvm_cannot_convert_fall_back_to_uniform_blocking():
+def test_blocks_tvm_cannot_convert_fall_back_to_one_block():
     """NCHW16c -> NCHW32c has no ConvertLayout rule (TVM: "Invalid layout axis 32b"): the pass
-    falls back to one block for all convs, says so, and stays correct."""
-    m = _model([_conv("x", "w1", None, "c1"), _conv("c1", "w2", None, "y")],
-               [1, 32, 6, 6], {"w1": _w(64, 32, 1, 1), "w2": _w(64, 64, 1, 1)})
-    report, got, ref = _run(m, [(32, 16), (32, 32)])
+    keeps the search's packed-or-NCHW choice per tensor with one block for all, says so, and
+    stays correct."""
+    m = _model([_conv("x", "w1", None, "c1"), _conv("c1", "w2", None, "c2"), _conv("c2", "w3", None, "y")],
+               [1, 32, 6, 6], {"w1": _w(64, 32, 1, 1), "w2": _w(64, 64, 1, 1), "w3": _w(64, 64, 1, 1)})
+    report, got, ref = _run(m, [(32, 16), (32, 32), (32, 1)])
     n = X86.vector_lanes_f32                                      # 16 with AVX-512, 8 with AVX2
-    assert f"uniform {n}-lane blocking" in report.summary and report.details["packed"] == 2
-    assert {tuple(c["layouts"]) for c in report.details["per_conv"]} == {(f"NCHW{n}c", f"OIHW{n}i{n}o", f"NCHW{n}c")}
+    assert f"every packed block {n} lanes" in report.summary and report.details["packed"] == 3
+    assert [tuple(c["layouts"]) for c in report.details["per_conv"]] == \
+        [(f"NCHW{n}c", f"OIHW{n}i{n}o", f"NCHW{n}c")] * 2 + [(f"NCHW{n}c", f"OIHW{n}i1o", "NCHW")]
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
