@@ -9,7 +9,7 @@ every target, at the cost of max itself (LLVM matches the select to maxps/fmax).
 between two tensors one isnan test keeps a NaN in the first. TVM's importer writes ONNX Max/Min
 as a reduction over a stack of its inputs (a NaN survives only in the last one) and Clip with
 bounds as TOPI maximum/minimum kernels: both become binary maximum/minimum first
-(`variadic_max_min`, layout/clip.py's `clip_as_ops`), so the rule reaches them on every target.
+(variadic.py, layout/clip.py's `clip_as_ops`), so the rule reaches them on every target.
 Other dtypes keep TVM's own lowering.
 """
 from __future__ import annotations

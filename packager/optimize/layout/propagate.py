@@ -273,10 +273,11 @@ def _one_block(site: ConvSite, d: Decision, lanes: int) -> Decision:
 
 
 def _conv_layouts(mod: tvm.IRModule, decisions, lanes: int) -> tuple[tvm.IRModule, list, str]:
-    """Apply the searched conv layouts; if TVM refuses them, one block for all; else NCHW. An op
-    whose own layout inference fails (even with every conv at NCHW), or one that still fails under
-    uniform blocking, is lowered to a kernel first with NCHW around it (isolate.py), so one op
-    does not cost the whole model its layouts."""
+    """Apply the searched conv layouts; if TVM refuses them, the same with one block for every
+    packed tensor, then the vector-width block for all; else NCHW. An op whose own layout
+    inference fails (even with every conv at NCHW), or one that still fails under uniform
+    blocking, is lowered to a kernel first with NCHW around it (isolate.py), so one op does not
+    cost the whole model its layouts."""
     if not any((d.data_block, d.out_block) != (1, 1) for _, _, d in decisions):
         return mod, decisions, ""
     plain = [(w, s, Decision(1, 1, 1, 1, d.scores)) for w, s, d in decisions]
@@ -289,8 +290,8 @@ def _conv_layouts(mod: tvm.IRModule, decisions, lanes: int) -> tuple[tvm.IRModul
         if converted is not None:
             return converted, decisions, note
     one = [(w, s, _one_block(s, d, lanes)) for w, s, d in decisions]
-    if one != decisions:                    # blocks TVM cannot convert between (16c -> 32c): one block
-        converted, why_one = _apply(mod, one)
+    if [d for *_, d in one] != [d for *_, d in decisions]:   # 16c meeting 32c, which TVM cannot convert
+        converted, _ = _apply(mod, one)
         if converted is not None:
             return converted, one, note + (f"searched layouts refused by ConvertLayout ({why}): the searched "
                                            f"packed/NCHW choices kept, every packed block {lanes} lanes; ")
