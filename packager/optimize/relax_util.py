@@ -52,3 +52,15 @@ def prim_funcs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:
 
 def is_const(e) -> bool:
     return isinstance(e, (ir.GenericConst, ir.Constant)) and hasattr(e, "value") and hasattr(e.value, "numpy")
+
+
+def count_ops(mod: tvm.IRModule) -> dict[str, int]:
+    """Calls per graph op name in `main`."""
+    counts: dict[str, int] = {}
+
+    def visit(e):
+        if isinstance(e, relax.Call) and hasattr(e.op, "name"):
+            counts[e.op.name] = counts.get(e.op.name, 0) + 1
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return counts

@@ -9,21 +9,11 @@ import tvm
 from tvm import relax
 
 from .base import PassReport
-
-
-def _count_ops(mod: tvm.IRModule) -> dict[str, int]:
-    counts: dict[str, int] = {}
-
-    def visit(e):
-        if isinstance(e, relax.Call) and hasattr(e.op, "name"):
-            counts[e.op.name] = counts.get(e.op.name, 0) + 1
-
-    relax.analysis.post_order_visit(mod["main"], visit)
-    return counts
+from .relax_util import count_ops
 
 
 def simplify(mod: tvm.IRModule) -> tuple[tvm.IRModule, PassReport]:
-    before = _count_ops(mod)
+    before = count_ops(mod)
     mod = tvm.transform.Sequential([
         relax.transform.FoldBatchnormToConv2D(),
         relax.transform.FoldConstant(),
@@ -31,7 +21,7 @@ def simplify(mod: tvm.IRModule) -> tuple[tvm.IRModule, PassReport]:
         relax.transform.EliminateCommonSubexpr(),
         relax.transform.DeadCodeElimination(),
     ])(mod)
-    after = _count_ops(mod)
+    after = count_ops(mod)
     folded_bn = before.get("relax.nn.batch_norm", 0) - after.get("relax.nn.batch_norm", 0)
     n_before, n_after = sum(before.values()), sum(after.values())
     return mod, PassReport("simplify", "applied",

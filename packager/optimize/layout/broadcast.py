@@ -17,7 +17,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..relax_util import is_const, rewrite_functions
+from ..relax_util import count_ops, is_const, rewrite_functions
 
 # Broadcasting binary ops that propagate.FOLLOW carries in a packed layout.
 BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
@@ -58,26 +58,13 @@ def _rank(e) -> int:
 
 def propagatable(mod: tvm.IRModule) -> tuple[tvm.IRModule, int, int]:
     """(module, BatchNorms decomposed, constants given full rank)."""
-    before = _count(mod, "relax.nn.batch_norm")
+    before = count_ops(mod).get("relax.nn.batch_norm", 0)
     # The decomposition leaves (y, mean, var)[0] behind: canonicalized to y, so the layout search's
     # tracker (propagate._Tracker) sees the element-wise chain that ConvertLayout will follow.
     mod = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(), relax.transform.FoldConstant(),
                                     relax.transform.CanonicalizeBindings(),
                                     relax.transform.DeadCodeElimination()])(mod)
-    decomposed = before - _count(mod, "relax.nn.batch_norm")
+    decomposed = before - count_ops(mod).get("relax.nn.batch_norm", 0)
     m = _FullRank(mod)
     mod = relax.transform.DeadCodeElimination()(rewrite_functions(m, mod))
     return mod, decomposed, m.promoted
-
-
-def _count(mod: tvm.IRModule, op: str) -> int:
-    n = [0]
-
-    def visit(e):
-        if isinstance(e, relax.Call) and getattr(e.op, "name", None) == op:
-            n[0] += 1
-
-    for _, f in mod.functions_items():
-        if isinstance(f, relax.Function):
-            relax.analysis.post_order_visit(f, visit)
-    return n[0]

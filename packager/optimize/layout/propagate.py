@@ -251,25 +251,16 @@ def _apply(mod: tvm.IRModule, decisions) -> tuple[tvm.IRModule | None, str]:
     return converted, ""
 
 
-def _uniform(site: ConvSite, lanes: int) -> Decision:
-    """The fallback policy: every conv at `lanes` where its channels allow, NCHW otherwise (the
-    only conversions left are packed <-> NCHW, which TVM can always express)."""
-    data_block = lanes if site.channels % lanes == 0 else 1
-    out_block = lanes if site.valid(data_block, lanes) else 1
-    if not site.valid(data_block, out_block):
-        data_block = out_block = 1
-    return Decision(data_block, out_block, *site.weight_blocks(data_block, out_block))
-
-
-def _one_block(site: ConvSite, d: Decision, lanes: int) -> Decision:
-    """`d` with each packed block (data, output) at `lanes`: the search's choice of packed or
-    NCHW per tensor kept, where channels allow; TVM can convert any of these into any other."""
-    data = lanes if d.data_block > 1 and site.channels % lanes == 0 else 1
-    out = lanes if d.out_block > 1 and site.valid(data, lanes) else 1
-    if not site.valid(data, out):
-        return _uniform(site, lanes)
-    return replace(d, data_block=data, out_block=out, w_in=site.weight_blocks(data, out)[0],
-                   w_out=site.weight_blocks(data, out)[1])
+def _one_block(site: ConvSite, lanes: int, d: Decision | None = None) -> Decision:
+    """Every packed tensor at `lanes` where its channels allow, NCHW otherwise: the only
+    conversions left are packed <-> NCHW, which TVM can always express. With `d` (a searched
+    decision), its choice of packed or NCHW per tensor is kept, and its scores with it; without,
+    every tensor is packed (the uniform fallback)."""
+    data = lanes if (d is None or d.data_block > 1) and site.channels % lanes == 0 else 1
+    out = lanes if (d is None or d.out_block > 1) and site.valid(data, lanes) else 1
+    w_in, w_out = site.weight_blocks(data, out)
+    return replace(d, data_block=data, out_block=out, w_in=w_in, w_out=w_out) if d is not None \
+        else Decision(data, out, w_in, w_out)
 
 
 def _conv_layouts(mod: tvm.IRModule, decisions, lanes: int) -> tuple[tvm.IRModule, list, str]:
@@ -289,13 +280,13 @@ def _conv_layouts(mod: tvm.IRModule, decisions, lanes: int) -> tuple[tvm.IRModul
         converted, why = _apply(mod, decisions)
         if converted is not None:
             return converted, decisions, note
-    one = [(w, s, _one_block(s, d, lanes)) for w, s, d in decisions]
+    one = [(w, s, _one_block(s, lanes, d)) for w, s, d in decisions]
     if [d for *_, d in one] != [d for *_, d in decisions]:   # 16c meeting 32c, which TVM cannot convert
         converted, _ = _apply(mod, one)
         if converted is not None:
             return converted, one, note + (f"searched layouts refused by ConvertLayout ({why}): the searched "
                                            f"packed/NCHW choices kept, every packed block {lanes} lanes; ")
-    uniform = [(w, s, _uniform(s, lanes)) for w, s, _ in decisions]
+    uniform = [(w, s, _one_block(s, lanes)) for w, s, _ in decisions]
     refused = f"searched layouts refused by ConvertLayout ({why}): uniform {lanes}-lane blocking used; "
     converted, why2 = _apply(mod, uniform)
     if converted is None:
