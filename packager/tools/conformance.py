@@ -97,16 +97,18 @@ def prepare(case) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[np.ndarr
     return model, feeds, [np.asarray(e) for e in expected]
 
 
-def _spec(folder: Path, feeds: dict[str, np.ndarray]) -> Path:
-    # strict: a case rates what the packager compiles, never what partial offload leaves to ONNX Runtime
+def _spec(folder: Path, feeds: dict[str, np.ndarray], database: Path) -> Path:
+    # strict: a case rates what the packager compiles, never what partial offload leaves to ONNX Runtime;
+    # the run's own tuning database: a case rates the schedules chosen for it, not a user's records
     lines = ["name: case", "model: model.onnx", "targets: [x86-64]", "onnxruntime: {fallback: false}",
-             "inputs:" if feeds else "inputs: {}"]
+             f"optimize: {{tuning: {{database: '{database}'}}}}", "inputs:" if feeds else "inputs: {}"]
     lines += [f"  '{n}': {{shape: {list(a.shape)}}}" for n, a in feeds.items()]
     (folder / "spec.yaml").write_text("\n".join(lines) + "\n")
     return folder / "spec.yaml"
 
 
 def run_case(case, cli: str, work: Path) -> CaseResult:
+    """Build the case (tuning records in `work`/tuning, shared by the run's cases), run it, compare."""
     from ..build import build
     from ..emit.manifest import output_file
     from ..spec import load_spec
@@ -116,12 +118,13 @@ def run_case(case, cli: str, work: Path) -> CaseResult:
     if isinstance(prepared, str):
         return CaseResult(case.name, op, "skipped", prepared)
     model, feeds, expected = prepared
-    folder = work / case.name
+    folder, database = work / case.name, work / "tuning"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     onnx.save(model, str(folder / "model.onnx"))
     try:
-        pkg = build(load_spec(_spec(folder, feeds)), log=lambda _m: None, bundle_runtime=False)
+        pkg = build(load_spec(_spec(folder, feeds, database)), log=lambda _m: None, bundle_runtime=False,
+                    html_report=False)
     except UnsupportedConfigError as e:
         return CaseResult(case.name, op, "unsupported", str(e).split(": ", 1)[-1][:300])
     except PackagerError as e:

@@ -2,14 +2,16 @@
 an earlier build chose (and measured) instead of walking and timing again. A build with a given
 database is deterministic: the walk is seeded from the workload, and a recorded choice wins.
 
-File: <folder>/tuning.json, {"version": 2, "records": {key: record}}. Every record carries
+File: <folder>/tuning.json, {"version": 2, "records": {key: record}}, one record per line (a
+diff shows the records that changed; writing it costs a fifth of an indented dump). Every record carries
 `meta`: what produced it (kind), the version of that producer's rules, the target it is for,
 when, and which packager. A record whose kind has another rules version than this packager's is
 stale: never replayed (a packager whose rules would decide differently bumps its kind's version
 in RULES), and `pack tuning prune` removes it. Writes merge under a lock and replace the file
 atomically, so concurrent builds sharing one database each add their records and never leave a
 half-written file. `pack tuning {list,export,import,prune}` (tools/tuning.py) shares one database
-across a team.
+across a team. A file is parsed once per process and version (its stat): a build opens the
+database from several passes, and a 10 MB file took 0.2 s per parse.
 """
 from __future__ import annotations
 
@@ -57,11 +59,23 @@ class TuningDatabase:
         self.new: dict[str, dict] = {}
 
     def _read(self) -> dict[str, dict]:
+        """The file's records, shared read-only between the instances of this process until the
+        file changes (update() copies before changing them)."""
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return {}
+        version = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        cached = _PARSED.get(self.path)
+        if cached is not None and cached[0] == version:
+            return cached[1]
         try:
             data = json.loads(self.path.read_text())
         except (OSError, ValueError):
             return {}
-        return data.get("records", {}) if data.get("version") == VERSION else {}
+        records = data.get("records", {}) if data.get("version") == VERSION else {}
+        _PARSED[self.path] = (version, records)
+        return records
 
     def get(self, key: str, measured_only: bool = False, kind: str | None = None) -> dict | None:
         """The record under `key`, unless it is stale for `kind` (or, with measured_only, not measured)."""
@@ -91,14 +105,26 @@ class TuningDatabase:
         with filling(folder=self.folder):
             self.folder.mkdir(parents=True, exist_ok=True)
         with locked(self.folder / ".lock"):
-            records = self._read()
+            records = dict(self._read())
             change(records)
             tmp = self.path.with_suffix(f".tmp{os.getpid()}")
             with filling(tmp, folder=self.folder):
-                tmp.write_text(json.dumps({"version": VERSION, "records": records}, indent=1, sort_keys=True))
+                tmp.write_text(_dump(records))
                 os.replace(tmp, self.path)
+            stat = self.path.stat()
+            _PARSED[self.path] = ((stat.st_mtime_ns, stat.st_size, stat.st_ino), records)
         self.records, self.new = records, {}
         return records
+
+
+_PARSED: dict[Path, tuple[tuple[int, int, int], dict[str, dict]]] = {}   # path -> (stat, records)
+
+
+def _dump(records: dict[str, dict]) -> str:
+    """The file's text: valid JSON with one record per line, keys sorted."""
+    lines = ",\n".join(f"{json.dumps(k)}: {json.dumps(records[k], separators=(',', ':'), sort_keys=True)}"
+                       for k in sorted(records))
+    return f'{{"version": {VERSION}, "records": {{\n{lines}\n}}}}\n'
 
 
 def default_folder() -> Path:
