@@ -16,6 +16,7 @@ import numpy as np
 import tvm
 from tvm import tirx
 
+from .compile import Library, build_library
 from .timing import _args
 
 RTOL = 1e-4            # of the reference tensor's largest finite |value|: blocked fp32 sums reorder
@@ -42,9 +43,8 @@ class CheckReport:
         return {"checked": self.checked, "fell_back": self.fell_back, "unchecked": self.unchecked}
 
 
-def _host_build(funcs: dict[str, tirx.PrimFunc]):
-    mod = tvm.IRModule({n: f.with_attr("global_symbol", n) for n, f in funcs.items()})
-    return tvm.tirx.build(mod, target=tvm.target.Target("llvm"))
+def _host_build(funcs: dict[str, tirx.PrimFunc]) -> Library:
+    return build_library(funcs, tvm.target.Target("llvm"))
 
 
 def _agree(got: np.ndarray, ref: np.ndarray) -> bool:

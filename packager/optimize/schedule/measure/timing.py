@@ -1,7 +1,7 @@
 """Timing candidate schedules of one kernel on this machine (CPU targets that run here) or on the
 target's RPC device (`targets[i].rpc`, see rpc.py).
 
-All candidates are compiled into one module (one LLVM run) and timed in interleaved rounds on
+All candidates are compiled first (one module per core, compile.py) and timed in interleaved rounds on
 the same random inputs with TVM's time evaluator: the minimum over repeats, so a noisy
 neighbour costs a repeat, not the choice. The first candidate's output is the reference every
 other candidate must match; a candidate that disagrees is dropped (and reported) rather than
@@ -24,6 +24,7 @@ import tvm
 from tvm import tirx
 
 from ....targets import Target, can_run_here
+from .compile import Library, build_library
 
 MIN_SECONDS = 0.01            # each timing repeat runs the kernel at least this long
 PRUNE = 1.25                  # a candidate this much slower than the fastest gets no more repeats
@@ -123,11 +124,11 @@ def _evaluator(lib, name: str, dev, target: Target, number: int, preproc: str | 
     return lib.time_evaluator(name, dev, number=number, repeat=1)
 
 
-def _load(lib, target: Target):
+def _load(lib: Library, target: Target):
     """(module, device) where the target's candidates run."""
     if target.rpc is not None:
         from .rpc import load_remote
-        return load_remote(lib, target)
+        return load_remote(lib.modules[0], target)
     return lib, tvm.cpu()
 
 
@@ -141,11 +142,12 @@ def _args(func: tirx.PrimFunc, rng: np.random.Generator, dev) -> list:
     return out
 
 
-def _build(funcs: list[tirx.PrimFunc], target: Target, prefix: str, extra: dict | None = None):
-    """All kernels in one module (one LLVM run), named prefix0, prefix1, ... (and `extra`'s names)."""
-    mod = {f"{prefix}{i}": f.with_attr("global_symbol", f"{prefix}{i}") for i, f in enumerate(funcs)}
-    mod.update({name: f.with_attr("global_symbol", name) for name, f in (extra or {}).items()})
-    return tvm.tirx.build(tvm.IRModule(mod), target=tvm.target.Target(target.llvm_target()))
+def _build(funcs: list[tirx.PrimFunc], target: Target, prefix: str, extra: dict | None = None) -> Library:
+    """All kernels compiled (on every core here; one module for an RPC device), named prefix0,
+    prefix1, ... (and `extra`'s names)."""
+    named = {f"{prefix}{i}": f for i, f in enumerate(funcs)}
+    named.update(extra or {})
+    return build_library(named, tvm.target.Target(target.llvm_target()), parallel=target.rpc is None)
 
 
 def _copy_kernel(param, target: Target) -> tirx.PrimFunc:
