@@ -1,8 +1,9 @@
 """The CPU backend (x86-64, ARM64): kernels -> one shared object per target, run by packrt-run
 natively or under qemu-user.
 
-TVM's LLVM backend compiles every PrimFunc into one object file for the target triple; the
-target's C compiler links it with the runtime glue (error sink, barrier) into kernels.so. The
+TVM's LLVM backend compiles the PrimFuncs into object files for the target triple (one per core
+of this machine, compiled at once); the target's C compiler links them with the runtime glue
+(error sink, barrier) into kernels.so. The
 result needs only libc/libm: no libtvm, no symbols from the process that loads it.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InternalError
+from ..optimize.schedule.measure.compile import build_parts
 from ..targets import ARCHES, CpuTarget, Toolchain, host_arch, host_cpu_flags, host_ghz
 from .backend import Compiled
 from .tools import run_tool
@@ -54,34 +56,39 @@ def barrier_kernels(llvm_ir: str, names: list[str]) -> list[str]:
     return [n for n in names if reaches(symbol_of(n))]
 
 
-def build_object(kernels: dict, target: CpuTarget, out: Path) -> list[str]:
-    """Compile all kernels of a target into one ELF object file; returns the kernels that call
-    the parallel barrier."""
+def build_objects(kernels: dict, target: CpuTarget, out: Path) -> tuple[list[Path], list[str]]:
+    """Compile all kernels of a target into ELF object files, one per core of this machine (each
+    compiled on its own thread, measure/compile.py), named after `out`; returns the files and the
+    kernels that call the parallel barrier."""
     import tvm
 
-    mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in kernels.items()})
+    def write(lib, i: int, names: list[str]) -> tuple[Path, list[str]]:
+        path = out.with_name(f"{out.stem}{i}{out.suffix}")
+        lib.write_to_file(str(path))
+        return path, barrier_kernels(lib.inspect_source("ll"), names)     # helper names repeat across parts
+
     try:
-        lib = tvm.tirx.build(mod, target=tvm.target.Target(target.llvm_target()))
+        parts = build_parts(kernels, tvm.target.Target(target.llvm_target()), write)
     except Exception as e:  # noqa: BLE001 - TVM raises many error kinds from codegen
         lines = str(e).strip().splitlines()
         raise InternalError(f"code generation for target '{target.name}' failed: "
                             f"{lines[-1] if lines else type(e).__name__}") from None
-    lib.write_to_file(str(out))
-    return barrier_kernels(lib.inspect_source("ll"), list(kernels))
+    together = {k for _, (_, ks) in parts for k in ks}
+    return [path for _, (path, _) in parts], [k for k in kernels if k in together]
 
 
-def link_kernels(obj: Path, target: CpuTarget, out: Path) -> None:
-    """Link the kernels object and the glue into a self-contained kernels.so."""
+def link_kernels(objs: list[Path], target: CpuTarget, out: Path) -> None:
+    """Link the kernels' objects and the glue into a self-contained kernels.so."""
     from ..emit.runtime import data_dir
 
     tc = Toolchain.for_arch(target.arch)
     glue_src = data_dir("runtime_cpp") / "kernel_glue" / "packrt_kernel_glue.c"
-    glue_obj = obj.with_name("glue.o")
+    glue_obj = objs[0].with_name("glue.o")
     run_tool([tc.cc, "-O2", "-fPIC", "-std=c11", "-c", str(glue_src), "-o", str(glue_obj)], "compiling the kernel glue")
     # -Bsymbolic: the kernels' hook variables bind inside the library even if the host process
     # (e.g. Python with TVM imported) defines the same names.
     run_tool([tc.cc, "-shared", "-fPIC", "-Wl,-Bsymbolic", "-Wl,-z,noexecstack", "-Wl,--no-undefined", "-s",
-              "-o", str(out), str(obj), str(glue_obj), "-lm"], f"linking kernels for '{target.name}'")
+              "-o", str(out), *map(str, objs), str(glue_obj), "-lm"], f"linking kernels for '{target.name}'")
     glue_obj.unlink()
 
 
@@ -93,10 +100,10 @@ class CpuBackend:
             Toolchain.for_arch(arch)
 
     def compile(self, kernels: dict, target: CpuTarget, folder: str, w) -> Compiled:
-        obj = w.path(f"{folder}/kernels.o")
-        together = build_object(kernels, target, obj)
-        link_kernels(obj, target, w.path(f"{folder}/kernels.so"))
-        obj.unlink()
+        objs, together = build_objects(kernels, target, w.path(f"{folder}/kernels.o"))
+        link_kernels(objs, target, w.path(f"{folder}/kernels.so"))
+        for obj in objs:
+            obj.unlink()
         note = f", {len(together)} kernel(s) whose parallel tasks meet at a barrier run them together" if together else ""
         return Compiled([(name, symbol_of(name), len(f.params)) for name, f in kernels.items()],
                         {name: {"parallel": "together"} for name in together},

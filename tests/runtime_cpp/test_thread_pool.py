@@ -103,12 +103,14 @@ def test_a_barrier_the_plan_does_not_announce_fails_instead_of_hanging(packages,
                    "\"parallel\": \"together\"")
 
 
-def test_tvm_barrier_kernels_are_marked_and_run_together(packages, tmp_path):
+def test_tvm_barrier_kernels_are_marked_and_run_together(packages, tmp_path, monkeypatch):
     """Two parallel loops with a barrier between them (TVM's parallel_launch_point): the second
-    reads what other tasks wrote in the first, so without all tasks at the barrier it goes wrong."""
+    reads what other tasks wrote in the first, so without all tasks at the barrier it goes wrong.
+    The two kernels are compiled into two objects (as on a 2-core machine) and linked."""
     from tvm.script import tirx as T
 
-    from packager.codegen.cpu import build_object, link_kernels
+    from packager.codegen.cpu import build_objects, link_kernels
+    from packager.optimize.schedule.measure import compile as comp
     from packager.spec import TargetSpec
     from packager.targets import resolve
 
@@ -127,10 +129,11 @@ def test_tvm_barrier_kernels_are_marked_and_run_together(packages, tmp_path):
             c[i] = a[i] * T.float32(2)
 
     target = resolve(TargetSpec("x86-64", {}, "test"))
-    obj = tmp_path / "kernels.o"
-    together = build_object({"shifted": shifted, "doubled": doubled}, target, obj)
-    assert together == ["shifted"]
-    link_kernels(obj, target, tmp_path / "kernels.so")
+    monkeypatch.setattr(comp, "cores", lambda: 2)
+    monkeypatch.setattr(comp, "MIN_PER_MODULE", 1)
+    objs, together = build_objects({"shifted": shifted, "doubled": doubled}, target, tmp_path / "kernels.o")
+    assert together == ["shifted"] and len(objs) == 2
+    link_kernels(objs, target, tmp_path / "kernels.so")
     x = np.arange(64, dtype=np.float32)
     np.save(tmp_path / "x.npy", x)
     pkg = synthetic_package(tmp_path / "pkg", "shifted", kernels_so=tmp_path / "kernels.so", n=64, scratch=True,

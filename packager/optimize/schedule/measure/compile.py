@@ -1,21 +1,24 @@
-"""Compiling the candidates a build runs here, on every core.
+"""Compiling kernels on every core: the candidates a build times, and a package's kernels.
 
 A cold build spends most of its timing in LLVM, not in running kernels: ResNet-50's 118 timing
 calls compiled for 67 s and ran for 17 s (2-vCPU AMD EPYC). TVM releases the GIL in its compiler,
-so the candidates are split into one module per core, each built and JIT-compiled on its own
-thread (the first function lookup compiles an LLVM module: that runs on the worker too). Nothing
-is timed while this runs: timing starts once every module is compiled. An RPC target's
-candidates stay one module (one upload).
+so the functions are split into one module per core, each built and finished on its own thread:
+a candidate module is JIT-compiled there (the first function lookup compiles an LLVM module), a
+package's part is written as an object file (codegen/cpu.py links the parts). Nothing is timed
+while this runs: timing starts once every module is compiled. An RPC target's candidates stay
+one module (one upload).
 """
 from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, TypeVar
 
 import tvm
 from tvm import tirx
 
-MIN_PER_MODULE = 2            # fewer candidates than this per core: one module (a thread costs more)
+MIN_PER_MODULE = 2            # fewer functions than this per core: one module (a thread costs more)
+T = TypeVar("T")
 
 
 class Library:
@@ -39,21 +42,37 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def build_library(funcs: dict[str, tirx.PrimFunc], target: tvm.target.Target, parallel: bool = True) -> Library:
-    """All `funcs` compiled under their names; split over this machine's cores when `parallel`
-    and there are enough of them (a compile error in any part raises, as one module's would)."""
+def build_parts(funcs: dict[str, tirx.PrimFunc], target: tvm.target.Target,
+                finish: Callable[[object, int, list[str]], T], parallel: bool = True) -> list[tuple[list[str], T]]:
+    """`funcs` compiled under their names in one module per core (one when not `parallel` or too
+    few), each module then passed with its index and names to `finish` on the thread that built
+    it; the names and what `finish` returned, per module. A compile error in any part raises."""
     named = [(n, f.with_attr("global_symbol", n)) for n, f in funcs.items()]
     parts = max(1, min(cores(), len(named) // MIN_PER_MODULE)) if parallel else 1
     groups = [named[i::parts] for i in range(parts)]
-    if parts == 1:                         # compiled by the JIT where it is first used (or exported for RPC)
-        return Library([_compile(groups[0], target, jit=False)], [[n for n, _ in groups[0]]])
-    with ThreadPoolExecutor(parts) as pool:
-        modules = list(pool.map(lambda g: _compile(g, target, jit=True), groups))
-    return Library(modules, [[n for n, _ in g] for g in groups])
+
+    def one(i: int) -> T:
+        lib = tvm.tirx.build(tvm.IRModule(dict(groups[i])), target=target)
+        return finish(lib, i, [n for n, _ in groups[i]])
+
+    if parts == 1:
+        done = [one(0)]
+    else:
+        with ThreadPoolExecutor(parts) as pool:
+            done = list(pool.map(one, range(parts)))
+    return [([n for n, _ in g], d) for g, d in zip(groups, done)]
 
 
-def _compile(group: list[tuple[str, tirx.PrimFunc]], target: tvm.target.Target, jit: bool):
-    lib = tvm.tirx.build(tvm.IRModule(dict(group)), target=target)
-    if jit:
-        lib[group[0][0]]                   # the JIT compiles the whole module at its first lookup
+def build_library(funcs: dict[str, tirx.PrimFunc], target: tvm.target.Target, parallel: bool = True) -> Library:
+    """All `funcs` compiled under their names, looked up as one module; split over this
+    machine's cores when `parallel` and there are enough of them."""
+    parts = build_parts(funcs, target, _jit if parallel else lambda lib, _i, _names: lib, parallel)
+    return Library([lib for _, lib in parts], [names for names, _ in parts])
+
+
+def _jit(lib, _index: int, names: list[str]):
+    """The module compiled to machine code now, on this thread: the JIT compiles the whole
+    module at its first function lookup (one module alone is left to its first use, or to an
+    RPC export)."""
+    lib[names[0]]
     return lib
