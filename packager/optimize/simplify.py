@@ -9,6 +9,7 @@ import tvm
 from tvm import relax
 
 from .base import PassReport
+from .constfold import FoldConstants
 from .relax_util import count_ops
 
 
@@ -16,7 +17,7 @@ def simplify(mod: tvm.IRModule) -> tuple[tvm.IRModule, PassReport]:
     before = count_ops(mod)
     mod = tvm.transform.Sequential([
         relax.transform.FoldBatchnormToConv2D(),
-        relax.transform.FoldConstant(),
+        FoldConstants,                                  # numpy first: TVM's compiles every op it folds
         relax.transform.CanonicalizeBindings(),
         relax.transform.EliminateCommonSubexpr(),
         relax.transform.DeadCodeElimination(),

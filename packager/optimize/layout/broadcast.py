@@ -17,6 +17,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..constfold import FoldConstants
 from ..relax_util import count_ops, is_const, rewrite_functions
 
 # Broadcasting binary ops that propagate.FOLLOW carries in a packed layout.
@@ -61,7 +62,7 @@ def propagatable(mod: tvm.IRModule) -> tuple[tvm.IRModule, int, int]:
     before = count_ops(mod).get("relax.nn.batch_norm", 0)
     # The decomposition leaves (y, mean, var)[0] behind: canonicalized to y, so the layout search's
     # tracker (propagate._Tracker) sees the element-wise chain that ConvertLayout will follow.
-    mod = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(), relax.transform.FoldConstant(),
+    mod = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(), FoldConstants,
                                     relax.transform.CanonicalizeBindings(),
                                     relax.transform.DeadCodeElimination()])(mod)
     decomposed = before - count_ops(mod).get("relax.nn.batch_norm", 0)
