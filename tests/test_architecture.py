@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1] / "packager"
 LAYERS = {"cli": 6, "tools": 6, "build": 5, "codegen": 4, "emit": 4, "optimize": 3, "frontend": 2,
           "spec": 1, "targets": 1, "errors": 0, "progress": 0, "cache": 0, "supervise": 0, "": 0}
 # what the rest of the packager may import from optimize/schedule (the scheduling contract)
-SCHEDULE_PUBLIC = {"contract", "registry", "hardware", "phases", "measure.database"}
+SCHEDULE_PUBLIC = {"contract", "registry", "hardware", "phases", "measure.database", "measure.compile"}
 SCHEDULE = "packager.optimize.schedule"
 # where a target's kind may be tested: the backends, the targets, and the scheduler registry
 KIND_ALLOWED = ("packager.codegen.", "packager.targets", "packager.optimize.schedule.registry")

@@ -14,10 +14,12 @@ from functools import cached_property
 from typing import Any, Callable
 
 import tvm
+from tvm import relax
 
 from ..spec import OptimizeSpec
 from ..targets import Target
 from .base import PassReport
+from .constfold import fold_constants
 from .fastmath import fastmath
 from .fusion import fuse
 from .globalfuse import combine_siblings, global_fusion
@@ -78,9 +80,11 @@ LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
 # Graph ops -> PrimFuncs: not an optimization (always on, not reported). Packed-layout convs get
 # the layout package's compute, plain NCHW convs TVM's own legalization; relu/clip/max/min keep
 # ONNX's NaN and infinity semantics (ieee.py; the importer's Clip kernels become graph ops first).
-LEGALIZE = Pass("legalize", lambda mod, ctx: (legalize(clip_as_ops(variadic_to_binary(mod))[0],
-                                                        {"relax.nn.conv2d": legalize_conv2d, **IEEE_OPS}), None),
-                switch=lambda opt: True)
+# A BatchNorm no conv absorbed (GPU targets: no layout pass decomposed it) is decomposed and its
+# constant arithmetic folded with numpy first (constfold.py), not compiled op by op.
+LEGALIZE = Pass("legalize", lambda mod, ctx: (legalize(fold_constants(relax.transform.DecomposeOpsForInference()(
+                    clip_as_ops(variadic_to_binary(mod))[0])), {"relax.nn.conv2d": legalize_conv2d, **IEEE_OPS}),
+                    None), switch=lambda opt: True)
 FUSION = Pass("fusion", lambda mod, ctx: fuse(mod), off="off in the spec: one kernel per graph op")
 # Souffle's global fusion in two places under one switch: sibling matmuls are combined on the
 # graph (before layout packing, so the combined weight is packed once); layout copies fold into

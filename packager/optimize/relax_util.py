@@ -35,12 +35,9 @@ def safe_take(mod: tvm.IRModule) -> tvm.IRModule:
 def legalize(mod: tvm.IRModule, custom: dict | None = None) -> tvm.IRModule:
     """Graph ops -> PrimFuncs (one per op) and constant folding; no fusion, no schedules.
     `custom` maps op names to our own legalizations (packed-layout convs)."""
-    from .constfold import FoldConstants           # constfold builds on this module's helpers
-
     mod = safe_take(mod)
     seq = tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
-        FoldConstants,                              # a decomposed BatchNorm's arithmetic, without compiling it
         relax.transform.LegalizeOps(custom),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
