@@ -94,12 +94,15 @@ class _NumpyFold(relax.PyExprMutator):
         return relax.const(value, str(value.dtype))
 
 
-def fold_constants(mod: tvm.IRModule) -> tvm.IRModule:
-    """`mod` with its constant computations folded: numpy's where it can, then TVM's."""
-    mod = rewrite_functions(_NumpyFold(mod), mod)
-    return tvm.transform.Sequential([relax.transform.FoldConstant(), relax.transform.DeadCodeElimination()])(mod)
+def fold_constants(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
+    """(`mod` with its constant computations folded, numpy's where it can, then TVM's; the ops
+    numpy folded)."""
+    m = _NumpyFold(mod)
+    mod = rewrite_functions(m, mod)
+    return tvm.transform.Sequential([relax.transform.FoldConstant(),
+                                     relax.transform.DeadCodeElimination()])(mod), m.folded
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantsNumpyFirst")
 def FoldConstants(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # noqa: N802 - a TVM pass, named like TVM's
-    return fold_constants(mod)
+    return fold_constants(mod)[0]

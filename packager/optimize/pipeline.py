@@ -83,7 +83,7 @@ LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
 # A BatchNorm no conv absorbed (GPU targets: no layout pass decomposed it) is decomposed and its
 # constant arithmetic folded with numpy first (constfold.py), not compiled op by op.
 LEGALIZE = Pass("legalize", lambda mod, ctx: (legalize(fold_constants(relax.transform.DecomposeOpsForInference()(
-                    clip_as_ops(variadic_to_binary(mod))[0])), {"relax.nn.conv2d": legalize_conv2d, **IEEE_OPS}),
+                    clip_as_ops(variadic_to_binary(mod))[0]))[0], {"relax.nn.conv2d": legalize_conv2d, **IEEE_OPS}),
                     None), switch=lambda opt: True)
 FUSION = Pass("fusion", lambda mod, ctx: fuse(mod), off="off in the spec: one kernel per graph op")
 # Souffle's global fusion in two places under one switch: sibling matmuls are combined on the
