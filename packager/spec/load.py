@@ -289,7 +289,7 @@ def _targets(r: _Reader, top: dict) -> list[TargetSpec]:
 def _optimize(r: _Reader, top: dict, base: Path) -> OptimizeSpec:
     raw_opt = r.mapping(_section(top, "optimize", {}), "optimize", ("level", "passes", "scheduler", "tuning"))
     level = raw_opt.get("level", 2)
-    if level not in LEVEL_PASSES:
+    if isinstance(level, bool) or not isinstance(level, int) or level not in LEVEL_PASSES:   # [] is unhashable
         r.fail("optimize.level", f"expected 0, 1, 2 or 3, got {level!r}")
     passes = r.mapping(_section(raw_opt, "passes", {}), "optimize.passes", PASS_NAMES)
     for pname, on in passes.items():

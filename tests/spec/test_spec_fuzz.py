@@ -161,6 +161,7 @@ def test_random_documents(folder, doc):
 @example(doc={**FULL, "inputs": {"line\nbreak": {"shape": [1]}}})
 @example(doc={**FULL, "targets": [{"name": "a", "arch": "x86-64", "isa": [1]}]})   # TypeError: unhashable
 @example(doc={**FULL, "targets": [{"name": "a", "arch": "arm64", "isa": {"x": 1}}]})
+@example(doc={**FULL, "optimize": {"level": []}})                  # TypeError: unhashable (found by the full suite's fuzz run)
 def test_mutated_valid_specs(folder, doc):
     check_outcome(write_doc(folder, doc))
 
