@@ -7,8 +7,8 @@ import io
 
 import numpy as np
 
-# Fixed margins that fit the labels: tight_layout measured every tick label first and took more
-# than half of the plot's 0.3 s, on every build.
+# Fixed margins that fit the labels: tight_layout laid out every tick label once more on every
+# build (0.30 -> 0.26 s per plot without it).
 MARGINS = {"left": 0.09, "right": 0.98, "bottom": 0.12, "top": 0.93}
 
 

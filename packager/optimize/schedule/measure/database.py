@@ -3,7 +3,7 @@ an earlier build chose (and measured) instead of walking and timing again. A bui
 database is deterministic: the walk is seeded from the workload, and a recorded choice wins.
 
 File: <folder>/tuning.json, {"version": 2, "records": {key: record}}, one record per line (a
-diff shows the records that changed; writing it costs a fifth of an indented dump). Every record carries
+diff shows the records that changed; writing it costs a quarter of an indented dump). Every record carries
 `meta`: what produced it (kind), the version of that producer's rules, the target it is for,
 when, and which packager. A record whose kind has another rules version than this packager's is
 stale: never replayed (a packager whose rules would decide differently bumps its kind's version
