@@ -77,14 +77,18 @@ LAYOUT = Pass("layout", lambda mod, ctx: alter_layouts(mod, ctx.scheduler, memo=
               off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True, per_target=True)
 LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
                         off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True)
-# Graph ops -> PrimFuncs: not an optimization (always on, not reported). Packed-layout convs get
-# the layout package's compute, plain NCHW convs TVM's own legalization; relu/clip/max/min keep
-# ONNX's NaN and infinity semantics (ieee.py; the importer's Clip kernels become graph ops first).
-# A BatchNorm no conv absorbed (GPU targets: no layout pass decomposed it) is decomposed and its
-# constant arithmetic folded with numpy first (constfold.py), not compiled op by op.
-LEGALIZE = Pass("legalize", lambda mod, ctx: (legalize(fold_constants(relax.transform.DecomposeOpsForInference()(
-                    clip_as_ops(variadic_to_binary(mod))[0]))[0], {"relax.nn.conv2d": legalize_conv2d, **IEEE_OPS}),
-                    None), switch=lambda opt: True)
+def _legalize(mod: tvm.IRModule) -> tvm.IRModule:
+    """Graph ops -> PrimFuncs: not an optimization (always on, not reported). Packed-layout convs
+    get the layout package's compute, plain NCHW convs TVM's own legalization; relu/clip/max/min
+    keep ONNX's NaN and infinity semantics (ieee.py; the importer's Clip kernels become graph ops
+    first). A BatchNorm no conv absorbed (GPU targets: no layout pass decomposed it) is decomposed
+    and its constant arithmetic folded with numpy first (constfold.py), not compiled op by op."""
+    mod = clip_as_ops(variadic_to_binary(mod))[0]
+    mod, _ = fold_constants(relax.transform.DecomposeOpsForInference()(mod))
+    return legalize(mod, {"relax.nn.conv2d": legalize_conv2d, **IEEE_OPS})
+
+
+LEGALIZE = Pass("legalize", lambda mod, ctx: (_legalize(mod), None), switch=lambda opt: True)
 FUSION = Pass("fusion", lambda mod, ctx: fuse(mod), off="off in the spec: one kernel per graph op")
 # Souffle's global fusion in two places under one switch: sibling matmuls are combined on the
 # graph (before layout packing, so the combined weight is packed once); layout copies fold into
