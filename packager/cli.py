@@ -173,7 +173,7 @@ def report(package: Path = typer.Argument(..., help="package folder")):
 @app.command("gpu-suite")
 @handle_errors
 def gpu_suite(bundle: Path = typer.Argument(..., help="folder to write the bundle into"),
-              model: Optional[List[str]] = typer.Option(None, "--model", help="only these models (samples, zoo)"),
+              model: Optional[List[str]] = typer.Option(None, "--model", help="only these models (samples, zoo, corpus)"),
               target: Optional[List[str]] = typer.Option(None, "--target", "-t", help="targets (default h100, a100)"),
               zoo_target: Optional[List[str]] = typer.Option(None, "--zoo-target",
                                                              help="targets of the zoo models (default: the first)")):
@@ -181,7 +181,11 @@ def gpu_suite(bundle: Path = typer.Argument(..., help="folder to write the bundl
     times them on the GPU machine against PyTorch with only numpy and PyTorch there."""
     from .tools.gpu_suite import build_bundle
 
-    build_bundle(bundle, model or None, target or None, zoo_target or None, log=_log)
+    suite = build_bundle(bundle, model or None, target or None, zoo_target or None, log=_log)
+    if suite["not_built"]:
+        _log(f"gpu-suite: {len(suite['not_built'])} model(s) did not build: "
+             f"{', '.join(m['name'] for m in suite['not_built'])}; the bundle holds the rest")
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -24,9 +24,12 @@ def corpus_dir() -> Path:
 
 
 def first_line(e: BaseException | str) -> str:
-    """The first line of an error (at most 300 characters), for a table cell."""
-    text = str(e).strip()
-    line = text.splitlines()[0] if text else type(e).__name__
+    """The first line of an error (at most 300 characters), for a table cell. A first line that
+    only announces what follows (`nvcc for sm_90 failed (...):`) takes the next line with it."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__ if isinstance(e, BaseException) else ""
+    line = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
     return line[:300]
 
 

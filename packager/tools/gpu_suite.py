@@ -1,7 +1,8 @@
 """`pack gpu-suite BUNDLE`: the build-host half of a suite that checks GPU targets where they run.
 
 Builds the samples and a few zoo models small enough to travel (the whole bundle under 60 MB) for
-the given targets (default h100 and a100: an a100 fatbin runs on an H100 through its PTX, which
+the given targets; corpus models (`pack corpus --list`: third-party ONNX files) can be named
+too, and are checked against onnxruntime's outputs with no PyTorch baseline (default h100 and a100: an a100 fatbin runs on an H100 through its PTX, which
 exercises the driver's JIT), with their reference data, and keeps only what runs on the device:
 each package's manifest, reference/ and the targets' folders; one x86_64 packrt-run and
 libpackrt.so for the whole bundle (bin/, lib/); device.py (gpu_suite_device.py, the device half:
@@ -20,6 +21,8 @@ import yaml
 
 from .. import __version__
 from ..errors import UserError
+from .corpus_fetch import first_line
+from .corpus_models import ENTRIES
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = ["mlp", "cnn", "transformer"]
@@ -32,7 +35,8 @@ LIMIT_MB = 60
 
 def build_bundle(bundle: Path, models: list[str] | None = None, targets: list[str] | None = None,
                  zoo_targets: list[str] | None = None, log=print) -> dict:
-    """Builds every model into a package and assembles the bundle; returns suite.json's content.
+    """Builds every model into a package and assembles the bundle; returns suite.json's content
+    (a model whose build fails is listed under `not_built` with its error, and the rest go on).
     Zoo models get `zoo_targets` (default: the first target only, so the weights travel once)."""
     from ..build import build
     from ..spec import load_spec
@@ -40,23 +44,31 @@ def build_bundle(bundle: Path, models: list[str] | None = None, targets: list[st
     models = models or SAMPLES + ZOO
     targets = targets or DEFAULT_TARGETS
     zoo_targets = zoo_targets or targets[:1]
-    unknown = sorted(set(models) - set(SAMPLES) - set(ZOO) - set(_zoo_table()))
+    unknown = sorted(set(models) - set(SAMPLES) - set(ZOO) - set(_zoo_table()) - set(ENTRIES))
     if unknown:
-        raise UserError(f"gpu-suite: unknown model(s) {', '.join(unknown)}; choose from {', '.join(SAMPLES + ZOO)}")
+        raise UserError(f"gpu-suite: unknown model(s) {', '.join(unknown)}; choose from {', '.join(SAMPLES + ZOO)} "
+                        "or a corpus model (`pack corpus --list`)")
     bundle = Path(bundle).resolve()
     if bundle.exists() and not (bundle / "suite.json").is_file():
         raise UserError(f"{bundle} exists and is not a GPU suite bundle; remove it or choose another folder")
     shutil.rmtree(bundle, ignore_errors=True)
     (bundle / "packages").mkdir(parents=True)
-    suite = {"format": "packager-gpu-suite", "version": 1, "packager_version": __version__, "models": []}
+    suite = {"format": "packager-gpu-suite", "version": 1, "packager_version": __version__, "models": [],
+             "not_built": []}
     with tempfile.TemporaryDirectory(prefix="gpu-suite-") as tmp:
         for name in models:
-            is_zoo = name not in SAMPLES
-            spec_path, torch_info = (_zoo_spec if is_zoo else _sample_spec)(name, Path(tmp),
-                                                                            zoo_targets if is_zoo else targets)
+            is_zoo = name not in SAMPLES                # zoo and corpus models carry weights: first target
+            make = _sample_spec if not is_zoo else _corpus_spec if name in ENTRIES else _zoo_spec
+            spec_path, torch_info = make(name, Path(tmp), zoo_targets if is_zoo else targets)
             log(f"gpu-suite: building {name} for {', '.join(zoo_targets if is_zoo else targets)}")
-            pkg = build(load_spec(spec_path), log=lambda m: None)
-            kinds = _keep(pkg, bundle / "packages" / name)
+            try:
+                pkg = build(load_spec(spec_path), log=lambda m: None)
+                kinds = _keep(pkg, bundle / "packages" / name)
+            except Exception as e:  # noqa: BLE001 - one model that does not build must not cost the rest
+                shutil.rmtree(bundle / "packages" / name, ignore_errors=True)
+                suite["not_built"].append({"name": name, "error": first_line(e)})
+                log(f"gpu-suite: {name} NOT BUILT: {first_line(e)}")
+                continue
             _runtime(pkg, bundle)
             suite["models"].append({"name": name, "package": f"packages/{name}", "targets": kinds,
                                     "torch": torch_info})
@@ -89,6 +101,17 @@ def _zoo_spec(name: str, tmp: Path, targets: list[str]) -> tuple[Path, dict]:
     ctor, _, _, kind, _ = make_zoo.ZOO[name]
     return (_suite_spec(model.parent / "spec.yaml", model, targets, tmp, name),
             {"ctor": ctor, "kwargs": make_zoo.KWARGS.get(name, {}), "seed": 0, "init_transformer": kind != "float"})
+
+
+def _corpus_spec(name: str, tmp: Path, targets: list[str]) -> tuple[Path, None]:
+    """The corpus model's default spec (`pack corpus`: its bound inputs and tolerance) with the
+    suite's targets; the model is fetched into the corpus cache on first use."""
+    from .corpus import select, write_spec
+    from .corpus_fetch import fetch
+
+    (entry,) = select([name])
+    path = write_spec(entry, fetch(entry), tmp / "corpus" / name, target=targets[0])
+    return _suite_spec(path, Path(yaml.safe_load(path.read_text())["model"]), targets, tmp, name), None
 
 
 def _script(rel: str):

@@ -2,7 +2,7 @@
 in one command, with nothing there but Python, numpy and (for the baseline) PyTorch; it imports
 neither TVM, the packager nor onnxruntime.
 
-    python BUNDLE/device.py [--iters 50] [--no-compile] [--out results.json]
+    python BUNDLE/device.py [--iters 50] [--no-compile] [--no-sanitizer] [--out results.json]
 
 Per package and target (CUDA targets, or CPU targets when the bundle was built for them):
   check      packrt-run --check: the target on the reference inputs stored in the package vs
@@ -15,8 +15,8 @@ Per package and target (CUDA targets, or CPU targets when the bundle was built f
              compute-sanitizer's synccheck and memcheck, which must report no error
   pytorch    zoo models: the same network and weights (seeded construction, checked against the
              stored reference outputs) in eager mode and under torch.compile; TF32 off (fp32)
-Writes results.json and results.md (a table) next to the bundle's suite.json (or --out); exits 1
-when a check fails.
+Writes results.json and results.md (a table) next to the bundle's suite.json (or --out), after
+every row, so a run cut short keeps what it did; exits 1 when a check fails.
 """
 from __future__ import annotations
 
@@ -242,7 +242,7 @@ def run_target(bundle: Path, entry: dict, target: str, kind: str, work: Path, ar
             row["graph_ms"] = latency(bundle, pkg, target, prof, work / f"{entry['name']}-{target}-plain", args.iters,
                                       True)
             row["cooperative"] = cooperative_kernels(pkg, target)
-            if row["cooperative"]:
+            if row["cooperative"] and not args.no_sanitizer:
                 row["barriers"] = sanitized(bundle, pkg, target)
     except Exception as e:  # noqa: BLE001 - recorded in the table; the run goes on with the next target
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -275,7 +275,8 @@ def table(rows: list[dict]) -> str:
         pt = r.get("pytorch", {})
         best = r.get("graph_ms", r.get("ms"))
         ratio = f"{pt['eager_ms'] / best:.2f}" if "eager_ms" in pt and isinstance(best, float) else "-"
-        coop = f"{r['cooperative']} cooperative kernel(s), sanitizer {r.get('barriers')}" if r.get("cooperative") else ""
+        coop = (f"{r['cooperative']} cooperative kernel(s), sanitizer {r.get('barriers', 'not run')}"
+                if r.get("cooperative") else "")
         notes = "; ".join(x for x in (r.get("error", ""), pt.get("error", ""), pt.get("compile_error", ""),
                                       "" if pt.get("same_weights", True) else "PyTorch weights differ", coop) if x)
         lines.append(f"| {r['model']} | {r['target']} | {r['check']} | {r.get('graph_equals_plain', '-')} | "
@@ -292,12 +293,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--no-pytorch", action="store_true", help="skip the PyTorch baseline")
     ap.add_argument("--only", action="append", help="only these models")
+    ap.add_argument("--no-sanitizer", action="store_true",
+                    help="skip compute-sanitizer on cooperative kernels (minutes on large models)")
     args = ap.parse_args(argv)
     bundle = args.bundle.resolve()
     suite = json.loads((bundle / "suite.json").read_text())
     work = bundle / "work"
     work.mkdir(exist_ok=True)
-    rows = []
+    out = args.out or bundle / "results.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    env = _environment()
+    rows: list[dict] = []
+    md = write_results(out, suite, env, rows)
     for entry in suite["models"]:
         if args.only and entry["name"] not in args.only:
             continue
@@ -306,13 +313,17 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run_target(bundle, entry, target, kind, work, args))
             print(f"{entry['name']:14s} {target:8s} {'PASS' if passed(rows[-1]) else 'FAIL'} "
                   f"({time.perf_counter() - t0:.1f} s)", flush=True)
-    env = _environment()
-    out = args.out or bundle / "results.json"
+            md = write_results(out, suite, env, rows)     # after every row: a run cut short keeps what it did
+    print(md)
+    return 0 if rows and all(passed(r) for r in rows) else 1
+
+
+def write_results(out: Path, suite: dict, env: dict, rows: list[dict]) -> str:
+    """results.json and results.md (the table) at `out`; returns the table."""
     out.write_text(json.dumps({"suite": suite, "environment": env, "rows": rows}, indent=1) + "\n")
     md = f"# GPU suite on {env.get('gpu', 'no GPU')} ({env.get('torch', 'no torch')})\n\n" + table(rows)
     out.with_suffix(".md").write_text(md)
-    print(md)
-    return 0 if rows and all(passed(r) for r in rows) else 1
+    return md
 
 
 def _environment() -> dict:

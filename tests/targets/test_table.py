@@ -28,5 +28,6 @@ def test_gpu_rows_carry_the_facts_the_schedules_use(name):
     t = resolve(TargetSpec(name, {}, "g"))
     for fact in ("sms", "max_threads_per_block", "registers_per_sm", "dram_gbs", "fp32_tflops", "warp_size"):
         assert t.facts[fact] > 0, fact
-    assert t.tvm_target() == {"kind": "cuda", "arch": t.sm, "max_num_threads": t.facts["max_threads_per_block"]}
+    assert t.tvm_target() == {"kind": "cuda", "arch": t.sm, "max_num_threads": t.facts["max_threads_per_block"],
+                              "max_shared_memory_per_block": 48 * 1024}
     assert t.sm_number == int(t.sm.removeprefix("sm_")) and t.describe()["sm"] == t.sm

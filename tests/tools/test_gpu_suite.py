@@ -49,7 +49,7 @@ def test_the_bundle_holds_only_what_runs_and_travels(cpu_bundle):
 
 
 def test_the_device_half_runs_unchanged_on_cpu_targets(cpu_bundle, tmp_path):
-    out = tmp_path / "results.json"
+    out = tmp_path / "not-yet" / "results.json"        # --out may name a folder that does not exist yet
     r = device_half(cpu_bundle, "--iters", "5", "--no-compile", "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     rows = json.loads(out.read_text())["rows"]
@@ -90,3 +90,23 @@ def test_the_suite_on_this_gpu(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     r = device_half(bundle, "--iters", "20")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_model_that_does_not_build_is_named_and_the_rest_travel(tmp_path, monkeypatch):
+    import packager.build
+    from packager.tools.gpu_suite import build_bundle
+
+    real = packager.build.build
+
+    def build(spec, log=print):
+        if spec.name == "mlp":
+            raise RuntimeError("nvcc for sm_90 failed (nvcc -fatbin ...):\nptxas error   : too much shared data")
+        return real(spec, log=log)
+
+    monkeypatch.setattr(packager.build, "build", build)
+    suite = build_bundle(tmp_path / "bundle", ["mlp", "cnn"], ["x86-64"], log=lambda m: None)
+    assert [m["name"] for m in suite["models"]] == ["cnn"]
+    assert suite["not_built"] == [{"name": "mlp", "error": "nvcc for sm_90 failed (nvcc -fatbin ...): "
+                                                           "ptxas error   : too much shared data"}]
+    assert not (tmp_path / "bundle" / "packages" / "mlp").exists()
+    assert json.loads((tmp_path / "bundle" / "suite.json").read_text())["not_built"] == suite["not_built"]

@@ -2,17 +2,24 @@
 extents, factor choices, block kinds, and the records a schedule leaves for the report."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.ir import expr as ir
+from tvm.sym.analyzer import ProofStrength
+
+from ...targets.table import STATIC_SHARED_BYTES
 
 # Below this many loop iterations a kernel runs on one thread: a parallel launch costs more.
 PARALLEL_MIN_WORK = 1 << 16
 # Padding stages inside conv kernels are pure copies but serialize the kernel (Amdahl): split
 # them across threads from a lower size.
 PARALLEL_MIN_COPY = 1 << 13
+GPU_STATIC_SHARED = STATIC_SHARED_BYTES
+SYMBOLIC = ProofStrength.SYMBOLIC_BOUND
 
 
 @dataclass
@@ -144,3 +151,85 @@ def vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
     ext = loop_extent(sch, loops[-1])
     if ext % lanes == 0 and ext >= lanes:
         sch.vectorize(sch.split(loops[-1], [None, lanes])[1] if ext > lanes else loops[-1])
+
+
+# The lowering steps up to buffer compaction: after them every shared buffer has the size the
+# CUDA source will declare (the region its block touches, as TVM bounds it).
+_COMPACT = (s_tir.transform.LowerCrossThreadReduction, s_tir.transform.LowerInitBlock,
+            s_tir.transform.PlanAndUpdateBufferAllocationLocation, s_tir.transform.ConvertBlocksToOpaque,
+            s_tir.transform.CompactBufferAllocation, s_tir.transform.LowerOpaqueBlock)
+
+
+def gpu_kernel_fault(func: tirx.PrimFunc, max_shared: int) -> str | None:
+    """What makes a scheduled GPU kernel unfit to ship, or None. Both checks run on the compacted
+    form, where every buffer has the size the CUDA source will declare:
+    * an index that can leave its buffer (TVM's OOBChecker, with the thread extents as bounds):
+      dlight's GEMV rule, for an 8-row product in a 32x16 block, lets all 16 rows of threads
+      write an 8-element shared buffer (compute-sanitizer found it on an H200; the outputs
+      were right by luck);
+    * more static shared memory per device kernel (blockIdx launch) than `max_shared`: a
+      schedule sizes its tiles from loop extents, but TVM bounds index arithmetic loosely (a
+      grouped conv's `ff // 68 * 68 + rc` over a 2-channel tile is bounded to 3 groups of 68),
+      and ptxas then refuses the whole package."""
+    mod = tvm.transform.Sequential([p() for p in _COMPACT])(tvm.IRModule({"main": func}))
+    stray = _stray_write(mod["main"].body, tvm.sym.Analyzer())
+    if stray:
+        return stray
+    worst = 0
+
+    def kernel(node: tirx.stmt.AttrStmt) -> None:
+        nonlocal worst
+        if node.attr_key == "thread_extent" and str(node.node.thread_tag).startswith("blockIdx"):
+            worst = max(worst, _shared_bytes(node.body))
+
+    tvm_ffi.structural_walk(mod["main"].body, (tirx.stmt.AttrStmt, kernel), order="post")
+    if worst <= max_shared:
+        return None
+    return f"{worst} bytes of shared memory per block after buffer compaction (limit {max_shared})"
+
+
+def _stray_write(stmt, ana) -> str | None:
+    """The first store to a shared or local buffer that cannot be proven in bounds, or None."""
+    if isinstance(stmt, tirx.stmt.SeqStmt):
+        return next((r for r in (_stray_write(x, ana) for x in stmt.seq) if r), None)
+    if isinstance(stmt, tirx.stmt.For):
+        ana.bind(stmt.loop_var, tvm.ir.Range.from_min_extent(stmt.min, stmt.extent))
+        return _stray_write(stmt.body, ana)
+    if isinstance(stmt, tirx.stmt.AttrStmt):
+        if stmt.attr_key == "thread_extent":
+            ana.bind(stmt.node.var, tvm.ir.Range.from_min_extent(0, stmt.value))
+        return _stray_write(stmt.body, ana)
+    if isinstance(stmt, tirx.stmt.Bind):
+        ana.bind(stmt.var, stmt.value)
+        return None
+    if isinstance(stmt, tirx.stmt.IfThenElse):
+        with ana.constraint_scope(stmt.condition):
+            hit = _stray_write(stmt.then_case, ana)
+        if hit or stmt.else_case is None:
+            return hit
+        with ana.constraint_scope(tirx.Not(stmt.condition)):
+            return _stray_write(stmt.else_case, ana)
+    if isinstance(stmt, (tirx.stmt.While, tirx.stmt.DeclBuffer)) and getattr(stmt, "body", None) is not None:
+        return _stray_write(stmt.body, ana)
+    if isinstance(stmt, tirx.stmt.BufferStore) and stmt.buffer.scope() in ("shared", "local"):
+        for k, (i, n) in enumerate(zip(stmt.indices, stmt.buffer.shape)):
+            i = ana.canonical_simplify(i)          # compaction writes `base + k - base`
+            # SYMBOLIC_BOUND lets the analyzer's Z3 fallback carry a guard on a fused index
+            # (`f < 45`) through the division that unfuses it (`f // 9 < 5`)
+            if not (ana.can_prove(i >= 0, SYMBOLIC) and ana.can_prove(i < n, SYMBOLIC)):
+                lo_hi = ana.const_int_bound(i)
+                return (f"a write to {stmt.buffer.name} can leave it (dimension {k}: index in "
+                        f"[{lo_hi.min_value}, {lo_hi.max_value}], extent {n})")
+    return None
+
+
+def _shared_bytes(stmt) -> int:
+    sizes: list[int] = []
+
+    def visit(node: tirx.stmt.AllocBuffer) -> None:
+        b = node.buffer
+        if b.scope() == "shared" and all(isinstance(x, tirx.IntImm) for x in b.shape):
+            sizes.append(math.prod(int(x) for x in b.shape) * max(b.dtype.bits // 8, 1))
+
+    tvm_ffi.structural_walk(stmt, (tirx.stmt.AllocBuffer, visit), order="post")
+    return sum(sizes)

@@ -18,12 +18,10 @@ import tvm_ffi
 from tvm import s_tir, tirx
 
 from ....targets import Target
-from ..tir_util import has_if_then_else, is_reduction
+from ..tir_util import GPU_STATIC_SHARED, gpu_kernel_fault, has_if_then_else, is_reduction
 from .plan import GPU_LEVELS, REDUCE, SPATIAL, TilePlan
 
-# Static __shared__ arrays are limited to 48 KB on every architecture (more needs dynamic
-# shared memory and an opt-in attribute per kernel); lower_gpu checks it and raises above it.
-MAX_STATIC_SHARED = 48 * 1024
+MAX_STATIC_SHARED = GPU_STATIC_SHARED
 MAX_THREADS = 1024              # unless the target's facts say otherwise
 UNROLL_MAX_STEP = 512           # auto-unroll loop nests up to this many steps (registers, no index math)
 VTHREAD_TAGS = ("vthread.x", "vthread.y", "vthread.z")
@@ -112,9 +110,9 @@ def lower_gpu(func: tirx.PrimFunc, plan: TilePlan, target: Target) -> tirx.PrimF
     """Schedule `func` (producers, one reduction anchor, element-wise consumers) for CUDA as
     `plan` says. Raises (GpuLowerError or a TVM schedule error) when the kernel or the plan does
     not fit: more threads per block than the target allows (1024), over 48 KB of static shared
-    memory (checked here, from the staged tiles' regions, halos included), a producer or
-    consumer that cannot be inlined, a plan for another anchor. More than three axes with
-    vthreads share one fused vthread.x axis."""
+    memory (checked here from the staged tiles' loops, halos included, and again on the
+    compacted buffers the compiler will declare), a producer or consumer that cannot be inlined,
+    a plan for another anchor. More than three axes with vthreads share one fused vthread.x axis."""
     max_threads = int(target.facts.get("max_threads_per_block", MAX_THREADS))
     max_shared = min(MAX_STATIC_SHARED, int(target.facts.get("smem_per_block_kb", 48)) * 1024)
     sch = s_tir.Schedule(func)
@@ -129,7 +127,11 @@ def lower_gpu(func: tirx.PrimFunc, plan: TilePlan, target: Target) -> tirx.PrimF
     sch.annotate(bx, "pragma_auto_unroll_max_step", UNROLL_MAX_STEP)
     sch.annotate(bx, "pragma_unroll_explicit", 1)
     sch.decompose_reduction(anchor, ro_loops[0])
-    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+    out = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+    fault = gpu_kernel_fault(out, max_shared)
+    if fault:
+        raise GpuLowerError(fault)
+    return out
 
 
 def _tile_and_bind(sch: s_tir.Schedule, loops: list, plan: TilePlan, max_threads: int) -> tuple:

@@ -4,7 +4,8 @@ A PrimFunc without blockIdx/threadIdx bindings cannot run on a GPU at all (TVM's
 rejects it), so unlike the CPU this pass is not optional. The rules are TVM's dlight GPU rules,
 tried per kernel in order: Matmul (shared-memory tiles), GEMV, Reduction, GeneralReduction
 (softmax/layer norm rows), Transpose, and Fallback (flattened injective loops bound to
-blocks x threads). Kernels with one reduction anchor (conv, matmul, pooling) first go through
+blocks x threads). A rule whose kernel has an index that can leave its buffer, or would declare
+more than 48 KB of static shared memory, is passed over (tir_util.gpu_kernel_fault). Kernels with one reduction anchor (conv, matmul, pooling) first go through
 the construction-based scheduler (gensor/gpu.py, GensorGpu); the rules take what it cannot
 place. A kernel global fusion merged from a chain (phases.py) is scheduled phase by phase. The
 build report names the plan or rule each kernel got.
@@ -24,6 +25,7 @@ from ...base import PassReport
 from ..measure.database import TuningDatabase
 from ..gensor.gpu import GensorGpu
 from ..phases import gensor_phase, phase_sizes, phase_threads, schedule_phases
+from ..tir_util import GPU_STATIC_SHARED, gpu_kernel_fault
 from . import recurrence
 
 
@@ -69,6 +71,10 @@ def schedule_one(name: str, func: tvm.tirx.PrimFunc, target: tvm.target.Target,
             left = unbound_blocks(out)
             if left:
                 errors.append(f"{rule_name}: leaves block(s) {', '.join(left)} unbound")
+                continue
+            fault = gpu_kernel_fault(out, GPU_STATIC_SHARED)
+            if fault:
+                errors.append(f"{rule_name}: {fault}")
                 continue
             return out.with_attr("tirx.is_scheduled", True), rule_name
     why = "; ".join(errors) or "no rule matched"

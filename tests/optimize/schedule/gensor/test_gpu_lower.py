@@ -21,7 +21,9 @@ from packager.codegen.cuda_source import generate_cuda
 from packager.codegen.cuda_toolchain import compile_fatbin
 from packager.errors import UserError
 from packager.optimize.schedule.rules.gpu import unbound_blocks
+from packager.optimize.schedule.gensor.gpu import GensorGpu
 from packager.optimize.schedule.gensor.gpu_lower import GpuLowerError, lower_gpu
+from packager.optimize.schedule.measure.database import TuningDatabase
 from packager.optimize.schedule.gensor.plan import GPU_LEVELS, REDUCE, SPATIAL, TilePlan
 from packager.spec import TargetSpec
 from packager.targets import CUDA_TABLE, can_run_here, resolve
@@ -207,3 +209,24 @@ def test_rejects_what_does_not_fit():
     (_, softmax), = kernels_of(case("Softmax", {"x": [4, 32]}, {"axis": -1})).items()
     with pytest.raises(GpuLowerError, match="one reduction"):
         lower_gpu(softmax, plan, CUDA_TABLE["a100"])
+
+
+def test_shared_memory_is_checked_on_the_buffers_the_compiler_declares(tmp_path):
+    """ShuffleNet's grouped 1x1 conv (4 groups of 68 channels): a block of 2 output channels
+    stages 68 x 14 x 7 inputs by its loops (27 KB), but TVM bounds `ff // 68 * 68 + rc` loosely and
+    declares 3 groups' worth (the package this came from failed in ptxas). lower_gpu refuses the
+    plan; Gensor then takes one that compiles."""
+    (k, func), = kernels_of(case("Conv", {"x": [1, 272, 14, 14]}, {"group": 4}, {"w": w(272, 68, 1, 1)})).items()
+    plan = make_plan(func)
+    loose = TilePlan(plan.axes, plan.kinds, plan.extents, ((1, 1), (2, 1), (14, 1), (7, 1), (68, 1), (1, 1), (1, 1)),
+                     GPU_LEVELS, (1,) * 7)
+    with pytest.raises(GpuLowerError, match="shared memory per block after buffer compaction"):
+        lower_gpu(func, loose, CUDA_TABLE["h100"])
+    made = GensorGpu(CUDA_TABLE["h100"], TuningDatabase(tmp_path / "db")).schedule(func)
+    assert made is not None
+    mod = generate_cuda({k: made[0]}, CUDA_TABLE["h100"])
+    assert 0 < shared_bytes(mod.source) <= 48 * 1024
+    try:
+        compile_fatbin(mod.source, CUDA_TABLE["h100"].sm, tmp_path / "k.fatbin")
+    except UserError as e:                        # nvcc not installed
+        pytest.skip(str(e))
