@@ -125,6 +125,22 @@ def _reuse(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassRepor
 
 REUSE = Pass("reuse", _reuse, off="off (the default below level 3; optimize.passes.reuse turns it on): every kernel "
              "tuned from scratch", needs_target=True)
+
+
+def _reuse_same(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
+    """Same-workload reuse runs inside the schedule pass; this line says whether it can act."""
+    why = ctx.scheduler.reuse_note()
+    if why is not None:
+        return mod, PassReport("reuse_same", "disabled", why)
+    if ctx.opt.enabled("reuse"):
+        return mod, PassReport("reuse_same", "applied", "covered by ETO's reuse (nearest measured sketch)")
+    return mod, PassReport("reuse_same", "applied", "a Gensor kernel whose exact workload (sketch and extents) was "
+                           "measured before, usually by the layout search, is timed with that program, the best in "
+                           "ETO's ranges and the cost model's best instead of top-k; the schedule line counts them")
+
+
+REUSE_SAME = Pass("reuse_same", _reuse_same, off="off in the spec: every kernel not in the database tuned from scratch",
+                  needs_target=True)
 NOT_IMPLEMENTED: dict[str, str] = {}          # pass name -> why, for a spec switch with no pass behind it
 
 
@@ -150,7 +166,8 @@ SCHEDULE_GPU = replace(SCHEDULE_CPU, off="", switch=lambda opt: True)   # reads 
 
 def graph_pipeline(layout: Pass) -> list[Pass]:
     """The graph passes every target kind runs, with its own layout pass."""
-    return [SIMPLIFY, FASTMATH, GLOBAL_FUSION_SIBLINGS, DERIVE, layout, LEGALIZE, FUSION, GLOBAL_FUSION, REUSE]
+    return [SIMPLIFY, FASTMATH, GLOBAL_FUSION_SIBLINGS, DERIVE, layout, LEGALIZE, FUSION, GLOBAL_FUSION, REUSE,
+            REUSE_SAME]
 
 
 # Per target kind (a backend's `kind`): its graph passes and its kernel passes, in order.

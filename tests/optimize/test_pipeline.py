@@ -73,6 +73,20 @@ def test_reuse_says_where_it_can_act(sample_root):
     assert not OptimizeSpec(level=2).enabled("reuse") and OptimizeSpec(level=3).enabled("reuse")
 
 
+def test_same_workload_reuse_is_on_from_level_two_and_says_where_it_acts(sample_root):
+    from packager.optimize.pipeline import PassContext, REUSE_SAME, run_passes
+    from packager.spec import TargetSpec
+    from packager.targets import resolve
+
+    _, mod = _cnn(sample_root)
+    assert OptimizeSpec(level=2).enabled("reuse_same") and not OptimizeSpec(level=1).enabled("reuse_same")
+    arm = resolve(TargetSpec("arm64", {}, "t"))
+    _, (report,) = run_passes(mod, [REUSE_SAME], PassContext(arm, OptimizeSpec(level=2)))
+    assert report.status == "disabled" and "not timed" in report.summary
+    _, (off,) = run_passes(mod, [REUSE_SAME], PassContext(None, OptimizeSpec(level=2, passes={"reuse_same": False})))
+    assert off.status == "disabled" and "from scratch" in off.summary
+
+
 def test_tuning_says_where_it_can_act():
     """The tuner is a kernel pass: off below level 3 with what runs instead; at level 3
     disabled, with the reason, for arm64 from this host, GPU targets and the rule-based scheduler."""

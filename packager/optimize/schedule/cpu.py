@@ -84,7 +84,8 @@ class CpuScheduler(KernelScheduler):
         opt = self.opt
         if opt.scheduler == "gensor":
             out, report = schedule_kernels_gensor(kernels, self.target, opt.database, opt.measure, opt.top_k,
-                                                  opt.enabled("reuse"), opt.tunes(), tally=self.tally)
+                                                  opt.enabled("reuse"), opt.tunes(), tally=self.tally,
+                                                  same=opt.enabled("reuse_same"))
         else:
             out, report = schedule_kernels(kernels, self.target)
         if self.measuring:

@@ -108,7 +108,7 @@ def seed_of(key: str) -> int:
 
 class GensorCpu:
     def __init__(self, target: Target, db: TuningDatabase, measure: bool, top_k: int, reuse: bool = False,
-                 tuned: bool = False, tally: Tally | None = None):
+                 tuned: bool = False, tally: Tally | None = None, same: bool = False):
         self.target, self.db, self.tuned = target, db, tuned
         self.tally = tally if tally is not None else Tally()        # what timing cost (the build's)
         self.rules = CpuRules(target)
@@ -117,6 +117,8 @@ class GensorCpu:
         self.top_k = max(top_k, 1)
         self.target_key = target_key(target, self.hw)
         self.pool = ReusePool(db, self.target_key) if reuse and self.measure else None
+        # same-workload reuse (ETO's reuse covers it when on): sources of the exact workload only
+        self.same = ReusePool(db, self.target_key) if same and not reuse and self.measure else None
         self.sources: dict[str, Source] = {}          # this run's measured kernels by name
 
     def workload(self, func: tirx.PrimFunc) -> Workload | None:
@@ -160,9 +162,11 @@ class GensorCpu:
         sketch = sketch_of(wl)
         if self.pool is not None and source is None:
             source = self.pool.nearest(sketch, wl.extents)
+        elif self.same is not None and source is None:
+            source = self.same.same(sketch, wl.extents)
         if self.measure and source is not None:
             plans = [(est, space.to_plan(st)) for est, st in reuse_candidates(space, ranked, source)]
-            choice = self._choose(func, with_pad_variants(plans, wl, 1), len(ranked), time_rules=source.rules_won)
+            choice = self._choose(func, with_pad_variants(plans, wl, 1), len(ranked), time_rules=source.rules_won or self.same is not None)
             choice.reused_from = source.name
         else:
             plans = [(est, space.to_plan(st)) for est, st in ranked[:self.top_k if self.measure else 1]]
@@ -177,9 +181,10 @@ class GensorCpu:
 
     def _remember(self, name: str, record: dict) -> None:
         """A measured choice becomes a reuse source for the kernels tuned after it."""
-        src = Source.from_record(name or "", record) if self.pool is not None else None
+        pool = self.pool or self.same
+        src = Source.from_record(name or "", record) if pool is not None else None
         if src is not None:
-            self.pool.add(src)
+            pool.add(src)
             if name:
                 self.sources[name] = src
 
@@ -248,12 +253,12 @@ def _reuse_tree(g: GensorCpu, kernels: dict[str, tirx.PrimFunc]) -> dict[str, st
 
 def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, database=None,
                             measure: bool = True, top_k: int = 6, reuse: bool = False, tuned: bool = False,
-                            tally: Tally | None = None) -> tuple[dict, PassReport]:
+                            tally: Tally | None = None, same: bool = False) -> tuple[dict, PassReport]:
     """The `schedule` pass (scheduler: gensor) for one CPU target; with `reuse` (ETO) kernels are
     tuned in the reuse tree's order, each non-root from its parent's program; with `tuned` (level
     3) the measured tuner's programs are replayed where it recorded one."""
     db = TuningDatabase(database)
-    g = GensorCpu(target, db, measure, top_k, reuse, tuned, tally)
+    g = GensorCpu(target, db, measure, top_k, reuse, tuned, tally, same)
     parents = _reuse_tree(g, kernels) if g.pool is not None else {}
     t0 = time.perf_counter()
     results = {}
@@ -292,9 +297,14 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
         (ns, ts), (nr, tr) = tally["scratch"], tally["reused"]
         summary += (f"; ETO reuse: {ns} kernels tuned from scratch ({ts} programs timed), {nr} from another's program "
                     f"({tr} timed; from scratch they would take {nr * (g.top_k + 1)})")
+    elif g.same is not None:
+        (nr, tr) = tally["reused"]
+        summary += (f"; same-workload reuse: {nr} kernels from a measured program of their exact workload ({tr} "
+                    f"programs timed; from scratch they would take {nr * (g.top_k + 1)})")
     summary += f"; {time.perf_counter() - t0:.1f} s"
     details = {"scheduler": "gensor", "rules": counts, "kernels": per_kernel, "database": str(db.path),
                "pad_per_task": per_task,
-               "reuse": {"on": g.pool is not None, "tree": parents, "scratch": tally["scratch"],
+               "reuse": {"on": g.pool is not None, "same": g.same is not None, "tree": parents,
+                         "scratch": tally["scratch"],
                          "reused": tally["reused"]}}
     return out, PassReport("schedule", "applied", summary, details)

@@ -24,6 +24,14 @@ is tuned from that kernel's program instead of from scratch.
   candidates never reuse (they are compared with each other). ETO's bridge operators are built
   by the level-3 tuner only (bridge.py); here a kernel no source dominates is tuned from scratch.
 * On by default at level 3 only: level 2's top-k with reuse swung latency between cold builds.
+* Same-workload reuse (pass `reuse_same`, on from level 2): without ETO's reuse, a kernel whose
+  exact workload (sketch and extents) was measured before takes the reuse tuner's candidates
+  from that source. That source is usually the layout search's bare conv in the same layouts;
+  the schedule pass then times the conv again with its fused epilogue. Adapting changes
+  nothing when the extents are equal, so the measured program itself is among the candidates.
+  The rule-based schedule is always timed too: a fused epilogue can tip the balance to it when
+  the bare kernel's Gensor plan won. BERT-base's FFN1 (matmul + GELU) was 8% slower when it was
+  left untimed. A shape that has not been measured is still tuned from scratch.
 """
 from __future__ import annotations
 
@@ -117,6 +125,11 @@ class ReusePool:
     def nearest(self, sketch: str, extents: tuple[int, ...]) -> Source | None:
         fits = [s for s in self.by_sketch.get(sketch, []) if reusable(extents, s.extents)]
         return min(fits, key=lambda s: (distance(extents, s.extents), s.name), default=None)
+
+    def same(self, sketch: str, extents: tuple[int, ...]) -> Source | None:
+        """A measured source of exactly this workload (sketch and extents), or None."""
+        return min((s for s in self.by_sketch.get(sketch, []) if s.extents == tuple(extents)),
+                   key=lambda s: s.name, default=None)
 
 
 def adapt(space: CpuSpace, plan: TilePlan) -> State | None:

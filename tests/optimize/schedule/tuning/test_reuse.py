@@ -144,3 +144,32 @@ def test_a_second_model_reuses_the_first_ones_database(tmp_path):
     g_off = GensorCpu(target, TuningDatabase(tmp_path), True, 3, reuse=False)
     _, _, scratch = g_off.schedule(matmul(96, 128, 32), "third")
     assert scratch.reused_from is None and scratch.trials == 4
+
+
+def matmul_relu(n: int, k: int, m: int):
+    """The same anchor workload as matmul(n, k, m), with an epilogue: a different kernel."""
+    a = te.placeholder((n, k), name="a")
+    b = te.placeholder((k, m), name="b")
+    r = te.reduce_axis((0, k), name="r")
+    c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="matmul")
+    d = te.compute((n, m), lambda i, j: te.max(c[i, j], 0.0), name="relu")
+    return te.create_prim_func([a, b, d])
+
+
+def test_same_workload_reuse_takes_only_an_exact_workload(tmp_path):
+    """reuse_same (level 2): a kernel whose exact workload was measured (the layout search's bare
+    conv, here a bare matmul) is timed from that program, and still computes what it should;
+    a kernel of another shape is tuned from scratch, with no nearest-sketch reuse."""
+    target = host_target()
+    schedule_kernels_gensor({"bare": matmul(128, 128, 128)}, target, tmp_path, measure=True, top_k=3)
+    kernels = {"fused": matmul_relu(128, 128, 128), "other": matmul(96, 128, 64)}
+    out, report = schedule_kernels_gensor(kernels, target, tmp_path, measure=True, top_k=3, same=True)
+    assert report.details["reuse"]["same"] and not report.details["reuse"]["on"]
+    assert report.details["reuse"]["reused"][0] == 1 and report.details["reuse"]["reused"][1] <= REUSE_TRIALS + 1
+    assert "reused bare" in report.details["kernels"]["fused"]
+    assert "from scratch" in report.details["kernels"]["other"]
+    assert "same-workload reuse: 1 kernels from a measured program of their exact workload" in report.summary
+    for name, func in kernels.items():
+        args = random_args(func)
+        np.testing.assert_allclose(run_kernel(out[name], target, args), run_kernel(func, target, args),
+                                   rtol=1e-4, atol=1e-4)
