@@ -1,13 +1,14 @@
 """`pack gpu-suite BUNDLE`: the build-host half of a suite that checks GPU targets where they run.
 
 Builds the samples and a few zoo models small enough to travel (the whole bundle under 60 MB) for
-the given targets; corpus models (`pack corpus --list`: third-party ONNX files) can be named
-too, and are checked against onnxruntime's outputs with no PyTorch baseline (default h100 and a100: an a100 fatbin runs on an H100 through its PTX, which
+the given targets (default h100 and a100: an a100 fatbin runs on an H100 through its PTX, which
 exercises the driver's JIT), with their reference data, and keeps only what runs on the device:
 each package's manifest, reference/ and the targets' folders; one x86_64 packrt-run and
 libpackrt.so for the whole bundle (bin/, lib/); device.py (gpu_suite_device.py, the device half:
 numpy + PyTorch only) and models.py (samples/zoo/models.py, for the PyTorch baseline). With CPU
 targets (`--targets x86-64`) the same bundle runs anywhere, which is how CI tests both halves.
+Corpus models (`pack corpus --list`: third-party ONNX files) can be named too; they are checked
+against onnxruntime's outputs, with no PyTorch baseline.
 """
 from __future__ import annotations
 

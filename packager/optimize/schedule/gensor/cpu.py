@@ -166,7 +166,8 @@ class GensorCpu:
             source = self.same.same(sketch, wl.extents)
         if self.measure and source is not None:
             plans = [(est, space.to_plan(st)) for est, st in reuse_candidates(space, ranked, source)]
-            choice = self._choose(func, with_pad_variants(plans, wl, 1), len(ranked), time_rules=source.rules_won or self.same is not None)
+            choice = self._choose(func, with_pad_variants(plans, wl, 1), len(ranked),
+                                  time_rules=source.rules_won or self.same is not None)
             choice.reused_from = source.name
         else:
             plans = [(est, space.to_plan(st)) for est, st in ranked[:self.top_k if self.measure else 1]]

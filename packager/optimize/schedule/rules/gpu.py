@@ -5,7 +5,8 @@ rejects it), so unlike the CPU this pass is not optional. The rules are TVM's dl
 tried per kernel in order: Matmul (shared-memory tiles), GEMV, Reduction, GeneralReduction
 (softmax/layer norm rows), Transpose, and Fallback (flattened injective loops bound to
 blocks x threads). A rule whose kernel has an index that can leave its buffer, or would declare
-more than 48 KB of static shared memory, is passed over (tir_util.gpu_kernel_fault). Kernels with one reduction anchor (conv, matmul, pooling) first go through
+more than 48 KB of static shared memory, is passed over (tir_util.gpu_kernel_fault). Kernels
+with one reduction anchor (conv, matmul, pooling) first go through
 the construction-based scheduler (gensor/gpu.py, GensorGpu); the rules take what it cannot
 place. A kernel global fusion merged from a chain (phases.py) is scheduled phase by phase. The
 build report names the plan or rule each kernel got.
