@@ -35,7 +35,6 @@ _DEFINITION = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\((\d+
 _STATIC_SHARED = re.compile(r"__shared__\s+(?:alignas\(\d+\)\s+)?([\w:]+)\s+\w+\[(\d+)\]")
 _BYTES = {"float": 4, "half": 2, "__half": 2, "nv_bfloat16": 2, "__nv_bfloat16": 2, "int": 4, "uint": 4,
           "signed char": 1, "char": 1, "uchar": 1, "int8_t": 1, "uint8_t": 1, "short": 2, "int16_t": 2}
-STATIC_SHARED_LIMIT = STATIC_SHARED_BYTES    # per kernel: a joined kernel holds every phase's static arrays
 WARP = 32
 REGISTER_UNIT = 256                # registers are allocated per warp in units of 256
 SM_PARTITIONS = 4                  # a warp's registers come from one of the SM's 4 sub-partitions
@@ -87,7 +86,7 @@ def join_phases(cm: CudaModule, phased: set[str]) -> tuple[str, dict[str, Joined
         if missing:
             raise InternalError(f"no definition of '{missing[0]}' in the CUDA source")
         shared = sum(_static_shared(definitions[ln.function][1]) for ln in launches)
-        if shared > STATIC_SHARED_LIMIT:
+        if shared > STATIC_SHARED_BYTES:     # a joined kernel holds every phase's static arrays
             refused[name] = f"the phases' static shared memory together ({shared} B) exceeds a kernel's 48 KB"
             continue
         for ln in launches:

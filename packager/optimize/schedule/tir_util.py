@@ -11,14 +11,11 @@ from tvm import s_tir, tirx
 from tvm.ir import expr as ir
 from tvm.sym.analyzer import ProofStrength
 
-from ...targets.table import STATIC_SHARED_BYTES
-
 # Below this many loop iterations a kernel runs on one thread: a parallel launch costs more.
 PARALLEL_MIN_WORK = 1 << 16
 # Padding stages inside conv kernels are pure copies but serialize the kernel (Amdahl): split
 # them across threads from a lower size.
 PARALLEL_MIN_COPY = 1 << 13
-GPU_STATIC_SHARED = STATIC_SHARED_BYTES
 SYMBOLIC = ProofStrength.SYMBOLIC_BOUND
 
 

@@ -18,10 +18,10 @@ import tvm_ffi
 from tvm import s_tir, tirx
 
 from ....targets import Target
-from ..tir_util import GPU_STATIC_SHARED, gpu_kernel_fault, has_if_then_else, is_reduction
+from ....targets.table import STATIC_SHARED_BYTES
+from ..tir_util import gpu_kernel_fault, has_if_then_else, is_reduction
 from .plan import GPU_LEVELS, REDUCE, SPATIAL, TilePlan
 
-MAX_STATIC_SHARED = GPU_STATIC_SHARED
 MAX_THREADS = 1024              # unless the target's facts say otherwise
 UNROLL_MAX_STEP = 512           # auto-unroll loop nests up to this many steps (registers, no index math)
 VTHREAD_TAGS = ("vthread.x", "vthread.y", "vthread.z")
@@ -114,7 +114,7 @@ def lower_gpu(func: tirx.PrimFunc, plan: TilePlan, target: Target) -> tirx.PrimF
     compacted buffers the compiler will declare), a producer or consumer that cannot be inlined,
     a plan for another anchor. More than three axes with vthreads share one fused vthread.x axis."""
     max_threads = int(target.facts.get("max_threads_per_block", MAX_THREADS))
-    max_shared = min(MAX_STATIC_SHARED, int(target.facts.get("smem_per_block_kb", 48)) * 1024)
+    max_shared = min(STATIC_SHARED_BYTES, int(target.facts.get("smem_per_block_kb", 48)) * 1024)
     sch = s_tir.Schedule(func)
     anchor, producers, consumers = _split_kernel(sch)
     loops = sch.get_loops(anchor)

@@ -22,11 +22,12 @@ from tvm.s_tir import dlight as dl
 from ....errors import UserError
 from .... import progress
 from ....targets import Target
+from ....targets.table import STATIC_SHARED_BYTES
 from ...base import PassReport
 from ..measure.database import TuningDatabase
 from ..gensor.gpu import GensorGpu
 from ..phases import gensor_phase, phase_sizes, phase_threads, schedule_phases
-from ..tir_util import GPU_STATIC_SHARED, gpu_kernel_fault
+from ..tir_util import gpu_kernel_fault
 from . import recurrence
 
 
@@ -73,7 +74,7 @@ def schedule_one(name: str, func: tvm.tirx.PrimFunc, target: tvm.target.Target,
             if left:
                 errors.append(f"{rule_name}: leaves block(s) {', '.join(left)} unbound")
                 continue
-            fault = gpu_kernel_fault(out, GPU_STATIC_SHARED)
+            fault = gpu_kernel_fault(out, STATIC_SHARED_BYTES)
             if fault:
                 errors.append(f"{rule_name}: {fault}")
                 continue
