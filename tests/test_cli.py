@@ -98,6 +98,16 @@ def test_shape_disagrees_with_model(tmp_path):
     assert_clean_error(r, 2, "inputs.x.shape", "dim 0 of 'x' is fixed to 2 in the model")
 
 
+def test_inputs_sharing_a_dim_name_must_agree(tmp_path):
+    nodes = [helper.make_node("Add", ["x", "z"], ["y"], name="add0")]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 4]) for n in ("x", "z")]
+    save_model(tiny_model(nodes, inputs), tmp_path / "model.onnx")
+    spec = SPEC.replace("shape: [2, 4]}\n", "shape: [2, 4]}\n  z: {dtype: float32, shape: [3, 4]}\n")
+    r = run_pack("build", write_spec(tmp_path, spec))
+    assert_clean_error(r, 2, "inputs.z.shape", "dynamic dim 'batch' is 3 here but 2 for x", "must agree")
+    assert no_output_left(tmp_path)
+
+
 def test_missing_model_file(tmp_path):
     r = run_pack("build", write_spec(tmp_path, SPEC))
     assert_clean_error(r, 2, "model file not found")

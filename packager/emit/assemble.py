@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import onnx
 
 from .. import __version__
-from .manifest import WRAPPER_MODEL, package_manifest, sha256_file, unit_manifest
+from .manifest import WRAPPER_MODEL, package_manifest, source_sha256, unit_manifest
 from .ort_headers import ort_headers
 from .ort_wrapper import wrapper_for
 from .package import PackageWriter
@@ -68,7 +68,7 @@ def write_units(w: PackageWriter, b: Build, units: list[CompiledUnit]) -> dict[s
     """Each unit's reference data and, for a part of a partially offloaded model, its manifest;
     returns unit name -> sha256 of the manifest its PackagedModel node opens (parts only)."""
     stored = {r.rel: r for r in b.references.units}
-    model_sha = sha256_file(b.spec.model)
+    model_sha = source_sha256(b.spec.model)
     pins: dict[str, str] = {}
     for u in units:
         if u.rel in stored:
@@ -93,7 +93,7 @@ def write_package(w: PackageWriter, b: Build, units: list[CompiledUnit], pins: d
     ort_note = "" if ort_libs or runtimes is None else f"custom-op library not built: {ort_headers()[1]}"
     w.write_json("build_report.json", build_report(spec, model, units, b.split, ort_note=ort_note,
                                                    reference=b.references.summary(), **report))
-    model_sha = sha256_file(spec.model)
+    model_sha = source_sha256(spec.model)
     root_sha = w.write_manifest(package_manifest(spec, model, b.dtypes, units, b.split, b.targets,
                                                  package_id(spec, model_sha), model_sha, runtime, ort_libs)
                                 | _reference_entry("", stored))

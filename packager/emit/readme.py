@@ -8,7 +8,7 @@ from ..codegen.backend import backend_for
 from ..frontend import profile_shapes
 from ..spec import Spec
 from ..targets import Target, host_arch
-from .manifest import sha256_file
+from .manifest import source_sha256
 from .runtime import data_dir
 
 
@@ -35,6 +35,6 @@ def package_readme(spec: Spec, model, targets: list[Target], ort_libs: dict, par
             "The whole model is compiled: ONNX Runtime only hands the tensors to the package.")
     tpl = string.Template((data_dir("templates") / "package_README.md").read_text())
     return tpl.substitute(name=spec.name, version=__version__, model_file=spec.model.name,
-                          model_sha=sha256_file(spec.model)[:16], targets_table=rows,
+                          model_sha=source_sha256(spec.model)[:16], targets_table=rows,
                           io_table="\n".join(io), host_arch=targets[0].arch, example_inputs=example, feeds=feeds,
                           ort_arch=arch, ort_note=note)

@@ -26,7 +26,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .attrs import attr, constant
-from .model import LoadedModel, bind_dims, runtime_values
+from .model import LoadedModel, runtime_values
+from .shapes import bind_dims
 
 CONTROL_FLOW = ("If", "Loop")
 LOOP_MAX_UNROLL = 64            # iterations; longer loops stay in ONNX Runtime

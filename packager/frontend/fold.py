@@ -22,11 +22,15 @@ evaluator), which also run after this on everything.
 """
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from dataclasses import dataclass
 
 import onnx
+
+from .attrs import all_graphs
+from .shapes import SMALL_CONSTANT, weights_as_inputs
 
 # Every basic-level (level 1) graph transformer of onnxruntime 1.2x-1.3x except ConstantFolding.
 OTHER_ORT_TRANSFORMERS = [
@@ -51,6 +55,7 @@ def fold_constants(bound: onnx.ModelProto) -> FoldResult:
     import onnxruntime as ort
 
     bound = _initializers_not_inputs(bound)
+    bound, weights = _weights_as_inputs(bound)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     so.log_severity_level = 3
@@ -60,13 +65,50 @@ def fold_constants(bound: onnx.ModelProto) -> FoldResult:
             ort.InferenceSession(bound.SerializeToString(), so, providers=["CPUExecutionProvider"],
                                  disabled_optimizers=OTHER_ORT_TRANSFORMERS)
         except Exception as e:  # noqa: BLE001 - onnxruntime cannot load it: our own folding still runs
-            return FoldResult(bound, 0, f"onnxruntime could not load the model ({str(e).splitlines()[0][:160]})")
+            why = f"onnxruntime could not load the model ({str(e).splitlines()[0][:160]})"
+            return FoldResult(_restore_weights(bound, weights), 0, why)
         folded = onnx.load(so.optimized_model_filepath)
     _keep_domains(folded, bound)
     new_ops = {n.op_type for n in folded.graph.node} - {n.op_type for n in _all_nodes(bound)}
     if new_ops:
-        return FoldResult(bound, 0, f"skipped: onnxruntime's optimizer introduced {sorted(new_ops)}")
-    return FoldResult(folded, len(bound.graph.node) - len(folded.graph.node))
+        return FoldResult(_restore_weights(bound, weights), 0,
+                          f"skipped: onnxruntime's optimizer introduced {sorted(new_ops)}")
+    return FoldResult(_restore_weights(folded, weights), len(bound.graph.node) - len(folded.graph.node))
+
+
+def _weights_as_inputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
+    """The model with every large initializer that no folding can read turned into a graph input
+    of its type and shape, and those initializers. onnxruntime copies each weight into the session
+    and writes it out again with the optimized model: 8 of GPT-2's 28 s warm rebuild. A weight
+    only read by nodes with some input that is not constant (a MatMul's activations) is never
+    folded, so the folded graph is the same without its value; weights read by a node whose inputs
+    may all be constant, or from a subgraph, keep their values."""
+    g = model.graph
+    constant = {t.name for t in g.initializer} | {""}
+    for n in g.node:                   # ONNX nodes are in topological order
+        if n.op_type in ("Shape", "Size") or all(i in constant for i in n.input):
+            constant.update(n.output)  # Shape / Size: every dim is bound, so they fold
+    foldable_reads = {i for n in g.node if all(i in constant for i in n.input) for i in n.input}
+    subgraph_reads = {i for sub in all_graphs(g) if sub is not g for n in sub.node for i in n.input}
+    keep = foldable_reads | subgraph_reads | {o.name for o in g.output}
+    moved = [t for t in g.initializer if math.prod(t.dims) > SMALL_CONSTANT and t.name not in keep]
+    if not moved:
+        return model, []
+    return weights_as_inputs(model, {t.name for t in moved}), moved
+
+
+def _restore_weights(model: onnx.ModelProto, weights: list[onnx.TensorProto]) -> onnx.ModelProto:
+    """`model` with the weights _weights_as_inputs moved back from graph inputs to initializers
+    (those a node still reads)."""
+    if not weights:
+        return model
+    names = {t.name for t in weights}
+    read = {i for n in model.graph.node for i in n.input}
+    inputs = [v for v in model.graph.input if v.name not in names]
+    del model.graph.input[:]
+    model.graph.input.extend(inputs)
+    model.graph.initializer.extend(t for t in weights if t.name in read)
+    return model
 
 
 def _initializers_not_inputs(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -10,7 +10,7 @@ from onnx import helper
 
 from ..errors import UserError
 from . import quantized, recurrent, resize, selection
-from .attrs import attr, constant, initializer
+from .attrs import constant, initializer
 from .model import STATIC_OPERANDS
 
 

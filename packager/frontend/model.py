@@ -312,14 +312,14 @@ def bind_profiles(spec: Spec, model: LoadedModel) -> dict[str, str]:
                 if isinstance(want, int) and want != got:
                     raise spec_error(spec, p, f"dim {axis} of '{info.name}' is fixed to {want} in the model, "
                                      f"the spec gives {got}")
-            if math.prod(shape) * np.dtype(dtypes[info.name]).itemsize > MAX_TENSOR_BYTES:
-                raise spec_error(spec, p, f"input '{info.name}' of shape {list(shape)} would take more than 2^63 "
-                                 "bytes; give sizes the target can hold")
                 if isinstance(want, str):
                     if want in sym and sym[want][0] != got:
                         raise spec_error(spec, p, f"dynamic dim '{want}' is {got} here but {sym[want][0]} "
                                          f"for {sym[want][1]}; inputs sharing a dim name must agree")
                     sym.setdefault(want, (got, info.name))
+            if math.prod(shape) * np.dtype(dtypes[info.name]).itemsize > MAX_TENSOR_BYTES:
+                raise spec_error(spec, p, f"input '{info.name}' of shape {list(shape)} would take more than 2^63 "
+                                 "bytes; give sizes the target can hold")
     for name, value in spec.verify.inputs.items():
         if name not in names:
             raise spec_error(spec, f"verify.inputs.{name}", f"the model has no input '{name}' "
@@ -336,35 +336,6 @@ def bind_profiles(spec: Spec, model: LoadedModel) -> dict[str, str]:
 
 def profile_shapes(model: LoadedModel, prof: Profile) -> dict[str, tuple[int, ...]]:
     return {i.name: tuple(prof.shapes.get(i.name, i.shape)) for i in model.inputs}  # type: ignore[arg-type]
-
-
-def bind_dims(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
-    """A copy of `proto` whose inputs have the given static dims."""
-    bound = onnx.ModelProto()
-    bound.CopyFrom(proto)
-    for v in bound.graph.input:
-        if v.name in shapes:
-            dims = v.type.tensor_type.shape.dim
-            for d, size in zip(dims, shapes[v.name]):
-                d.Clear()
-                d.dim_value = size
-    return bound
-
-
-def infer_shapes(model: LoadedModel, shapes: dict[str, tuple[int, ...]], strict: bool = True,
-                 proto: onnx.ModelProto | None = None) -> onnx.ModelProto:
-    """Bind the input dims of `proto` (default: the model's) and run ONNX shape inference, naming
-    the node on failure. Not strict: ops without inference (custom domains) leave their outputs
-    unknown instead of failing."""
-    bound = bind_dims(model.proto if proto is None else proto, shapes)
-    try:
-        return onnx.shape_inference.infer_shapes(bound, strict_mode=strict, data_prop=True)
-    except Exception as e:
-        # A declared shape that ONNX's own inference disputes (it has known gaps, e.g. ceil-mode
-        # pooling) is not fatal: TVM infers shapes again on import. Anything else is.
-        if strict and "existing shape differ" in str(e):
-            return infer_shapes(model, shapes, strict=False, proto=proto)
-        raise UserError(f"{model}: shape inference failed with inputs {shapes}: {first_line(e)}") from None
 
 
 def random_inputs(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str],

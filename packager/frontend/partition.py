@@ -19,8 +19,9 @@ from onnx import helper
 from . import resize
 from .fold import fold_constants
 from .opset import default_opset
-from .model import (ONNX_DTYPES, STATIC_OPERANDS, SUPPORTED_OPS, LoadedModel, TensorInfo, infer_shapes,
-                    runtime_values, unsupported_configuration)
+from .model import (ONNX_DTYPES, STATIC_OPERANDS, SUPPORTED_OPS, LoadedModel, TensorInfo, runtime_values,
+                    unsupported_configuration)
+from .shapes import infer_shapes
 
 TRIVIAL_OPS = {"Constant", "Identity", "Shape", "Size"}     # never worth a part on their own
 
@@ -95,13 +96,13 @@ def tensor_types(model: LoadedModel, shapes: dict[str, tuple[int, ...]]) -> Tens
     what the other finds), and, for what both leave unknown, ONNX's again on the model with its
     shape arithmetic folded (Reshape targets computed from Shape, as Paddle exports). Unknown
     stays None: such tensors are never compiled."""
-    onnx_inferred = infer_shapes(model, shapes, strict=False)
+    onnx_inferred = infer_shapes(model, shapes, strict=False, keep_weights=False)
     out = _read_types(onnx_inferred.graph)
     _fill_gaps(out, _ort_shape_inference(onnx_inferred))
     if not all(_static(t) for t in out.values()):
         folded = fold_constants(onnx_inferred)
         if folded.removed:
-            _fill_gaps(out, infer_shapes(model, shapes, strict=False, proto=folded.model))
+            _fill_gaps(out, infer_shapes(model, shapes, strict=False, proto=folded.model, keep_weights=False))
     return out
 
 

@@ -17,21 +17,19 @@ from onnx import helper
 
 from ..errors import UserError
 from ..spec import Spec
-from .model import LoadedModel, infer_shapes, profile_shapes, weight_bytes
-
-SMALL_CONSTANT = 1024          # initializers up to this many elements keep their values (shape data flow)
+from .model import LoadedModel, profile_shapes, weight_bytes
+from .shapes import infer_shapes
 
 
 def check_sizes(spec: Spec, model: LoadedModel, dtypes: dict[str, str]) -> None:
     """Refuse a profile whose tensors cannot fit this machine's memory (see the module doc)."""
     limit = host_memory()
     weights = weight_bytes(model.proto)
-    light = _without_large_constants(model.proto)
     for prof in spec.profiles:
         shapes = profile_shapes(model, prof)
         inputs = {n: math.prod(s) * _itemsize(dtypes[n]) for n, s in shapes.items()}
         if weights + sum(inputs.values()) <= limit:
-            tensors = _tensor_bytes(infer_shapes(model, shapes, strict=False, proto=light))
+            tensors = _tensor_bytes(infer_shapes(model, shapes, strict=False, keep_weights=False))
             outputs = sum(tensors.get(o.name, 0) for o in model.outputs)
             largest = max(((b, n) for n, b in tensors.items() if n not in inputs), default=(0, ""))
         else:
@@ -53,23 +51,6 @@ def check_sizes(spec: Spec, model: LoadedModel, dtypes: dict[str, str]) -> None:
 def host_memory() -> int:
     """Bytes of physical memory of this machine."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def _without_large_constants(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with every large initializer turned into a graph input of the same type and shape
-    (shape inference needs no weight values, and copying them would double the memory used)."""
-    light = onnx.ModelProto()
-    graph = proto.graph
-    keep = [t for t in graph.initializer if math.prod(t.dims) <= SMALL_CONSTANT]
-    light.CopyFrom(onnx.ModelProto(ir_version=proto.ir_version, opset_import=proto.opset_import,
-                                   functions=proto.functions))
-    light.graph.CopyFrom(onnx.GraphProto(name=graph.name, node=graph.node, input=graph.input, output=graph.output,
-                                         initializer=keep, value_info=graph.value_info))
-    named = {v.name for v in graph.input}
-    for t in graph.initializer:
-        if math.prod(t.dims) > SMALL_CONSTANT and t.name not in named:
-            light.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    return light
 
 
 def _tensor_bytes(inferred: onnx.ModelProto) -> dict[str, int]:

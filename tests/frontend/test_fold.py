@@ -7,7 +7,8 @@ import onnx
 from onnx import TensorProto as T, helper, numpy_helper as nh
 
 from packager.frontend.fold import fold_constants
-from packager.frontend.model import LoadedModel, TensorInfo, bind_dims
+from packager.frontend.model import LoadedModel, TensorInfo
+from packager.frontend.shapes import bind_dims
 from packager.frontend.relax_import import import_relax
 from support.helpers import ort_run
 
@@ -106,3 +107,33 @@ def test_import_reports_what_the_frontend_folded(tmp_path):
     mod, stats = import_relax(loaded, {"x": (2, 8, 4)}, {"x": "float32"})
     assert stats.folded == len(model.graph.node) - 4 and stats.as_dict()["folded_by_onnxruntime"] == stats.folded
     assert "R.shape_of" not in mod.script() and "R.reshape" in mod.script()
+
+
+def test_weights_no_fold_reads_skip_onnxruntime_and_come_back_unchanged(monkeypatch):
+    """A weight only a MatMul on activations reads never folds, so onnxruntime gets it as a graph
+    input (no copy of its values); a weight a Transpose reads still folds. The result keeps both
+    as initializers with their values, and no weight is left as a graph input."""
+    import onnxruntime as ort
+    rng = np.random.default_rng(0)
+    w1, w2 = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Transpose", ["w2"], ["w2t"], perm=[1, 0]),
+             helper.make_node("MatMul", ["h", "w2t"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [2, 64])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [2, 64])],
+                          [nh.from_array(w1, "w1"), nh.from_array(w2, "w2")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    seen = []
+    session = ort.InferenceSession
+    monkeypatch.setattr(ort, "InferenceSession", lambda data, *a, **k: seen.append(onnx.load_from_string(data))
+                        or session(data, *a, **k))
+    out = fold_constants(m)
+    assert not out.note
+    assert [i.name for i in seen[0].graph.input] == ["x", "w1"] and [i.name for i in seen[0].graph.initializer] == ["w2"]
+    assert [n.op_type for n in out.model.graph.node] == ["MatMul", "MatMul"] and out.removed == 1
+    assert [i.name for i in out.model.graph.input] == ["x"]
+    inits = {i.name: nh.to_array(i) for i in out.model.graph.initializer}
+    np.testing.assert_array_equal(inits["w1"], w1)
+    folded = next(v for k, v in inits.items() if k != "w1")
+    np.testing.assert_array_equal(folded, w2.T)

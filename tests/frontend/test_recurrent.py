@@ -17,7 +17,7 @@ from tvm import relax
 
 from packager.frontend.model import unsupported_configuration
 from packager.frontend.recurrent import OP_TYPE
-from packager.frontend.relax_import import _our_operators
+from packager.frontend.relax_import import _importer_patched
 from packager.frontend.rewrites import rewrite
 from support.helpers import ort_run
 
@@ -73,7 +73,7 @@ def _lowered(model: onnx.ModelProto) -> onnx.ModelProto:
 def _compiled_run(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
     """The lowered model through the importer (our operators known) and TVM's default build."""
     from tvm.relax.frontend.onnx import from_onnx
-    with _our_operators():
+    with _importer_patched():
         mod = from_onnx(_lowered(model), keep_params_in_input=False)
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     got = vm["main"](*[tvm.runtime.tensor(feeds[v.name]) for v in model.graph.input])

@@ -7,7 +7,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from support.helpers import run_pack, save_model, write_spec
-from packager.frontend.model import LoadedModel, TensorInfo, infer_shapes
+from packager.frontend.model import LoadedModel, TensorInfo
+from packager.frontend.shapes import infer_shapes
 from packager.frontend.rewrites import rewrite
 
 F = TensorProto.FLOAT

@@ -13,7 +13,6 @@ element-wise op is reshaped to [1, ..., 1, *shape], or to a scalar when it holds
 """
 from __future__ import annotations
 
-import numpy as np
 import tvm
 from tvm import relax
 

@@ -193,9 +193,25 @@ class LayoutSeq:
         return tirx.IndexMap.from_func(lambda *i: self.fwd(i), ndim=len(self.logical))
 
     def apply_np(self, a: np.ndarray) -> np.ndarray:
-        """Pack a logical array into this layout (zeros where padded)."""
+        """Pack a logical array into this layout (zeros where padded). Without unfold each
+        primitive is a numpy view or copy (reshape, transpose, zero pad): packing GPT-2's weights
+        by an index gather took 4.9 s of a 28 s warm rebuild."""
         if a.shape != tuple(self.logical):
             raise ValueError(f"array of shape {a.shape}, layout of {self.logical}")
+        if any(isinstance(p, Unfold) for p in self.prims):
+            return self.gather_np(a)
+        for p, s in zip(self.prims, self.shapes()):
+            if isinstance(p, Reorder):
+                a = a.transpose(p.perm)
+            elif isinstance(p, Pad):
+                a = np.pad(a, [(0, p.size - n if k == p.dim else 0) for k, n in enumerate(s)])
+            else:                                       # split, fuse: row-major regrouping
+                a = a.reshape(p.shape(s))
+        return np.ascontiguousarray(a)
+
+    def gather_np(self, a: np.ndarray) -> np.ndarray:
+        """apply_np by the definition: every storage element reads the logical element inv() names
+        (any primitive; the oracle the fast path is tested against)."""
         out = np.zeros(self.shape(), a.dtype)
         grid = np.indices(out.shape).reshape(len(out.shape), -1)
         src = self.inv(list(grid))

@@ -80,6 +80,24 @@ def test_pad_then_split_zero_fills_and_unpads():
         LayoutSeq((30,), (Split(0, (4, 8)),)).shape()
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_packing_by_numpy_steps_matches_the_index_definition(seed):
+    """apply_np (reshape / transpose / pad per primitive) = gather_np (inv() of every element)."""
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(x) for x in rng.choice([3, 4, 6, 10], size=3))
+    dim = int(rng.integers(0, 3))
+    size = shape[dim] + shape[dim] % 2 + int(rng.integers(0, 3)) * 2
+    padded = shape[:dim] + (size,) + shape[dim + 1:]
+    prims = (Pad(dim, size), Split(dim, (size // 2, 2)), Reorder(tuple(int(x) for x in rng.permutation(4))),
+             Fuse((1, 2)))
+    seq = LayoutSeq(shape, prims)
+    a = rng.standard_normal(shape).astype(np.float32)
+    packed = seq.apply_np(a)
+    assert packed.flags.c_contiguous and packed.dtype == a.dtype
+    np.testing.assert_array_equal(packed, seq.gather_np(a))
+    assert LayoutSeq(shape, prims[:1]).apply_np(a).shape == padded
+
+
 def test_unfold_paper_example_and_size():
     seq = LayoutSeq((5,), (Unfold(0, 3, 2),))
     assert seq.shape() == (2, 3)
