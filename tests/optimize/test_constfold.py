@@ -76,3 +76,38 @@ def test_ops_outside_the_table_are_left_to_tvm(tmp_path):
     assert count_ops(folded) == {"relax.add": 1}
     (k,) = _constants(folded)
     np.testing.assert_allclose(k, np.exp([1, 4, 9, 16]) + [1, 2, 3, 4], rtol=1e-6)
+
+
+def _one_call(make) -> tvm.IRModule:
+    """main(x) = x + make(constant), built directly in Relax."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((32, 24, 3, 3)).astype(np.float32)
+    w[0, 0, 0, :2] = np.nan
+    bb = relax.BlockBuilder()
+    folded = bb.normalize(make(relax.const(w)))
+    x = relax.Var("x", relax.TensorType([int(d) for d in folded.ty.shape], str(folded.ty.dtype)))
+    with bb.function("main", [x]):
+        with bb.dataflow():                            # FoldConstant folds only in dataflow blocks
+            y = bb.emit_output(relax.op.add(x, folded) if str(folded.ty.dtype) == "float32" else
+                               relax.op.logical_or(x, folded))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+def test_packed_weight_layouts_and_isnan_fold_with_numpy_to_tvms_bits():
+    """A conv weight's OIHW -> OIHW{i}i{o}o layout_transform and isnan fold without compiling, to
+    what FoldConstant computes; a padding map (not a bijection) is left to TVM."""
+    makes = [lambda c: relax.op.layout_transform(c, lambda o, i, h, w: (o // 16, i // 8, h, w, i % 8, o % 16)),
+             lambda c: relax.op.layout_transform(c, lambda o, i, h, w: (o // 16, i, h, w, tvm.tirx.IntImm("int64", 0), o % 16)),
+             lambda c: relax.op.isnan(c)]
+    for make in makes:
+        mod = _one_call(make)
+        theirs = relax.transform.DeadCodeElimination()(relax.transform.FoldConstant()(mod))
+        ours, by_numpy = constfold.fold_constants(mod)
+        assert by_numpy == 1
+        mine, tvms = _constants(ours), _constants(theirs)
+        assert len(mine) == len(tvms) == 1 and mine[0].dtype == tvms[0].dtype
+        np.testing.assert_array_equal(mine[0], tvms[0])
+    padded = _one_call(lambda c: relax.op.layout_transform(c, lambda o, i, h, w: (o // 64, i, h, w, o % 64),
+                                                           pad_value=0.0))
+    assert constfold.fold_constants(padded)[1] == 0
