@@ -140,13 +140,15 @@ def bench(package: Path = typer.Argument(..., help="package folder, or a spec to
           load: str = typer.Option("none", "--load", help="what runs beside the timing: none, twin (a second process of "
                                    "the same runtime and model), busy:N (N busy loops) or build:SPEC "
                                    "(pack build SPEC over and over)"),
+          ops: bool = typer.Option(False, "--ops", help="each Conv/MatMul/Gemm node's time beside onnxruntime's "
+                                   "(its profiler), per class (3x3, 1x1, depthwise, matmul, ...) and the worst nodes"),
           json_out: Optional[Path] = typer.Option(None, "--json", help="write the report as JSON")):
     """Time the package against onnxruntime (CPU EP), side by side; per-kernel roofline."""
     from .tools.bench import bench as run_bench
     from .tools.load import Load
 
     report = run_bench(package, target, threads, iters, rounds, warmup, ablate or [], top, log=_log,
-                       load=Load.parse(load))
+                       load=Load.parse(load), ops=ops)
     if json_out:
         json_out.write_text(json.dumps(report, indent=1) + "\n")
     if Path(package).is_dir():

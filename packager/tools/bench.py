@@ -2,7 +2,8 @@
 target, chosen with --target on a machine with a GPU, is compared with onnxruntime's CUDA EP).
 
 Rounds alternate between the runtimes (and `--ablate` variants, each rebuilt with one pass off)
-so machine noise hits all of them alike; each round times `iters` runs after warm-up. Our runtime
+so machine noise hits all of them alike; each round times `iters` runs after warm-up. OpenVINO's CPU
+plugin, when installed, is timed in the same rounds as a second peer (openvino_peer.py). Our runtime
 is timed inside packrt-run (per run, no process start-up), onnxruntime inside this process around
 `session.run`. Memory: the packrt-run process's peak RSS (runtime, weights, arena: the whole
 process); for onnxruntime the resident memory a session adds to a fresh Python process after three
@@ -31,6 +32,8 @@ from ..frontend import load_model, random_inputs
 from ..spec import PASS_NAMES, load_spec
 from ..targets import host_arch, host_ghz
 from .load import Load, ort_twin_command, packrt_twin_command
+from .opcompare import compare as compare_ops, print_ops
+from .openvino_peer import openvino_version, time_openvino
 from ..frontend.ort_run import ort_session
 from .runners import find_model, runner_command
 
@@ -189,9 +192,10 @@ def _twin(v: Variant, args: list[str], threads: int, feeds: Path) -> list[str]:
 
 def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 50, rounds: int = 5,
           warmup: int = 5, ablate: list[str] | None = None, top: int = 5, model: Path | None = None,
-          log=print, load: Load = Load()) -> dict:
+          log=print, load: Load = Load(), ops: bool = False) -> dict:
     """Benchmark a package (or build one from a spec first); returns the report. Under a `load`
-    (see load.py) a packrt-run variant is also timed with one thread, under the same load."""
+    (see load.py) a packrt-run variant is also timed with one thread, under the same load. `ops`:
+    each heavy node's time beside onnxruntime's (opcompare.py), per profile."""
     threads = threads or os.cpu_count() or 1
     if Path(path).suffix in (".yaml", ".yml"):
         from ..build import build
@@ -221,14 +225,19 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
         ort_times: dict[str, list[float]] = {}
         ort_peak: dict[str, float] = {}
         kernels: dict[str, list[dict]] = {}
+        op_times: dict[str, dict] = {}
+        ov_times: dict[str, list[float]] = {}
+        ov_notes: dict[str, str] = {}
         for k, prof in enumerate(pkg.manifest["profiles"]):
-            inputs = random_inputs(loaded, {n: tuple(s) for n, s in prof["inputs"].items()}, dtypes, seed=k,
-                                   values=pkg.manifest.get("verify", {}).get("inputs"))
+            shapes = {n: tuple(s) for n, s in prof["inputs"].items()}
+            inputs = random_inputs(loaded, shapes, dtypes, seed=k, values=pkg.manifest.get("verify", {}).get("inputs"))
             args = _save_inputs(inputs, tmp)
             feeds = tmp / "feeds.npz"
             np.savez(feeds, **inputs)
             for _ in range(warmup):
                 reference.run(None, inputs)
+            timed_ov = not on_gpu and load.kind == "none"         # a twin of OpenVINO is not modelled
+            ov_notes[prof["name"]] = "" if timed_ov else "timed only on a CPU target without --load"
             for _ in range(rounds):
                 for v in variants:
                     with load.beside(_twin(v, args, threads, feeds)):
@@ -243,10 +252,17 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
                 with load.beside(ort_twin_command(model_path, threads, feeds)):
                     ort_times.setdefault(prof["name"], []).extend(
                         _time(lambda x=inputs: reference.run(None, x), iters))
+                if timed_ov and not ov_notes[prof["name"]]:
+                    ms, ov_notes[prof["name"]] = time_openvino(model_path, shapes, feeds, threads, warmup, iters)
+                    ov_times.setdefault(prof["name"], []).extend(ms or [])
             ort_peak[prof["name"]] = float("nan") if on_gpu else _ort_peak_mb(model_path, feeds, threads)
             if base.target is not None:
                 steps = _run_cli(base, args, threads, warmup, max(iters // 2, 3), tmp, profile=True)["steps"]
                 kernels[prof["name"]] = kernel_roofline(pkg, base.target, steps, threads, len(steps))
+                if ops:
+                    plan = json.loads((pkg.root / base.target["plan"]).read_text())
+                    op_times[prof["name"]] = compare_ops(loaded, model_path, shapes, inputs, plan, steps, threads,
+                                                         max(iters // 2, 3), profile=k)
     report = {"package": pkg.name, "target": base.target["name"] if base.target else "onnxruntime + packaged parts",
               "reference": "onnxruntime CUDA EP" if on_gpu else "onnxruntime CPU EP",
               "threads": threads, "rounds": rounds, "iters": iters, "host_ghz": host_ghz(),
@@ -260,14 +276,17 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
     for prof in pkg.manifest["profiles"]:
         name = prof["name"]
         ort = _percentiles(ort_times[name])
+        ov = _percentiles(ov_times[name]) if ov_times.get(name) else None
         entry = {"profile": name, "onnxruntime": {**ort, "peak_mb": ort_peak.get(name)}, "variants": [],
-                 "kernels": kernels.get(name, [])}
+                 "openvino": {**ov, "version": openvino_version()} if ov else {"note": ov_notes.get(name, "")},
+                 "kernels": kernels.get(name, []), **({"ops": op_times[name]} if name in op_times else {})}
         for v in variants:
             ours = _percentiles(v.times[name])
             entry["variants"].append({"variant": v.label, **ours, "threads": v.threads or threads,
                                       "peak_mb": v.peak_mb, "build_s": v.build_s,
                                       "build_programs_timed": v.timed,
-                                      "ratio_median": ours["median_ms"] / ort["median_ms"]})
+                                      "ratio_median": ours["median_ms"] / ort["median_ms"],
+                                      "ratio_openvino": ours["median_ms"] / ov["median_ms"] if ov else None})
         report["profiles"].append(entry)
     _print(report, log, top)
     return report
@@ -288,12 +307,20 @@ def _print(report: dict, log, top: int) -> None:
                 f"{v['build_programs_timed'] if v['build_programs_timed'] is not None else '-':>6}")
         log(f"  {p['profile']:10s} {'onnxruntime':12s} {o['median_ms']:8.3f}ms {o['p90_ms']:7.3f}ms {'1.00x':>7s} "
             f"{o['peak_mb']:8.0f}")
+        ov = p.get("openvino", {})
+        if "median_ms" in ov:
+            log(f"  {p['profile']:10s} {'openvino':12s} {ov['median_ms']:8.3f}ms {ov['p90_ms']:7.3f}ms "
+                f"{ov['median_ms'] / o['median_ms']:6.2f}x   (ours / OpenVINO {p['variants'][0]['ratio_openvino']:.2f}x)")
+        elif ov.get("note"):
+            log(f"  {p['profile']:10s} {'openvino':12s} - ({ov['note']})")
         if p["kernels"]:
             log(f"  top kernels ({p['profile']}): share, time/run, GFLOP, MB, GFLOP/s, FLOP/byte, roofline fraction")
             for k in p["kernels"][:top]:
                 log(f"    {k['share'] * 100:5.1f}%  {k['ms']:8.3f}ms  {k['flops'] / 1e9:7.3f}  {k['bytes'] / 1e6:7.2f}  "
                     f"{k['gflops']:7.1f}  {k['intensity']:7.1f}  {k['roofline_fraction'] * 100:5.1f}% "
                     f"({k['bound']}-bound)  {k['kernel']} x{k['calls']}")
+            if p.get("ops"):
+                print_ops(p["ops"], log, top)
             roof = report.get("roofline")
             if roof and any(k["roofline_fraction"] > 1 for k in p["kernels"][:top]):
                 log(f"  (roofline {roof['gflops']:.0f} GFLOP/s, {roof['gbs']:.0f} GB/s, {roof['basis']}; over 100%: the "

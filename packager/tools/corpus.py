@@ -11,6 +11,7 @@ error, ours/onnxruntime latency, and the first line of any error with the stage 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import shutil
@@ -25,6 +26,8 @@ from ..errors import UserError
 from ..targets import CUDA_TABLE
 from .corpus_fetch import OPSET, corpus_dir, fetch, first_line
 from .corpus_models import ENTRIES, Entry
+from .opcompare import SLOW, worst
+from .openvino_peer import openvino_version
 
 GPU_TARGETS = tuple(CUDA_TABLE)   # corpus --target: built for it, its kernels verified on PoCL
 
@@ -52,7 +55,10 @@ class Row:
     ort_ms: float | None = None
     ratio: float | None = None
     ratio_twin: float | None = None      # the same, each runtime beside a twin process of itself
+    ov_ms: float | None = None           # OpenVINO's CPU plugin (f32, latency hint), when installed
+    ratio_ov: float | None = None        # ours / OpenVINO
     offload: str = ""                    # ops left to ONNX Runtime (partial offload)
+    ops: dict | None = None              # heavy nodes vs onnxruntime's profiler: classes, worst nodes
     stage: str = ""
     error: str = ""
 
@@ -158,10 +164,13 @@ def run_entry(e: Entry, out_dir: Path, threads: int = 1, iters: int = 10, log=pr
             log(f"{e.name}: ok")
             return row
         enter("bench")
-        report = bench(pkg, None, threads, iters, 2, 2, [], 1, log=quiet)
+        report = bench(pkg, None, threads, iters, 2, 2, [], 1, log=quiet, ops=True)
         prof = report["profiles"][0]
         row.ours_ms, row.ort_ms = prof["variants"][0]["median_ms"], prof["onnxruntime"]["median_ms"]
         row.ratio = prof["variants"][0]["ratio_median"]
+        if "ops" in prof:
+            row.ops = {"classes": prof["ops"]["classes"], "worst": worst(prof["ops"])}
+        row.ov_ms, row.ratio_ov = prof["openvino"].get("median_ms"), prof["variants"][0]["ratio_openvino"]
         enter("bench beside a twin")
         twin = bench(pkg, None, threads, iters, 2, 2, [], 1, log=quiet, load=Load("twin"))
         row.ratio_twin = twin["profiles"][0]["variants"][0]["ratio_median"]
@@ -243,8 +252,9 @@ def _cell(text: str) -> str:
 def markdown_table(rows: list[Row]) -> str:
     """One line per model; a failed stage shows as `stage: first error line`."""
     lines = ["| model | source | nodes | op types | notable ops | build s | verify (max abs err) | "
-             "ours / ORT (ms) | ratio | ratio beside a twin | offload to ORT | error |",
-             "|---|---|---:|---:|---|---:|---|---:|---:|---:|---|---|"]
+             "ours / ORT (ms) | ratio | ratio beside a twin | ours / OpenVINO | most time lost (ours / ORT) | "
+             "offload to ORT | error |",
+             "|---|---|---:|---:|---|---:|---|---:|---:|---:|---:|---|---|---|"]
     for r in rows:
         ops = r.op_types or []
         verify = r.verify + (f" ({r.max_err:.2g})" if r.max_err is not None else "")
@@ -252,20 +262,63 @@ def markdown_table(rows: list[Row]) -> str:
         err = f"{r.stage}: {r.error}" if r.stage else ""
         lines.append(f"| {r.model} | {_cell(r.source)} | {r.nodes or '-'} | {len(ops) or '-'} | "
                      f"{_cell(' '.join(notable_ops(ops)))} | {_num(r.build_s, '.1f')} | {verify} | {lat} | "
-                     f"{_num(r.ratio, '.2f')} | {_num(r.ratio_twin, '.2f')} | {_cell(r.offload)} | {_cell(err)} |")
+                     f"{_num(r.ratio, '.2f')} | {_num(r.ratio_twin, '.2f')} | {_num(r.ratio_ov, '.2f')} | "
+                     f"{_cell(_lost(r))} | "
+                     f"{_cell(r.offload)} | {_cell(err)} |")
     ok = sum(r.ok for r in rows)
+    lines.append("")
+    for label, attr in (("onnxruntime", "ratio"), ("OpenVINO", "ratio_ov")):
+        ratios = [getattr(r, attr) for r in rows if getattr(r, attr)]
+        if ratios:
+            lines.append(f"Geomean ours / {label}: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f} over "
+                         f"{len(ratios)} models, worst {max(ratios):.2f}.")
     lines.append("")
     lines.append(f"{ok} of {len(rows)} models build and verify; ratio = our median latency / onnxruntime's "
                  "(CPU EP, same inputs and threads; below 1 is faster); beside a twin: each runtime timed while a "
-                 "second process of itself runs the same model (`pack bench --load twin`).")
-    return "\n".join(lines) + "\n"
+                 "second process of itself runs the same model (`pack bench --load twin`); most time lost: the "
+                 "class of heavy nodes whose time exceeds onnxruntime's profiled node times by the most, and its "
+                 "worst node.")
+    return "\n".join(lines + [""] + class_table(rows)) + "\n"
+
+
+def _lost(r: Row) -> str:
+    """The class losing the most ms to onnxruntime, and the worst node ("" without op times)."""
+    classes = (r.ops or {}).get("classes", {})
+    losing = max(classes.items(), key=lambda kv: kv[1]["ours_ms"] - kv[1]["ort_ms"], default=None)
+    if losing is None or losing[1]["ours_ms"] <= losing[1]["ort_ms"]:
+        return ""
+    cls, c = losing
+    text = f"{cls} {c['ours_ms']:.3g} / {c['ort_ms']:.3g} ms ({c['ratio']:.2f}x)"
+    w = (r.ops or {}).get("worst") or []
+    return text + (f"; {w[0]['desc']} {w[0]['ratio']:.1f}x" if w else "")
+
+
+def class_table(rows: list[Row]) -> list[str]:
+    """Over the whole corpus, per class of heavy node: models, nodes both sides placed, how many
+    are over SLOW x onnxruntime's time, and the summed ratio."""
+    total: dict[str, dict] = {}
+    for r in rows:
+        for cls, c in ((r.ops or {}).get("classes") or {}).items():
+            t = total.setdefault(cls, {"models": 0, "compared": 0, "slow": 0, "ours_ms": 0.0, "ort_ms": 0.0})
+            t["models"] += 1
+            for k in ("compared", "slow", "ours_ms", "ort_ms"):
+                t[k] += c[k]
+    if not total:
+        return []
+    lines = [f"| heavy node class | models | nodes compared | over {SLOW}x ORT | ours / ORT (ms, summed) | ratio |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for cls, t in sorted(total.items(), key=lambda kv: -kv[1]["ort_ms"]):
+        ratio = t["ours_ms"] / t["ort_ms"] if t["ort_ms"] else None
+        lines.append(f"| {cls} | {t['models']} | {t['compared']} | {t['slow']} | "
+                     f"{t['ours_ms']:.3g} / {t['ort_ms']:.3g} | {_num(ratio, '.2f')} |")
+    return lines
 
 
 def environment() -> dict:
     """What the numbers depend on, recorded beside them."""
     import onnxruntime
     env = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-           "onnxruntime": onnxruntime.__version__, "opset": OPSET}
+           "onnxruntime": onnxruntime.__version__, "openvino": openvino_version(), "opset": OPSET}
     for mod in ("torch", "transformers"):
         try:
             env[mod] = __import__(mod).__version__

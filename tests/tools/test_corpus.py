@@ -127,6 +127,23 @@ def test_table_shows_results_and_first_error_lines():
     assert rows[0].ok and not rows[1].ok
 
 
+def test_table_names_the_class_losing_most_time_and_sums_classes_over_the_corpus():
+    def ops(ours: float, ort: float, slow: int) -> dict:
+        return {"nodes": 2, "compared": 2, "slow": slow, "ours_ms": ours, "ort_ms": ort, "ratio": ours / ort}
+    worst = [{"name": "c7", "cls": "conv 3x3", "desc": "3x3/1 64->64 @56x56", "ours_ms": 3.0, "ort_ms": 1.0,
+              "ratio": 3.0, "kernel": "k"}]
+    rows = [cp.Row("a", "pypi a==1", verify="pass", ratio=1.3,
+                   ops={"classes": {"conv 3x3": ops(4.0, 2.0, 1), "conv 1x1": ops(1.0, 1.5, 0)}, "worst": worst}),
+            cp.Row("b", "pypi b==1", verify="pass", ratio=0.8,
+                   ops={"classes": {"conv 1x1": ops(1.0, 2.0, 0)}, "worst": []})]
+    md = cp.markdown_table(rows)
+    assert "| conv 3x3 4 / 2 ms (2.00x); 3x3/1 64->64 @56x56 3.0x |" in md
+    assert "| 0.80 | - | - |  |  |  |" in md       # b loses nothing: an empty cell; no OpenVINO time: -
+    assert "Geomean ours / onnxruntime: 1.02 over 2 models, worst 1.30." in md and "ours / OpenVINO:" not in md
+    assert "| conv 3x3 | 1 | 2 | 1 | 4 / 2 | 2.00 |" in md
+    assert "| conv 1x1 | 2 | 4 | 0 | 2 / 3.5 | 0.57 |" in md
+
+
 def test_results_json_has_rows_and_environment(tmp_path):
     rows = [cp.Row("good", "transformers BertModel", verify="pass")]
     cp.write_results(rows, tmp_path / "t.md", tmp_path / "t.json", {"fast": True})

@@ -1,0 +1,242 @@
+"""Node by node against onnxruntime: which convolutions and matmuls of a model are slow.
+
+A model-level ratio says a package is slower; it does not say where. This module puts our time
+for each heavy ONNX node (Conv, ConvTranspose, MatMul, Gemm) beside onnxruntime's, both from one
+profiled run each:
+
+- onnxruntime: its profiler's per-node kernel times. Its optimizer renames what it rewrites (an
+  NCHWc conv is named after its output tensor plus `_nchwc`, a conv with a fused activation after
+  the activation's output), so a profiled name is resolved to the ONNX node by name, else by the
+  tensor it writes, then back through element-wise nodes to the heavy node that feeds them.
+- ours: packrt-run's per-step times. A plan step carries a heavy node when its output holds as
+  many elements (up to channel padding of a blocked layout) and its kernel as many FLOPs (up to
+  padding and fused epilogues), else, for what is left, as many FLOPs alone (a conv merged with
+  the pooling after it); nodes and steps are matched in graph order.
+
+A node either side cannot place (merged into a bigger kernel, an ORT-internal node) is listed
+with the time that side has, never guessed. Classes (3x3 conv, 1x1 conv, depthwise, ...) sum
+the nodes both sides placed, so their ratio compares like with like.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from ..frontend.attrs import attr
+from ..frontend.model import LoadedModel
+from ..frontend.partition import tensor_types
+
+HEAVY = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+ORT_HEAVY = {"Conv", "FusedConv", "NhwcFusedConv", "ConvTranspose", "MatMul", "FusedMatMul", "Gemm", "FusedGemm"}
+OUT_SLACK = 4.0           # our output elements over the node's: channels padded to a block (4 -> 16)
+FLOP_SLACK = 1.8          # our kernel FLOPs over the node's beyond that padding: fused epilogues
+SLOW = 1.2                # a node over this x onnxruntime's time counts as slow (issue 45's bar)
+
+
+@dataclass
+class HeavyNode:
+    """One Conv/ConvTranspose/MatMul/Gemm of the model, with its work at the bound shapes."""
+
+    name: str
+    op: str
+    cls: str                 # "conv 3x3", "conv 1x1", "conv depthwise 3x3", "matmul", ...
+    desc: str                # shapes in one line: "3x3/1 128->128 @56x56"
+    flops: int
+    out_elems: int
+    ort_ms: float | None = None
+    ours_ms: float | None = None
+    kernel: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        return self.ours_ms / self.ort_ms if self.ours_ms and self.ort_ms else None
+
+
+def heavy_nodes(model: LoadedModel, shapes: dict[str, tuple[int, ...]]) -> list[HeavyNode]:
+    """The model's heavy nodes in graph order, with class and FLOPs from the bound shapes (a node
+    whose shapes stay unknown is left out)."""
+    types = tensor_types(model, shapes)
+
+    def shape(name: str) -> tuple[int, ...] | None:
+        t = types.get(name)
+        return tuple(t[1]) if t and t[1] is not None and all(isinstance(d, int) for d in t[1]) else None
+
+    out = []
+    for i, n in enumerate(model.proto.graph.node):
+        if n.op_type not in HEAVY or not n.output:
+            continue
+        ins, y = [shape(x) if x else None for x in n.input], shape(n.output[0])
+        if y is None or any(s is None for s in ins[:2]):
+            continue
+        cls, desc, flops = _classify(n, ins, y)
+        out.append(HeavyNode(n.name or f"{n.op_type}_{i}", n.op_type, cls, desc, flops, math.prod(y)))
+    return out
+
+
+def _classify(n: onnx.NodeProto, ins: list, y: tuple[int, ...]) -> tuple[str, str, int]:
+    a, b = ins[0], ins[1]
+    if n.op_type in ("MatMul", "Gemm"):
+        k = a[0] if n.op_type == "Gemm" and attr(n, "transA", 0) else a[-1]
+        return "matmul", f"{list(a)} x {list(b)}", 2 * math.prod(y) * k
+    kernel, group = tuple(b[2:]), attr(n, "group", 1)
+    kxk = "x".join(map(str, kernel))
+    stride = attr(n, "strides", [1] * len(kernel))
+    desc = f"{kxk}/{'x'.join(map(str, stride)) if len(set(stride)) > 1 else stride[0]} {a[1]}->{y[1]} " \
+           f"@{'x'.join(map(str, y[2:]))}" + (f" g{group}" if group > 1 else "")
+    if n.op_type == "ConvTranspose":
+        return f"conv transpose {kxk}", desc, 2 * math.prod(a) * b[1] * math.prod(kernel)
+    flops = 2 * math.prod(y) * b[1] * math.prod(kernel)
+    dims = "" if len(kernel) == 2 else f"{len(kernel)}d "
+    if group > 1 and group == a[1] and b[1] == 1:
+        return f"conv {dims}depthwise {kxk}", desc, flops
+    return (f"conv {dims}grouped {kxk}" if group > 1 else f"conv {dims}{kxk}"), desc, flops
+
+
+def ort_node_ms(model_path: Path, inputs: dict[str, np.ndarray], threads: int, runs: int,
+                nodes: list[HeavyNode], proto: onnx.ModelProto) -> tuple[dict[str, float], float]:
+    """onnxruntime's mean kernel ms per heavy node over `runs` profiled runs (after one untimed),
+    and its mean total of all node kernel times per run."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.enable_profiling = True
+    if threads:
+        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    with tempfile.TemporaryDirectory(prefix="pack-ortprof-") as tmp:
+        so.profile_file_prefix = os.path.join(tmp, "ort")
+        sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+        for _ in range(runs + 1):
+            sess.run(None, inputs)
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    resolve = _resolver(proto, {n.name for n in nodes})
+    per: dict[str, float] = {}
+    total, seen_runs = 0.0, {}
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
+            continue
+        name = e["name"][:-len("_kernel_time")]
+        seen_runs[name] = seen_runs.get(name, 0) + 1
+        ms = e["dur"] / 1e3
+        if seen_runs[name] == 1:
+            continue                                      # the first run is a warm-up
+        total += ms
+        node = resolve(name) if e.get("args", {}).get("op_name") in ORT_HEAVY else None
+        if node is not None:
+            per[node] = per.get(node, 0.0) + ms
+    return {k: v / runs for k, v in per.items()}, total / runs
+
+
+def _resolver(proto: onnx.ModelProto, heavy: set[str]):
+    """profiled name -> heavy ONNX node name (or None): by node name, else by the tensor it
+    writes (`_nchwc` stripped), then up through single-input-from-a-node element-wise nodes."""
+    g = proto.graph
+    by_name = {n.name: n for n in g.node if n.name}
+    producer = {o: n for n in g.node for o in n.output}
+
+    def resolve(name: str) -> str | None:
+        node = by_name.get(name) or producer.get(name.removesuffix("_nchwc")) or producer.get(name)
+        for _ in range(3):                       # Conv -> Add -> Relu fused into one ORT node
+            if node is None or node.name in heavy:
+                break
+            ups = [producer[i] for i in node.input if i in producer]
+            node = next((u for u in ups if u.name in heavy), ups[0] if len(ups) == 1 else None)
+        return node.name if node is not None and node.name in heavy else None
+    return resolve
+
+
+def our_steps(plan: dict, steps: list[dict], profile: int = 0) -> list[dict]:
+    """Each plan step of the profile with its kernel, mean ms, output elements and kernel FLOPs."""
+    prof = plan["profiles"][profile]
+    kernels = plan["kernels"]
+    ms = {s["step"]: s["ms"] for s in steps}
+    out = []
+    for i, st in enumerate(prof["steps"]):
+        if st.get("op") != "kernel":
+            continue
+        k = kernels[st["kernel"]]
+        y = prof["tensors"][st["args"][-1]]
+        out.append({"step": i, "kernel": k["name"], "ms": ms.get(i, 0.0), "flops": k.get("flops", 0),
+                    "out_elems": math.prod(y["shape"])})
+    return out
+
+
+def match(nodes: list[HeavyNode], steps: list[dict]) -> None:
+    """Give each node the step that carries it (see the module doc), in graph order. A second
+    pass places what is left by FLOPs alone: a conv whose output a reduction epilogue consumes
+    (global pooling) writes a smaller tensor than the node but does the node's work."""
+    used: set[int] = set()
+
+    def same_output(n: HeavyNode, s: dict) -> bool:
+        padded = s["out_elems"] / n.out_elems
+        return 1 <= padded <= OUT_SLACK and 0.9 <= s["flops"] / n.flops <= FLOP_SLACK * padded
+
+    def same_work(n: HeavyNode, s: dict) -> bool:
+        return 0.9 <= s["flops"] / n.flops <= FLOP_SLACK
+
+    for fits in (same_output, same_work):
+        pos = 0
+        for n in nodes:
+            if n.kernel or not n.flops:
+                pos = next((j + 1 for j, s in enumerate(steps) if n.kernel and s["kernel"] == n.kernel), pos)
+                continue
+            for j in list(range(pos, len(steps))) + list(range(pos)):
+                if j not in used and fits(n, steps[j]):
+                    used.add(j)
+                    n.ours_ms, n.kernel, pos = steps[j]["ms"], steps[j]["kernel"], j + 1
+                    break
+
+
+def summarize(nodes: list[HeavyNode]) -> dict[str, dict]:
+    """Per class: nodes, nodes both sides placed, how many of those are over SLOW x onnxruntime's
+    time, and their summed ms and ratio."""
+    out: dict[str, dict] = {}
+    for n in nodes:
+        c = out.setdefault(n.cls, {"nodes": 0, "compared": 0, "slow": 0, "ort_ms": 0.0, "ours_ms": 0.0})
+        c["nodes"] += 1
+        if n.ratio is not None:
+            c["compared"] += 1
+            c["slow"] += n.ratio > SLOW
+            c["ort_ms"] += n.ort_ms
+            c["ours_ms"] += n.ours_ms
+    for c in out.values():
+        c["ratio"] = c["ours_ms"] / c["ort_ms"] if c["ort_ms"] else None
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["ort_ms"]))
+
+
+def compare(model: LoadedModel, model_path: Path, shapes: dict[str, tuple[int, ...]], inputs: dict[str, np.ndarray],
+            plan: dict, steps: list[dict], threads: int, runs: int, profile: int = 0) -> dict:
+    """The report's `ops` entry: every heavy node with both times, the classes, the totals."""
+    nodes = heavy_nodes(model, shapes)
+    ort_ms, ort_total = ort_node_ms(model_path, inputs, threads, runs, nodes, model.proto)
+    for n in nodes:
+        n.ort_ms = ort_ms.get(n.name)
+    match(nodes, our_steps(plan, steps, profile))
+    return {"classes": summarize(nodes), "nodes": [asdict(n) | {"ratio": n.ratio} for n in nodes],
+            "ort_total_ms": ort_total, "ours_total_ms": sum(s["ms"] for s in steps)}
+
+
+def worst(ops: dict, limit: int = 3) -> list[dict]:
+    """The nodes costing the most time over onnxruntime's (ours - ORT), both sides placed."""
+    rows = [n for n in ops["nodes"] if n["ratio"] is not None and n["ours_ms"] > n["ort_ms"]]
+    return sorted(rows, key=lambda n: n["ort_ms"] - n["ours_ms"])[:limit]
+
+
+def print_ops(ops: dict, log, top: int) -> None:
+    """Per class (ours / ORT over the nodes both placed), then the `top` nodes losing most time."""
+    log(f"  heavy nodes vs onnxruntime's profiler (its node kernels {ops['ort_total_ms']:.3f} ms/run, "
+        f"our steps {ops['ours_total_ms']:.3f} ms/run):")
+    for cls, c in ops["classes"].items():
+        ratio = f"{c['ratio']:5.2f}x" if c["ratio"] is not None else "    -"
+        log(f"    {cls:26s} {c['compared']:3d}/{c['nodes']:<3d} nodes  ours {c['ours_ms']:8.3f} ms  "
+            f"ORT {c['ort_ms']:8.3f} ms  {ratio}  ({c['slow']} over {SLOW}x)")
+    for n in worst(ops, top):
+        log(f"    worst: {n['name']} ({n['cls']} {n['desc']}) {n['ours_ms']:.3f} vs {n['ort_ms']:.3f} ms "
+            f"{n['ratio']:.2f}x  [{n['kernel']}]")

@@ -1,0 +1,84 @@
+"""opcompare: heavy nodes classified with their FLOPs, onnxruntime's renamed profile entries
+resolved to the ONNX node, plan steps matched to nodes, and `pack bench --ops` end to end with
+OpenVINO timed beside (times are never asserted, only that both sides placed the nodes)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T, helper, numpy_helper as nh
+
+from packager.frontend.model import LoadedModel, TensorInfo
+from packager.tools import opcompare
+from support.helpers import run_pack
+
+
+def _convs() -> LoadedModel:
+    """3x3 conv 8->16 at 16x16, a depthwise 3x3, a 1x1 conv + Relu, a Gemm-free MatMul."""
+    rng = np.random.default_rng(0)
+    w = {"w1": (16, 8, 3, 3), "w2": (16, 1, 3, 3), "w3": (4, 16, 1, 1), "m": (16, 5)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="c3", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w2"], ["b"], name="dw", pads=[1, 1, 1, 1], group=16),
+             helper.make_node("Conv", ["b", "w3"], ["c"], name="c1", strides=[2, 2]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "m5"], ["y"], name="mm")]
+    inits = [nh.from_array(rng.standard_normal(s).astype(np.float32), k) for k, s in w.items()]
+    inits.append(nh.from_array(rng.standard_normal((8, 5)).astype(np.float32), "m5"))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [1, 8, 16, 16])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1, 4, 8, 5])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return LoadedModel("m.onnx", m, 17, [TensorInfo("x", "float32", (1, 8, 16, 16))],
+                       [TensorInfo("y", "float32", (1, 4, 8, 5))])
+
+
+def test_heavy_nodes_are_classified_with_their_flops():
+    nodes = {n.name: n for n in opcompare.heavy_nodes(_convs(), {"x": (1, 8, 16, 16)})}
+    assert {k: n.cls for k, n in nodes.items()} == {"c3": "conv 3x3", "dw": "conv depthwise 3x3", "c1": "conv 1x1",
+                                                  "mm": "matmul"}
+    assert nodes["c3"].flops == 2 * 16 * 16 * 16 * 8 * 9 and nodes["c3"].desc == "3x3/1 8->16 @16x16"
+    assert nodes["dw"].flops == 2 * 16 * 16 * 16 * 9 and nodes["c1"].out_elems == 4 * 8 * 8
+    assert nodes["mm"].flops == 2 * (4 * 8 * 5) * 8
+
+
+def test_profiled_names_resolve_through_onnxruntimes_renames():
+    m = _convs()
+    resolve = opcompare._resolver(m.proto, {"c3", "dw", "c1", "mm"})
+    assert resolve("c3") == "c3"                 # its own name
+    assert resolve("a_nchwc") == "c3"            # an NCHWc conv, named after its output
+    assert resolve("r") == "c1"                  # Conv + Relu fused, named after the Relu's output
+    assert resolve("ReorderOutput_7") is None    # an ORT-internal node
+
+
+def test_steps_match_nodes_in_order_within_padding_and_epilogues():
+    nodes = opcompare.heavy_nodes(_convs(), {"x": (1, 8, 16, 16)})
+    f = {n.name: n.flops for n in nodes}
+    steps = [{"step": 0, "kernel": "k_c3", "ms": 1.0, "flops": f["c3"] + 4096, "out_elems": 16 * 256},
+             {"step": 1, "kernel": "k_copy", "ms": 0.1, "flops": 0, "out_elems": 16 * 256},
+             {"step": 2, "kernel": "k_dw", "ms": 0.5, "flops": f["dw"], "out_elems": 16 * 256},
+             {"step": 3, "kernel": "k_c1", "ms": 0.2, "flops": int(f["c1"] * 1.5), "out_elems": 8 * 64}]  # 4 -> 8 ch
+    opcompare.match(nodes, steps)
+    got = {n.name: (n.kernel, n.ours_ms) for n in nodes}
+    assert got == {"c3": ("k_c3", 1.0), "dw": ("k_dw", 0.5), "c1": ("k_c1", 0.2), "mm": ("", None)}
+    for n, ort in zip(nodes, (0.5, 0.5, 0.4, 0.1)):
+        n.ort_ms = ort
+    classes = opcompare.summarize(nodes)
+    assert classes["conv 3x3"]["ratio"] == 2.0 and classes["matmul"]["compared"] == 0
+    assert [w["name"] for w in opcompare.worst({"nodes": [vars(n) | {"ratio": n.ratio} for n in nodes]})] == ["c3"]
+
+
+@pytest.mark.slow
+def test_bench_ops_places_every_conv_of_the_cnn_sample(cnn_copy, tmp_path):
+    out = tmp_path / "bench.json"
+    r = run_pack("bench", cnn_copy, "--threads", "1", "--iters", "3", "--rounds", "1", "--warmup", "1", "--ops",
+                 "--json", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    prof = json.loads(out.read_text())["profiles"][0]
+    ops = prof["ops"]
+    convs = [n for n in ops["nodes"] if n["op"] == "Conv"]
+    assert len(convs) == 5 and all(n["ort_ms"] and n["ours_ms"] and n["kernel"] for n in convs)
+    assert sum(c["compared"] for k, c in ops["classes"].items() if k.startswith("conv")) == 5
+    assert "heavy nodes vs onnxruntime's profiler" in r.stdout
+    assert prof["openvino"]["median_ms"] > 0 and prof["variants"][0]["ratio_openvino"] > 0   # a dev dependency
+    assert "ours / OpenVINO" in r.stdout
