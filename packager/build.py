@@ -170,8 +170,10 @@ def _log_passes(log: Log, units: list[CompiledUnit], ort_note: str) -> None:
     notes = sorted({s.note for s in first if s.note})
     lowered = sum((Counter(s.lowered) for s in first), Counter())
     lowered_note = f"; lowered {describe_lowered(dict(lowered))}" if lowered else ""
+    pads = sum(s.pads_folded for s in first)
+    pads_note = f"; {pads} zero Pad(s) folded into the Conv reading them (pass simplify)" if pads else ""
     log(f"  frontend: onnxruntime folded {sum(s.folded for s in first)} node(s) to constants, our rewrites changed "
-        f"{sum(s.rewritten for s in first)} (first profile){lowered_note}{''.join(f'; {n}' for n in notes)}")
+        f"{sum(s.rewritten for s in first)} (first profile){lowered_note}{pads_note}{''.join(f'; {n}' for n in notes)}")
     for p in units[0].graph_passes:
         log(f"  pass {p.name}: {p.status}: {p.summary}")
     for tr in units[0].target_reports:

@@ -14,6 +14,7 @@ from ..errors import InternalError, UserError
 from .attrs import all_graphs
 from .fold import fold_constants
 from .model import LoadedModel, first_line
+from .padfold import fold_pads_into_convs
 from .lowering import LOWERED_TO
 from .recurrent import OP_TYPE as RECURRENCE
 from .recurrent_kernel import Cell, kernel
@@ -29,20 +30,24 @@ class ImportStats:
     rewritten: int                 # nodes our rewrites replaced or folded
     note: str = ""                 # why onnxruntime did not fold, if it did not
     lowered: dict = field(default_factory=dict)    # op type -> how many were lowered (lowering.LOWERED_TO)
+    pads_folded: int = 0           # zero Pads folded into the Conv reading them (padfold.py)
 
     def as_dict(self) -> dict:
-        return {"folded_by_onnxruntime": self.folded, "rewritten": self.rewritten,
+        return {"folded_by_onnxruntime": self.folded, "rewritten": self.rewritten, "pads_folded": self.pads_folded,
                 **({"note": self.note} if self.note else {}), **({"lowered": self.lowered} if self.lowered else {})}
 
 
-def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str]):
+def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str],
+                 fold_pads: bool = False):
     """Import the bound model into a Relax IRModule (weights embedded as constants); returns it
-    and what the frontend changed on the way."""
+    and what the frontend changed on the way. `fold_pads`: zero Pads become their Convs' padding
+    (the simplify pass's ONNX step, padfold.py)."""
     from tvm.relax.frontend.onnx import from_onnx
 
     folded = fold_constants(bind_dims(model.proto, shapes))
     before = Counter(n.op_type for n in folded.model.graph.node if n.op_type in LOWERED_TO)
     bound, rewritten = rewrite(infer_shapes(model, shapes, proto=folded.model))
+    pads_folded = fold_pads_into_convs(bound, model.opset) if fold_pads else 0
     names = _identifiers(bound)
     shapes = {names.get(k, k): v for k, v in shapes.items()}
     dtypes = {names.get(k, k): v for k, v in dtypes.items()}
@@ -57,7 +62,7 @@ def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes:
     if len(params) != len(model.inputs):
         raise InternalError(f"{model}: importer produced {len(params)} inputs, the model has {len(model.inputs)}")
     after = Counter(n.op_type for n in bound.graph.node if n.op_type in LOWERED_TO)
-    return mod, ImportStats(folded.removed, rewritten, folded.note, dict(before - after))
+    return mod, ImportStats(folded.removed, rewritten, folded.note, dict(before - after), pads_folded)
 
 
 @contextmanager
