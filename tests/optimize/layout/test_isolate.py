@@ -86,3 +86,23 @@ def test_a_variadic_max_after_a_conv_keeps_the_conv_packed():
     report, got, ref = run_onnx(m, [(n, n)])
     assert report.details["packed"] == 1 and "NCHW kept" not in report.summary, report.summary
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_split_that_fails_only_beside_packed_convs_keeps_the_searched_layouts():
+    """YOLO's C2f block: a 1x1 conv's output split in two along channels, each half read by a conv.
+    Split at a block edge of the conv's packed output, TVM's layout inference gives the second
+    half 0 channels; the split is lowered with NCHW around it and every conv keeps its searched
+    layout (nudenet's 64 convs had all fallen back to uniform blocking)."""
+    from onnx import helper, numpy_helper
+
+    n = X86.vector_lanes_f32
+    split = numpy_helper.from_array(np.array([n, n], np.int64), "halves")
+    nodes = [_conv("x", "w1", None, "c"), helper.make_node("Split", ["c", "halves"], ["a", "b"], axis=1),
+             _conv("a", "w2", None, "ca", pads=[1] * 4), _conv("b", "w3", None, "cb", pads=[1] * 4),
+             helper.make_node("Add", ["ca", "cb"], ["y"])]
+    m = _model(nodes, [1, n, 6, 6], {"w1": _w(2 * n, n, 1, 1), "w2": _w(n, n, 3, 3), "w3": _w(n, n, 3, 3)})
+    m.graph.initializer.append(split)
+    report, got, ref = run_onnx(m, [(n, n), (n, n), (n, n)])     # the split point is a block edge
+    assert report.details["packed"] == 3 and "relax.split lowered" in report.summary, report.summary
+    assert "uniform" not in report.summary and "NCHW kept" not in report.summary, report.summary
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
