@@ -265,11 +265,12 @@ def _one_block(site: ConvSite, lanes: int, d: Decision | None = None) -> Decisio
 
 def _conv_layouts(mod: tvm.IRModule, decisions, lanes: int) -> tuple[tvm.IRModule, list, str]:
     """Apply the searched conv layouts; if TVM refuses them, the same with one block for every
-    packed tensor, then the vector-width block for all; else NCHW. An op whose own layout
-    inference fails (even with every conv at NCHW), or fails beside the searched layouts (a
-    Split of a packed conv's output: nudenet's seven C2f blocks cost its 64 searched convs their
-    choices), or one that still fails under uniform blocking, is lowered to a kernel first with
-    NCHW around it (isolate.py), so one op does not cost the whole model its layouts."""
+    packed tensor, then the searched layouts with what refuses them isolated, then the
+    vector-width block for all; else NCHW. An op whose own layout inference fails (even with
+    every conv at NCHW), or fails beside the searched layouts (a Split of a packed conv's output:
+    nudenet's seven C2f blocks cost its 64 searched convs their choices), or one that still fails
+    under uniform blocking, is lowered to a kernel first with NCHW around it (isolate.py), so one
+    op does not cost the whole model its layouts."""
     if not any((d.data_block, d.out_block) != (1, 1) for _, _, d in decisions):
         return mod, decisions, ""
     plain = [(w, s, Decision(1, 1, 1, 1, d.scores)) for w, s, d in decisions]
@@ -281,17 +282,17 @@ def _conv_layouts(mod: tvm.IRModule, decisions, lanes: int) -> tuple[tvm.IRModul
         converted, why = _apply(mod, decisions)
         if converted is not None:
             return converted, decisions, note
-    searched, searched_note = _isolated(mod, decisions, note)   # an op that fails only beside packed
-    if searched_note != note:                                   # convs (YOLO's channel Split)
-        converted, _ = _apply(searched, decisions)
-        if converted is not None:
-            return converted, decisions, searched_note
     one = [(w, s, _one_block(s, lanes, d)) for w, s, d in decisions]
     if [d for *_, d in one] != [d for *_, d in decisions]:   # 16c meeting 32c, which TVM cannot convert
         converted, _ = _apply(mod, one)
         if converted is not None:
             return converted, one, note + (f"searched layouts refused by ConvertLayout ({why}): the searched "
                                            f"packed/NCHW choices kept, every packed block {lanes} lanes; ")
+    searched, searched_note = _isolated(mod, decisions, note)   # an op that fails only beside packed
+    if searched_note != note:                                   # convs (YOLO's channel Split)
+        converted, _ = _apply(searched, decisions)
+        if converted is not None:
+            return converted, decisions, searched_note
     uniform = [(w, s, _one_block(s, lanes)) for w, s, _ in decisions]
     refused = f"searched layouts refused by ConvertLayout ({why}): uniform {lanes}-lane blocking used; "
     converted, why2 = _apply(mod, uniform)
