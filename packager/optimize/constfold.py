@@ -93,7 +93,9 @@ def _relaid(call: relax.Call) -> np.ndarray | None:
     if any((d < 0).any() or (d >= n).any() for d, n in zip(dst, out_shape)):
         return None
     flat = np.ravel_multi_index(dst, out_shape)
-    if np.unique(flat).size != x.size:
+    hit = np.zeros(x.size, bool)
+    hit[flat] = True
+    if not hit.all():                          # as many targets as elements: all hit = a bijection
         return None
     out = np.empty(x.size, x.dtype)
     out[flat] = x.reshape(-1)
