@@ -85,6 +85,7 @@ def weights_as_inputs(proto: onnx.ModelProto, names: set[str]) -> onnx.ModelProt
 
 
 def _set_field(msg, fd, value) -> None:
+    """Copy one protobuf field's value (repeated, message or scalar) into `msg`."""
     if fd.is_repeated:
         getattr(msg, fd.name).extend(value)
     elif fd.type == fd.TYPE_MESSAGE:
