@@ -134,10 +134,4 @@ def _keep_domains(folded: onnx.ModelProto, original: onnx.ModelProto) -> None:
 
 def _all_nodes(model: onnx.ModelProto):
     """Nodes of the graph and of its subgraphs (If/Loop bodies)."""
-    stack = [model.graph]
-    while stack:
-        g = stack.pop()
-        for n in g.node:
-            yield n
-            for a in n.attribute:
-                stack.extend([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)
+    return (n for g in all_graphs(model.graph) for n in g.node)

@@ -172,7 +172,6 @@ def match(nodes: list[HeavyNode], steps: list[dict]) -> None:
     """Give each node the step that carries it (see the module doc), in graph order. A second
     pass places what is left by FLOPs alone: a conv whose output a reduction epilogue consumes
     (global pooling) writes a smaller tensor than the node but does the node's work."""
-    used: set[int] = set()
 
     def same_output(n: HeavyNode, s: dict) -> bool:
         padded = s["out_elems"] / n.out_elems
@@ -181,16 +180,17 @@ def match(nodes: list[HeavyNode], steps: list[dict]) -> None:
     def same_work(n: HeavyNode, s: dict) -> bool:
         return 0.9 <= s["flops"] / n.flops <= FLOP_SLACK
 
+    placed: dict[int, int] = {}                 # node index -> step index
     for fits in (same_output, same_work):
         pos = 0
-        for n in nodes:
-            if n.kernel or not n.flops:
-                pos = next((j + 1 for j, s in enumerate(steps) if n.kernel and s["kernel"] == n.kernel), pos)
+        for i, n in enumerate(nodes):
+            if i in placed or not n.flops:
+                pos = placed.get(i, pos - 1) + 1
                 continue
             for j in list(range(pos, len(steps))) + list(range(pos)):
-                if j not in used and fits(n, steps[j]):
-                    used.add(j)
-                    n.ours_ms, n.kernel, pos = steps[j]["ms"], steps[j]["kernel"], j + 1
+                if j not in placed.values() and fits(n, steps[j]):
+                    placed[i], pos = j, j + 1
+                    n.ours_ms, n.kernel = steps[j]["ms"], steps[j]["kernel"]
                     break
 
 
