@@ -20,7 +20,7 @@ from ..spec import OptimizeSpec
 from ..targets import Target
 from .base import PassReport
 from .constfold import fold_constants
-from .fastmath import fastmath
+from .fastmath import LEGALIZATIONS as FAST_OPS, fastmath
 from .fusion import fuse
 from .globalfuse import combine_siblings, global_fusion
 from .layout.clip import clip_as_ops
@@ -72,23 +72,25 @@ class Pass:
 
 # Graph passes (Relax IRModule -> Relax IRModule).
 SIMPLIFY = Pass("simplify", lambda mod, ctx: simplify(mod), off="off in the spec")
-FASTMATH = Pass("fastmath", lambda mod, ctx: fastmath(mod), off="off in the spec: exact libm exp/erf/tanh")
+FASTMATH = Pass("fastmath", lambda mod, ctx: fastmath(mod), off="off in the spec: exact libm exp/erf/tanh/sigmoid")
 LAYOUT = Pass("layout", lambda mod, ctx: alter_layouts(mod, ctx.scheduler, memo=ctx.layout_memo),
               off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True, per_target=True)
 LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
                         off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True)
-def _legalize(mod: tvm.IRModule) -> tvm.IRModule:
+def _legalize(mod: tvm.IRModule, fast: bool) -> tvm.IRModule:
     """Graph ops -> PrimFuncs: not an optimization (always on, not reported). Packed-layout convs
     get the layout package's compute, plain NCHW convs TVM's own legalization; relu/clip/max/min
     keep ONNX's NaN and infinity semantics (ieee.py; the importer's Clip kernels become graph ops
     first). A BatchNorm no conv absorbed (GPU targets: no layout pass decomposed it) is decomposed
-    and its constant arithmetic folded with numpy first (constfold.py), not compiled op by op."""
+    and its constant arithmetic folded with numpy first (constfold.py), not compiled op by op.
+    With `fastmath` on, exp/erf/tanh/sigmoid/silu/gelu get their fast approximations here."""
     mod = clip_as_ops(variadic_to_binary(mod))[0]
     mod, _ = fold_constants(relax.transform.DecomposeOpsForInference()(mod))
-    return legalize(mod, {"relax.nn.conv2d": legalize_conv2d, **IEEE_OPS})
+    return legalize(mod, {"relax.nn.conv2d": legalize_conv2d, **IEEE_OPS, **(FAST_OPS if fast else {})})
 
 
-LEGALIZE = Pass("legalize", lambda mod, ctx: (_legalize(mod), None), switch=lambda opt: True)
+LEGALIZE = Pass("legalize", lambda mod, ctx: (_legalize(mod, ctx.opt.enabled("fastmath")), None),
+                switch=lambda opt: True)
 FUSION = Pass("fusion", lambda mod, ctx: fuse(mod), off="off in the spec: one kernel per graph op")
 # Souffle's global fusion in two places under one switch: sibling matmuls are combined on the
 # graph (before layout packing, so the combined weight is packed once); layout copies fold into
