@@ -16,6 +16,7 @@ while avoiding constructs the importer rejects or gets wrong:
 * `Resize`: gathers and weighted sums per resized axis, weights from onnxruntime (resize.py).
 * `CumSum`, `TopK`: a triangular MatMul and rounds of ArgMax (selection.py).
 * `Reshape` with allowzero=1 and no 0 in its shape: the flag dropped (it only matters for 0s).
+* `Dropout` (inference): Identity, and a constant all-true mask where the mask is read.
 * `QLinearMatMul`, `QLinearConv`, `ConvInteger`: MatMulInteger / shifted float Conv + requantize
   (quantized.py).
 * Constant folding of small computations on constants (shape arithmetic such as
@@ -218,9 +219,24 @@ def _clip_defaults(node, t: _Types, b: _Builder):
                              name=node.name)]
 
 
+def _dropout(node, t: _Types, b: _Builder):
+    """Inference-time Dropout (no training_mode input; model.py refuses one) is the identity and an
+    all-true mask. TVM's importer keeps it as an op whose kernel writes the mask too, which fused
+    it into the matmul before it as a second output (no tiled schedule: AlexNet's 151 MB FC layer
+    ran at a third of the memory bandwidth)."""
+    outs = list(node.output) + [""]
+    new = [helper.make_node("Identity", [node.input[0]], [outs[0]], name=node.name)]
+    if outs[1]:
+        shape = t.shape.get(node.input[0])
+        if shape is None or None in shape:
+            return None
+        new.append(helper.make_node("Identity", [b.const(outs[1], np.ones(shape, np.bool_))], [outs[1]]))
+    return new
+
+
 REWRITES = {"Clip": _clip_defaults, "Shape": _shape_or_size, "Size": _shape_or_size, "Pow": _pow,
             "ReduceMax": _reduce_min_max, "ReduceMin": _reduce_min_max, "Split": _split, "Trilu": _trilu, "Mod": _mod,
-            "LayerNormalization": _layernorm, "Reshape": _reshape_allowzero, **LOWERINGS}
+            "LayerNormalization": _layernorm, "Reshape": _reshape_allowzero, "Dropout": _dropout, **LOWERINGS}
 
 
 def _layernorm_with_stats(node, t: _Types, b: _Builder) -> list[onnx.NodeProto]:

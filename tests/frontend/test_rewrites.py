@@ -46,6 +46,12 @@ CASES = {
                               [("x", F, [2, 3, 4])], [("y", F, [2, 12])],
                               [numpy_helper.from_array(np.array([0], np.int64), "i"),
                                numpy_helper.from_array(np.array([-1], np.int64), "minus1")]),
+    "dropout_with_mask": model([helper.make_node("MatMul", ["x", "w"], ["h"]),
+                                helper.make_node("Dropout", ["h", "ratio"], ["y", "mask"]),
+                                helper.make_node("Cast", ["mask"], ["m"], to=F)],
+                               [("x", F, [1, 8])], [("y", F, [1, 4]), ("m", F, [1, 4])],
+                               [numpy_helper.from_array(np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4), "w"),
+                                numpy_helper.from_array(np.array(0.5, np.float32), "ratio")]),
 }
 
 
@@ -68,6 +74,15 @@ def test_rewrites_replace_what_they_should():
     assert [n.op_type for n in out.graph.node] == ["Reshape"]
     assert numpy_helper.to_array(next(i for i in out.graph.initializer if i.name == out.graph.node[0].input[1])
                                  ).tolist() == [2, -1]
+
+
+def test_inference_dropout_becomes_identity_and_a_constant_mask():
+    m = CASES["dropout_with_mask"]
+    loaded = LoadedModel(None, m, 18, [TensorInfo("x", "float32", (1, 8))], [])
+    out, changed = rewrite(infer_shapes(loaded, {"x": (1, 8)}))
+    assert "Dropout" not in [n.op_type for n in out.graph.node] and changed >= 1
+    mask = next(i for i in out.graph.initializer if i.name == "mask")      # the Identity folded
+    assert numpy_helper.to_array(mask).all() and tuple(mask.dims) == (1, 4)
 
 
 def test_reshape_allowzero_without_zeros_loses_the_flag_and_with_zeros_stays_in_ort():
