@@ -12,7 +12,10 @@ vector accumulator the row's elements stream into, then summed across its lanes 
       element-wise blocks vectorized along the row
 
 Same 128 x 768 layer norm: 7.7 us. The sum's order changes (lane-wise, then across lanes), as in
-any vectorized reduction; the verify tolerance covers it.
+any vectorized reduction; the verify tolerance covers it. A row that is not whole vectors long
+keeps scalar sums (rfactor cannot split it) but the same structure: dlight's rule, given one
+row (a classifier's 1 x 1000 softmax), computed the row's max and sum once per output element,
+1.4 ms instead of microseconds.
 """
 from __future__ import annotations
 
@@ -33,8 +36,6 @@ def vector_row_reduction(rules, sch: s_tir.Schedule) -> KernelSchedule:
     lanes = rules.lanes(rules._dtype_bits(sch, blocks[-1]))
     partials = row_partials(sch, [b for b in blocks if is_reduction(sch, b) and _leading_spatial(sch, b) == lead],
                             lanes)
-    if not partials:
-        raise RuleMismatch("no row reduction a whole number of vectors long")
 
     blocks = rules._blocks(sch)
     last = blocks[-1]
@@ -50,7 +51,8 @@ def vector_row_reduction(rules, sch: s_tir.Schedule) -> KernelSchedule:
     for b in blocks[:-1]:
         vectorize_inner(sch, b, lanes)
     return KernelSchedule("vector-row-reduction", n_rows, lanes,
-                          note=f"{len(partials)} reduction(s) as {lanes}-lane partial sums")
+                          note=f"{len(partials)} reduction(s) as {lanes}-lane partial sums" if partials else
+                          "row sums as scalar chains (rows not whole vectors long)")
 
 
 def row_partials(sch: s_tir.Schedule, blocks: list, lanes: int) -> list:

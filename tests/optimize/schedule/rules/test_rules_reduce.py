@@ -1,6 +1,6 @@
 """The vector row-reduction rule: layer norm and softmax rows whole vectors long are summed in
-vector partial sums and compute what the unscheduled kernel computes; other rows fall back to
-dlight's scalar rule."""
+vector partial sums and compute what the unscheduled kernel computes; other rows keep scalar sums,
+computed once per row."""
 from __future__ import annotations
 
 import numpy as np
@@ -34,12 +34,23 @@ def test_rows_of_whole_vectors_use_partial_sums_and_equal_unscheduled(name, lane
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, err_msg=f"{name}/{kname}")
 
 
-def test_rows_not_whole_vectors_fall_back_to_dlight():
+@pytest.mark.parametrize("shape", [[2, 3, 49], [1, 1000]])
+def test_rows_not_whole_vectors_keep_scalar_sums_once_per_row(shape):
+    """dlight's rule, given a single row, computed the row's max and sum once per output element."""
+    from tvm import s_tir
+
     target = host_target()
     rules = CpuRules(target)
-    for func in kernels_of(_cases(rules.lanes(32) * 3 + 1)["softmax"]).values():
-        _, info = rules.schedule(func)
-        assert info.rule == "row-reduction", info
+    for func in kernels_of(case("Softmax", {"x": shape}, {"axis": -1})).values():
+        scheduled, info = rules.schedule(func)
+        assert info.rule == "vector-row-reduction" and "scalar" in info.note, info
+        sch = s_tir.Schedule(scheduled)
+        outer = [sch.get(lp).extent for lp in sch.get_loops(sch.get_sblock("T_softmax_maxelem"))]
+        assert int(np.prod([int(e) for e in outer])) == int(np.prod(shape)), outer   # rows x row length, no more
+        args = random_args(func)
+        ref = run_kernel(func, target, [a.copy() for a in args])
+        got = run_kernel(scheduled, target, [a.copy() for a in args])
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
 
 
 def test_a_reduction_without_an_element_wise_tail_is_not_taken():
