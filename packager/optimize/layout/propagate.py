@@ -225,9 +225,8 @@ def _layouts_applied(mod: tvm.IRModule) -> Counter:
                    for b in _bindings(mod) if _op(b.value) == "relax.nn.conv2d")
 
 
-def _apply(mod: tvm.IRModule, decisions) -> tuple[tvm.IRModule | None, str]:
-    """ConvertLayout with each conv's chosen layouts, then merged and dropped conversions; (None,
-    why) when TVM cannot express a conversion (e.g. NCHW16c -> NCHW32c) or applied others."""
+def _callback(decisions):
+    """ConvertLayout's layout callback: each conv's chosen layouts (found by its weight)."""
     def layout_cb(call):
         if _op(call) != "relax.nn.conv2d":
             return {}
@@ -236,9 +235,15 @@ def _apply(mod: tvm.IRModule, decisions) -> tuple[tvm.IRModule | None, str]:
                 return {"relax.nn.conv2d": list(d.layouts())}
         return {"relax.nn.conv2d": ["NCHW", "OIHW", "NCHW"]}
 
+    return layout_cb
+
+
+def _apply(mod: tvm.IRModule, decisions) -> tuple[tvm.IRModule | None, str]:
+    """ConvertLayout with each conv's chosen layouts, then merged and dropped conversions; (None,
+    why) when TVM cannot express a conversion (e.g. NCHW16c -> NCHW32c) or applied others."""
     try:
         converted = tvm.transform.Sequential([
-            relax.transform.ConvertLayout({}, layout_cb=layout_cb),
+            relax.transform.ConvertLayout({}, layout_cb=_callback(decisions)),
             relax.transform.EliminateCommonSubexpr(),
             relax.transform.DeadCodeElimination(),
         ])(mod)
@@ -294,6 +299,12 @@ def _conv_layouts(mod: tvm.IRModule, decisions, lanes: int) -> tuple[tvm.IRModul
         if converted is not None:
             return converted, decisions, searched_note
     uniform = [(w, s, _one_block(s, lanes)) for w, s, _ in decisions]
+    partial = _partially_applied(searched, decisions, uniform)
+    if partial is not None:
+        converted, kept, lost = partial
+        return converted, kept, searched_note + (f"searched layouts refused by ConvertLayout for {lost} conv(s) "
+                                                 f"({why}), which stay NCHW: the searched choices of the others "
+                                                 f"kept, their measured total below uniform {lanes}-lane blocking's; ")
     refused = f"searched layouts refused by ConvertLayout ({why}): uniform {lanes}-lane blocking used; "
     converted, why2 = _apply(mod, uniform)
     if converted is None:
@@ -302,6 +313,43 @@ def _conv_layouts(mod: tvm.IRModule, decisions, lanes: int) -> tuple[tvm.IRModul
     if converted is not None:
         return converted, uniform, note + refused
     return mod, plain, f"{note}NCHW kept: ConvertLayout refused the searched layouts ({why}) and uniform blocking ({why2}); "
+
+
+def _partially_applied(mod: tvm.IRModule, decisions, uniform) -> tuple[tvm.IRModule, list, int] | None:
+    """ConvertLayout with the searched choices, where it left some convs NCHW without failing
+    (shufflenet: 2 of 49 wanted packed), kept when the scores of what it applied sum below those
+    of uniform blocking (which would pack the 47 grouped convs the search left NCHW): (module,
+    the decisions as applied, convs that lost their choice), else None. Needs every conv scored."""
+    try:
+        converted = tvm.transform.Sequential([relax.transform.ConvertLayout({}, layout_cb=_callback(decisions)),
+                                              relax.transform.EliminateCommonSubexpr(),
+                                              relax.transform.DeadCodeElimination()])(mod)
+    except Exception:  # noqa: BLE001 - TVM raises InternalError for layouts it cannot convert
+        return None
+    plain = _plain_conv_weights(converted)
+    applied = [(w, s, d if (d.data_block, d.out_block) == (1, 1) or not any(w.same_as(p) for p in plain)
+                else replace(d, data_block=1, out_block=1, w_in=1, w_out=1)) for w, s, d in decisions]
+    if Counter(d.layouts() for *_, d in applied) != _layouts_applied(converted):
+        return None                                       # not only "left NCHW": something else happened
+    if not all(d.scores for *_, d in decisions):
+        return None
+    cost = [_score(d0, a) for (*_, d0), (*_, a) in zip(decisions, applied)]
+    fallback = [_score(d0, u) for (*_, d0), (*_, u) in zip(decisions, uniform)]
+    if sum(cost) > sum(fallback):
+        return None
+    lost = sum(a is not d for (*_, a), (*_, d) in zip(applied, decisions))
+    return converted, applied, lost
+
+
+def _score(searched: Decision, d: Decision) -> float:
+    """The searched conv's score (ms) for the blocks of `d`; its slowest candidate's if that pair
+    was not scored."""
+    return searched.scores.get(f"{d.data_block}/{d.out_block}", max(searched.scores.values()))
+
+
+def _plain_conv_weights(mod: tvm.IRModule) -> list:
+    """The constant weights of the convs ConvertLayout left at NCHW / OIHW / NCHW."""
+    return [b.value.args[1] for b in _bindings(mod) if _is_plain_conv(b.value)]
 
 
 def _isolated(mod: tvm.IRModule, chosen, note: str) -> tuple[tvm.IRModule, str]:

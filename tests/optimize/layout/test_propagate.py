@@ -266,3 +266,54 @@ def test_tracked_ops_have_tvm_layout_rules():
     from packager.optimize.layout.propagate import FOLLOW
 
     assert all(tvm.ir.Op.get(name).get_attr("FRelaxInferLayout") is not None for name in FOLLOW)
+
+
+class ScoredSearch(FixedSearch):
+    """FixedSearch whose decisions carry scores (ms per data/out blocks), as measured ones do."""
+
+    def __init__(self, blocks, scores):
+        super().__init__(blocks)
+        self.scores = list(scores)
+
+    def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None):
+        d = super().decide(site, incoming, allowed_out, next_conv, pool)
+        d.scores = self.scores.pop(0)
+        return d
+
+
+def _depthwise_then_pointwise():
+    return _model([_conv("x", "w1", None, "c1", group=32, pads=[1] * 4), helper.make_node("Relu", ["c1"], ["r"]),
+                   _conv("r", "w2", None, "y")], [1, 32, 6, 6], {"w1": _w(32, 1, 3, 3), "w2": _w(32, 32, 1, 1)})
+
+
+def _laid(model, search, monkeypatch):
+    """The layout pass, with TVM's silent refusal (shufflenet: 2 of 49 convs left NCHW, no error;
+    no small graph reproduced it) imitated: ConvertLayout is asked for NCHW for the first conv."""
+    import packager.optimize.layout.propagate as propagate
+
+    real = propagate._callback
+
+    def refusing(decisions):
+        cb = real(decisions)
+        first = decisions[0][0]
+        return lambda call: ({"relax.nn.conv2d": ["NCHW", "OIHW", "NCHW"]} if getattr(call.op, "name", "") ==
+                             "relax.nn.conv2d" and call.args[1].same_as(first) else cb(call))
+
+    monkeypatch.setattr(propagate, "_callback", refusing)
+    mod, _ = _relax(model)
+    return alter_layouts(mod, scheduler_for(X86), search=search)[1]
+
+
+def test_a_conv_convertlayout_leaves_nchw_costs_only_itself_when_that_measures_faster(monkeypatch):
+    """When ConvertLayout leaves a conv NCHW without an error, the others keep their choices if
+    the scores of what was applied sum below uniform blocking's (which packed shufflenet's
+    grouped convs the search had left NCHW: 1.9x slower); else uniform blocking is tried (which
+    the imitated refusal refuses too here)."""
+    n = X86.vector_lanes_f32
+    cheap_nchw = [{"1/1": 1.0, f"1/{n}": 0.5, f"{n}/{n}": 5.0}, {"1/1": 1.0, f"{n}/{n}": 3.0}]
+    report = _laid(_depthwise_then_pointwise(), ScoredSearch([(1, n), (1, 1)], cheap_nchw), monkeypatch)
+    assert "refused by ConvertLayout for 1 conv(s)" in report.summary, report.summary
+    assert report.details["packed"] == 0
+    cheap_uniform = [{"1/1": 1.0, f"1/{n}": 0.5, f"{n}/{n}": 2.0}, {"1/1": 10.0, f"{n}/{n}": 1.0}]
+    report = _laid(_depthwise_then_pointwise(), ScoredSearch([(1, n), (1, 1)], cheap_uniform), monkeypatch)
+    assert "for 1 conv(s)" not in report.summary and "uniform blocking" in report.summary, report.summary
