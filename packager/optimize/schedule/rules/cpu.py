@@ -65,7 +65,8 @@ class CpuRules:
             yield func, KernelSchedule("naive", note="recurrence: the plain loops")
             return
         reasons = []
-        for rule in (self.tiled_reduction, self.reduction_epilogue, self.row_region, self.vector_row_reduction,
+        for rule in (self.tiled_reduction, self.reduction_epilogue, self.row_region, self.column_reduction,
+                     self.vector_row_reduction,
                      self.row_reduction, self.injective, self.fallback):
             sch = s_tir.Schedule(func)
             try:
@@ -355,6 +356,11 @@ class CpuRules:
         return row_region(self, sch)
 
     # -- rule: row reductions (softmax, layer norm) ----------------------------------------
+    def column_reduction(self, sch: s_tir.Schedule) -> KernelSchedule:
+        from .column import column_reduction
+
+        return column_reduction(self, sch)
+
     def vector_row_reduction(self, sch: s_tir.Schedule) -> KernelSchedule:
         from .reduce import vector_row_reduction
 
