@@ -25,7 +25,7 @@ SPECIAL = np.array([[np.nan, np.inf, -np.inf, 1.0, -2.0, 0.0]], np.float32)
 
 def _model() -> onnx.ModelProto:
     """t = x + w (w holds NaN and +-inf); Relu, Max/Min with x and with a constant, 3-way Max, Clip
-    without bounds and with bounds (ReLU6)."""
+    without bounds and with bounds (ReLU6), HardSigmoid and HardSwish (relax.clip in the importer)."""
     inits = [numpy_helper.from_array(SPECIAL, "w"), numpy_helper.from_array(np.array(0.5, np.float32), "half"),
              numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
              numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
@@ -34,8 +34,9 @@ def _model() -> onnx.ModelProto:
              helper.make_node("Max", ["t", "x"], ["max_tx"]), helper.make_node("Max", ["x", "t"], ["max_xt"]),
              helper.make_node("Min", ["t", "x"], ["min_tx"]), helper.make_node("Max", ["t", "half"], ["max_c"]),
              helper.make_node("Max", ["x", "t", "x"], ["max3"]),
-             helper.make_node("Clip", ["t"], ["clip_none"]), helper.make_node("Clip", ["t", "lo", "hi"], ["relu6"])]
-    outs = ["relu", "max_tx", "max_xt", "min_tx", "max_c", "max3", "clip_none", "relu6"]
+             helper.make_node("Clip", ["t"], ["clip_none"]), helper.make_node("Clip", ["t", "lo", "hi"], ["relu6"]),
+             helper.make_node("HardSigmoid", ["t"], ["hsig"]), helper.make_node("HardSwish", ["t"], ["hswish"])]
+    outs = ["relu", "max_tx", "max_xt", "min_tx", "max_c", "max3", "clip_none", "relu6", "hsig", "hswish"]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 6])],
                           [helper.make_tensor_value_info(o, F, [1, 6]) for o in outs], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
@@ -63,7 +64,7 @@ def test_the_stacked_max_becomes_binary_maximums(tmp_path):
     text = variadic_to_binary(mod).script()
     assert "R.stack(" not in text and "R.max(" not in text
     assert text.count("R.maximum(") == 6 and text.count("R.minimum(") == 2
-    assert clip_as_ops(variadic_to_binary(mod))[1] == 2          # ReLU6's TOPI max and min kernels
+    assert clip_as_ops(variadic_to_binary(mod))[1] == 4          # ReLU6's TOPI max and min kernels, 2 relax.clip
 
 
 @pytest.mark.slow

@@ -2,7 +2,10 @@
 topi.maximum / topi.minimum), which layout propagation cannot see through: every ReLU6 would
 need a conversion on each side. This rewrite turns those calls back into relax.maximum /
 relax.minimum with the same scalar bound (identical math), before layouts are chosen; the
-legalization runs it again for every target, so Clip gets ieee.py's NaN rule everywhere."""
+legalization runs it again for every target, so Clip gets ieee.py's NaN rule everywhere.
+relax.clip itself (the importer's HardSigmoid and HardSwish) has no layout rule either: it
+becomes the same maximum / minimum pair (PP-LCNet's 11 HardSwishes each cost a layout
+conversion and two kernels of their own)."""
 from __future__ import annotations
 
 import tvm
@@ -34,6 +37,8 @@ class _ClipAsOps(relax.PyExprMutator):
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
+        if getattr(call.op, "name", None) == "relax.clip":
+            return self._clip(call)
         if getattr(call.op, "name", None) != "relax.call_tir" or not isinstance(call.args[0], tvm.ir.GlobalVar):
             return call
         op = _scalar_bound_op(self.mod_[call.args[0]])
@@ -44,6 +49,17 @@ class _ClipAsOps(relax.PyExprMutator):
             return call
         self.rewritten += 1
         return op(x, bound)
+
+    def _clip(self, call):
+        """relax.clip(x, lo, hi) with constant bounds on a float x -> minimum(maximum(x, lo), hi)."""
+        x, lo, hi = call.args
+        dtype = str(x.ty.dtype)
+        bounds = [b if isinstance(b, (tirx.IntImm, tirx.FloatImm)) else getattr(b, "value", None) for b in (lo, hi)]
+        if not dtype.startswith("float") or not all(isinstance(b, (tirx.IntImm, tirx.FloatImm)) for b in bounds):
+            return call
+        self.rewritten += 1
+        low = self.builder_.emit(relax.op.maximum(x, relax.const(float(bounds[0].value), dtype)))
+        return relax.op.minimum(low, relax.const(float(bounds[1].value), dtype))
 
 
 def clip_as_ops(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
