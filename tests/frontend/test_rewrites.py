@@ -46,6 +46,10 @@ CASES = {
                               [("x", F, [2, 3, 4])], [("y", F, [2, 12])],
                               [numpy_helper.from_array(np.array([0], np.int64), "i"),
                                numpy_helper.from_array(np.array([-1], np.int64), "minus1")]),
+    "conv1d": model([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[2, 1], strides=[2], dilations=[2], group=2)],
+                    [("x", F, [1, 4, 19])], [("y", F, [1, 6, 9])],
+                    [numpy_helper.from_array(np.linspace(-1, 1, 36, dtype=np.float32).reshape(6, 2, 3), "w"),
+                     numpy_helper.from_array(np.arange(6, dtype=np.float32), "b")]),
     "dropout_with_mask": model([helper.make_node("MatMul", ["x", "w"], ["h"]),
                                 helper.make_node("Dropout", ["h", "ratio"], ["y", "mask"]),
                                 helper.make_node("Cast", ["mask"], ["m"], to=F)],
@@ -74,6 +78,19 @@ def test_rewrites_replace_what_they_should():
     assert [n.op_type for n in out.graph.node] == ["Reshape"]
     assert numpy_helper.to_array(next(i for i in out.graph.initializer if i.name == out.graph.node[0].input[1])
                                  ).tolist() == [2, -1]
+
+
+def test_a_conv1d_becomes_a_conv2d_over_height_one():
+    m = CASES["conv1d"]
+    loaded = LoadedModel(None, m, 18, [TensorInfo("x", "float32", (1, 4, 19))], [])
+    out, _ = rewrite(infer_shapes(loaded, {"x": (1, 4, 19)}))
+    assert [n.op_type for n in out.graph.node] == ["Unsqueeze", "Conv", "Squeeze"]
+    conv = out.graph.node[1]
+    attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute}
+    assert attrs["kernel_shape"] == [1, 3] and attrs["pads"] == [0, 2, 0, 1] and attrs["strides"] == [1, 2]
+    assert attrs["dilations"] == [1, 2] and attrs["group"] == 2
+    w = next(i for i in out.graph.initializer if i.name == conv.input[1])
+    assert tuple(w.dims) == (6, 2, 1, 3)
 
 
 def test_inference_dropout_becomes_identity_and_a_constant_mask():
