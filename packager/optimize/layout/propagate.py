@@ -238,17 +238,24 @@ def _callback(decisions):
     return layout_cb
 
 
-def _apply(mod: tvm.IRModule, decisions) -> tuple[tvm.IRModule | None, str]:
+def _convert(mod: tvm.IRModule, decisions) -> tuple[tvm.IRModule | None, str]:
     """ConvertLayout with each conv's chosen layouts, then merged and dropped conversions; (None,
-    why) when TVM cannot express a conversion (e.g. NCHW16c -> NCHW32c) or applied others."""
+    why) when TVM raises (it cannot express a conversion, e.g. NCHW16c -> NCHW32c)."""
     try:
-        converted = tvm.transform.Sequential([
+        return tvm.transform.Sequential([
             relax.transform.ConvertLayout({}, layout_cb=_callback(decisions)),
             relax.transform.EliminateCommonSubexpr(),
             relax.transform.DeadCodeElimination(),
-        ])(mod)
+        ])(mod), ""
     except Exception as e:  # noqa: BLE001 - TVM raises InternalError for layouts it cannot convert
         return None, str(e).strip().splitlines()[-1][:160]
+
+
+def _apply(mod: tvm.IRModule, decisions) -> tuple[tvm.IRModule | None, str]:
+    """_convert, and (None, why) also when TVM applied other layouts than the chosen ones."""
+    converted, why = _convert(mod, decisions)
+    if converted is None:
+        return None, why
     applied = _layouts_applied(converted)
     want = Counter(d.layouts() for _, _, d in decisions)
     if applied != want:
@@ -320,19 +327,14 @@ def _partially_applied(mod: tvm.IRModule, decisions, uniform) -> tuple[tvm.IRMod
     (shufflenet: 2 of 49 wanted packed), kept when the scores of what it applied sum below those
     of uniform blocking (which would pack the 47 grouped convs the search left NCHW): (module,
     the decisions as applied, convs that lost their choice), else None. Needs every conv scored."""
-    try:
-        converted = tvm.transform.Sequential([relax.transform.ConvertLayout({}, layout_cb=_callback(decisions)),
-                                              relax.transform.EliminateCommonSubexpr(),
-                                              relax.transform.DeadCodeElimination()])(mod)
-    except Exception:  # noqa: BLE001 - TVM raises InternalError for layouts it cannot convert
+    converted, _ = _convert(mod, decisions)
+    if converted is None or not all(d.scores for *_, d in decisions):
         return None
     plain = _plain_conv_weights(converted)
     applied = [(w, s, d if (d.data_block, d.out_block) == (1, 1) or not any(w.same_as(p) for p in plain)
                 else replace(d, data_block=1, out_block=1, w_in=1, w_out=1)) for w, s, d in decisions]
     if Counter(d.layouts() for *_, d in applied) != _layouts_applied(converted):
         return None                                       # not only "left NCHW": something else happened
-    if not all(d.scores for *_, d in decisions):
-        return None
     cost = [_score(d0, a) for (*_, d0), (*_, a) in zip(decisions, applied)]
     fallback = [_score(d0, u) for (*_, d0), (*_, u) in zip(decisions, uniform)]
     if sum(cost) > sum(fallback):
