@@ -29,7 +29,6 @@ propagation (one in front of and one behind every packed conv) and after.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import replace
 
 import tvm
 from tvm import relax
@@ -40,11 +39,10 @@ from ... import progress
 from ...targets import Target
 from ..base import PassReport
 from ..schedule.contract import KernelScheduler
-from ..ieee import LEGALIZATIONS as IEEE_OPS
 from ..variadic import variadic_to_binary
 from .broadcast import propagatable
 from .clip import clip_as_ops
-from .isolate import isolate
+from .apply import apply_conv_layouts, bindings, is_plain_conv, op_name
 from .matmul import matmul_site, pack_matmul_weights
 from .primitives import channel_blocked, conv_weight_blocked
 from .search import ConvSite, Decision, LayoutSearch, NextConv, PoolSite, ProfileMemo
@@ -55,22 +53,6 @@ FOLLOW = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "rela
           "relax.nn.relu", "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu", "relax.nn.max_pool2d",
           "relax.nn.avg_pool2d", "relax.power", "relax.exp", "relax.nn.prelu", "relax.negative", "relax.sqrt"}
 POOLS = {"relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
-
-
-def _op(call) -> str | None:
-    return getattr(getattr(call, "op", None), "name", None)
-
-
-def _is_plain_conv(call) -> bool:
-    if _op(call) != "relax.nn.conv2d" or not is_const(call.args[1]):
-        return False
-    a = call.attrs
-    return (a.data_layout, a.kernel_layout, a.out_layout or "NCHW") == ("NCHW", "OIHW", "NCHW")
-
-
-def _bindings(mod: tvm.IRModule):
-    for block in mod["main"].body.blocks:
-        yield from block.bindings
 
 
 def _args(call) -> list:
@@ -89,7 +71,7 @@ class _Tracker:
         self.block_of: dict = {}
         self.users: dict = defaultdict(list)
         self.producer: dict = {}
-        for b in _bindings(mod):
+        for b in bindings(mod):
             if isinstance(b.value, relax.Call):
                 self.producer[b.var] = b
                 for a in _args(b.value):
@@ -101,12 +83,12 @@ class _Tracker:
         if var in self.block_of or depth > 32:
             return self.block_of.get(var, 1)
         b = self.producer.get(var)
-        if b is None or _op(b.value) not in FOLLOW:
+        if b is None or op_name(b.value) not in FOLLOW:
             return 1
         return max((self.resolve(a, depth + 1) for a in b.value.args if isinstance(a, relax.Var)), default=1)
 
     def visit(self, b) -> None:
-        call, op = b.value, _op(b.value)
+        call, op = b.value, op_name(b.value)
         shape = getattr(b.var.ty, "shape", None)
         if op in FOLLOW and shape is not None and len(shape) == 4:
             for a in call.args:
@@ -123,12 +105,12 @@ class _Tracker:
     def next_conv(self, var):
         """The binding of the plain conv that alone reads `var`, directly or through element-wise
         ops and pooling that keep its channels and have no other reader; else None."""
-        return self._alone_reader(var, lambda b, v: _is_plain_conv(b.value) and b.value.args[0].same_as(v))
+        return self._alone_reader(var, lambda b, v: is_plain_conv(b.value) and b.value.args[0].same_as(v))
 
     def pool_after(self, var):
         """The binding of the 2-D pooling that alone reads `var`, directly or through element-wise
         ops that keep its channels and have no other reader (it runs in `var`'s block); else None."""
-        return self._alone_reader(var, lambda b, v: _op(b.value) in POOLS)
+        return self._alone_reader(var, lambda b, v: op_name(b.value) in POOLS)
 
     def _alone_reader(self, var, wanted):
         """Follow `var`'s single reader through channel-keeping FOLLOW ops until a binding
@@ -141,10 +123,10 @@ class _Tracker:
             b = users[0]
             if wanted(b, var):
                 return b
-            if _is_plain_conv(b.value):
+            if is_plain_conv(b.value):
                 return None
             shape, out = getattr(var.ty, "shape", None), getattr(b.var.ty, "shape", None)
-            if _op(b.value) not in FOLLOW or shape is None or out is None or len(out) != 4 \
+            if op_name(b.value) not in FOLLOW or shape is None or out is None or len(out) != 4 \
                     or int(out[1]) != int(shape[1]):
                 return None
             var = b.var
@@ -163,7 +145,7 @@ class _Tracker:
         while stack:
             v = stack.pop()
             for b in self.users.get(v, []):
-                op = _op(b.value)
+                op = op_name(b.value)
                 if op not in FOLLOW and op != "relax.concat":
                     continue
                 found |= {blk for a in _args(b.value) if isinstance(a, relax.Var) and not a.same_as(v)
@@ -178,13 +160,13 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch) -> list[tuple[ir.Con
     """Topological walk: (weight constant, site, decision) per conv."""
     track = _Tracker(mod)
     out = []
-    convs = sum(1 for b in _bindings(mod) if isinstance(b.value, relax.Call) and _is_plain_conv(b.value))
+    convs = sum(1 for b in bindings(mod) if isinstance(b.value, relax.Call) and is_plain_conv(b.value))
     with progress.task("layout candidates", convs, "convs") as bar:
-        for b in _bindings(mod):
+        for b in bindings(mod):
             call = b.value
             if not isinstance(call, relax.Call):
                 continue
-            if _is_plain_conv(call):
+            if is_plain_conv(call):
                 site = ConvSite.of(call)
                 nxt = track.next_conv(b.var)
                 nxt_site = ConvSite.of(nxt.value) if nxt is not None else None
@@ -208,163 +190,16 @@ def _count_conversions(mod: tvm.IRModule) -> tuple[int, int]:
     def constant(e) -> bool:
         return is_const(e) or e in from_consts
 
-    for b in _bindings(mod):
+    for b in bindings(mod):
         v = b.value
         if isinstance(v, relax.Call) and all(constant(a) for a in v.args if not isinstance(a, relax.ShapeExpr)):
             from_consts.add(b.var)
-        if _op(v) == "relax.layout_transform":
+        if op_name(v) == "relax.layout_transform":
             if constant(v.args[0]):
                 const += 1
             else:
                 act += 1
     return act, const
-
-
-def _layouts_applied(mod: tvm.IRModule) -> Counter:
-    return Counter((b.value.attrs.data_layout, b.value.attrs.kernel_layout, b.value.attrs.out_layout)
-                   for b in _bindings(mod) if _op(b.value) == "relax.nn.conv2d")
-
-
-def _callback(decisions):
-    """ConvertLayout's layout callback: each conv's chosen layouts (found by its weight)."""
-    def layout_cb(call):
-        if _op(call) != "relax.nn.conv2d":
-            return {}
-        for w, _, d in decisions:
-            if call.args[1].same_as(w):
-                return {"relax.nn.conv2d": list(d.layouts())}
-        return {"relax.nn.conv2d": ["NCHW", "OIHW", "NCHW"]}
-
-    return layout_cb
-
-
-def _convert(mod: tvm.IRModule, decisions) -> tuple[tvm.IRModule | None, str]:
-    """ConvertLayout with each conv's chosen layouts, then merged and dropped conversions; (None,
-    why) when TVM raises (it cannot express a conversion, e.g. NCHW16c -> NCHW32c)."""
-    try:
-        return tvm.transform.Sequential([
-            relax.transform.ConvertLayout({}, layout_cb=_callback(decisions)),
-            relax.transform.EliminateCommonSubexpr(),
-            relax.transform.DeadCodeElimination(),
-        ])(mod), ""
-    except Exception as e:  # noqa: BLE001 - TVM raises InternalError for layouts it cannot convert
-        return None, str(e).strip().splitlines()[-1][:160]
-
-
-def _apply(mod: tvm.IRModule, decisions) -> tuple[tvm.IRModule | None, str]:
-    """_convert, and (None, why) also when TVM applied other layouts than the chosen ones."""
-    converted, why = _convert(mod, decisions)
-    if converted is None:
-        return None, why
-    applied = _layouts_applied(converted)
-    want = Counter(d.layouts() for _, _, d in decisions)
-    if applied != want:
-        return None, f"applied {dict(applied)}, wanted {dict(want)}"
-    return converted, ""
-
-
-def _one_block(site: ConvSite, lanes: int, d: Decision | None = None) -> Decision:
-    """Every packed tensor at `lanes` where its channels allow, NCHW otherwise: the only
-    conversions left are packed <-> NCHW, which TVM can always express. With `d` (a searched
-    decision), its choice of packed or NCHW per tensor is kept, and its scores with it; without,
-    every tensor is packed (the uniform fallback)."""
-    data = lanes if (d is None or d.data_block > 1) and site.channels % lanes == 0 else 1
-    out = lanes if (d is None or d.out_block > 1) and site.valid(data, lanes) else 1
-    w_in, w_out = site.weight_blocks(data, out)
-    return replace(d, data_block=data, out_block=out, w_in=w_in, w_out=w_out) if d is not None \
-        else Decision(data, out, w_in, w_out)
-
-
-def _conv_layouts(mod: tvm.IRModule, decisions, lanes: int) -> tuple[tvm.IRModule, list, str]:
-    """Apply the searched conv layouts; if TVM refuses them, the same with one block for every
-    packed tensor, then the searched layouts with what refuses them isolated, then the
-    vector-width block for all; else NCHW. An op whose own layout inference fails (even with
-    every conv at NCHW), or fails beside the searched layouts (a Split of a packed conv's output:
-    nudenet's seven C2f blocks cost its 64 searched convs their choices), or one that still fails
-    under uniform blocking, is lowered to a kernel first with NCHW around it (isolate.py), so one
-    op does not cost the whole model its layouts."""
-    if not any((d.data_block, d.out_block) != (1, 1) for _, _, d in decisions):
-        return mod, decisions, ""
-    plain = [(w, s, Decision(1, 1, 1, 1, d.scores)) for w, s, d in decisions]
-    converted, why = _apply(mod, decisions)
-    if converted is not None:
-        return converted, decisions, ""
-    mod, note = _isolated(mod, plain, "")             # checked only once the choices were refused
-    if note:
-        converted, why = _apply(mod, decisions)
-        if converted is not None:
-            return converted, decisions, note
-    one = [(w, s, _one_block(s, lanes, d)) for w, s, d in decisions]
-    if [d for *_, d in one] != [d for *_, d in decisions]:   # 16c meeting 32c, which TVM cannot convert
-        converted, _ = _apply(mod, one)
-        if converted is not None:
-            return converted, one, note + (f"searched layouts refused by ConvertLayout ({why}): the searched "
-                                           f"packed/NCHW choices kept, every packed block {lanes} lanes; ")
-    searched, searched_note = _isolated(mod, decisions, note)   # an op that fails only beside packed
-    if searched_note != note:                                   # convs (YOLO's channel Split)
-        converted, _ = _apply(searched, decisions)
-        if converted is not None:
-            return converted, decisions, searched_note
-    uniform = [(w, s, _one_block(s, lanes)) for w, s, _ in decisions]
-    partial = _partially_applied(searched, decisions, uniform)
-    if partial is not None:
-        converted, kept, lost = partial
-        return converted, kept, searched_note + (f"searched layouts refused by ConvertLayout for {lost} conv(s) "
-                                                 f"({why}), which stay NCHW: the searched choices of the others "
-                                                 f"kept, their measured total below uniform {lanes}-lane blocking's; ")
-    refused = f"searched layouts refused by ConvertLayout ({why}): uniform {lanes}-lane blocking used; "
-    converted, why2 = _apply(mod, uniform)
-    if converted is None:
-        mod, note = _isolated(mod, uniform, note)
-        converted, why2 = _apply(mod, uniform)
-    if converted is not None:
-        return converted, uniform, note + refused
-    return mod, plain, f"{note}NCHW kept: ConvertLayout refused the searched layouts ({why}) and uniform blocking ({why2}); "
-
-
-def _partially_applied(mod: tvm.IRModule, decisions, uniform) -> tuple[tvm.IRModule, list, int] | None:
-    """ConvertLayout with the searched choices, where it left some convs NCHW without failing
-    (shufflenet: 2 of 49 wanted packed), kept when the scores of what it applied sum below those
-    of uniform blocking (which would pack the 47 grouped convs the search left NCHW): (module,
-    the decisions as applied, convs that lost their choice), else None. Needs every conv scored."""
-    converted, _ = _convert(mod, decisions)
-    if converted is None or not all(d.scores for *_, d in decisions):
-        return None
-    plain = _plain_conv_weights(converted)
-    applied = [(w, s, d if (d.data_block, d.out_block) == (1, 1) or not any(w.same_as(p) for p in plain)
-                else replace(d, data_block=1, out_block=1, w_in=1, w_out=1)) for w, s, d in decisions]
-    if Counter(d.layouts() for *_, d in applied) != _layouts_applied(converted):
-        return None                                       # not only "left NCHW": something else happened
-    cost = [_score(d0, a) for (*_, d0), (*_, a) in zip(decisions, applied)]
-    fallback = [_score(d0, u) for (*_, d0), (*_, u) in zip(decisions, uniform)]
-    if sum(cost) > sum(fallback):
-        return None
-    lost = sum(a is not d for (*_, a), (*_, d) in zip(applied, decisions))
-    return converted, applied, lost
-
-
-def _score(searched: Decision, d: Decision) -> float:
-    """The searched conv's score (ms) for the blocks of `d`; its slowest candidate's if that pair
-    was not scored."""
-    return searched.scores.get(f"{d.data_block}/{d.out_block}", max(searched.scores.values()))
-
-
-def _plain_conv_weights(mod: tvm.IRModule) -> list:
-    """The constant weights of the convs ConvertLayout left at NCHW / OIHW / NCHW."""
-    return [b.value.args[1] for b in _bindings(mod) if _is_plain_conv(b.value)]
-
-
-def _isolated(mod: tvm.IRModule, chosen, note: str) -> tuple[tvm.IRModule, str]:
-    """`mod` with the op types lowered that keep ConvertLayout from applying `chosen` (unchanged
-    when it applies, or when lowering does not help), and the report note saying which."""
-    converted, why = _apply(mod, chosen)
-    if converted is not None:
-        return mod, note
-    lowered_mod, lowered = isolate(mod, lambda m: _apply(m, chosen)[0] is not None, IEEE_OPS)
-    if lowered_mod is None:
-        return mod, note
-    return lowered_mod, note + (f"{', '.join(lowered)} lowered to kernels before layout conversion, NCHW around "
-                                f"them (TVM cannot infer their layouts: {why}); ")
 
 
 def _conv_details(decisions) -> list[dict]:
@@ -399,10 +234,10 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     if memo is not None:
         search = memo.wrap(search)
     decisions = decide_layouts(mod, search)
-    matmuls = [(b.value.args[1], site, search.decide_matmul(site)) for b in _bindings(mod)
+    matmuls = [(b.value.args[1], site, search.decide_matmul(site)) for b in bindings(mod)
                if isinstance(b.value, relax.Call) and (site := matmul_site(b.value)) is not None]
     search.save()
-    converted, decisions, note = _conv_layouts(mod, decisions, target.vector_lanes_f32)
+    converted, decisions, note = apply_conv_layouts(mod, decisions, target.vector_lanes_f32)
     converted, n_panels = pack_matmul_weights(converted, [(c, d.nt) for c, _, d in matmuls if d.nt])
     packed = [d for _, _, d in decisions if (d.data_block, d.out_block) != (1, 1)]
     act, const = _count_conversions(converted)

@@ -289,9 +289,9 @@ def _depthwise_then_pointwise():
 def _laid(model, search, monkeypatch):
     """The layout pass, with TVM's silent refusal (shufflenet: 2 of 49 convs left NCHW, no error;
     no small graph reproduced it) imitated: ConvertLayout is asked for NCHW for the first conv."""
-    import packager.optimize.layout.propagate as propagate
+    import packager.optimize.layout.apply as apply
 
-    real = propagate._callback
+    real = apply._callback
 
     def refusing(decisions):
         cb = real(decisions)
@@ -299,7 +299,7 @@ def _laid(model, search, monkeypatch):
         return lambda call: ({"relax.nn.conv2d": ["NCHW", "OIHW", "NCHW"]} if getattr(call.op, "name", "") ==
                              "relax.nn.conv2d" and call.args[1].same_as(first) else cb(call))
 
-    monkeypatch.setattr(propagate, "_callback", refusing)
+    monkeypatch.setattr(apply, "_callback", refusing)
     mod, _ = _relax(model)
     return alter_layouts(mod, scheduler_for(X86), search=search)[1]
 

@@ -8,7 +8,7 @@ from onnx import helper
 from packager.optimize.schedule.registry import scheduler_for
 from packager.spec import OptimizeSpec
 from packager.optimize.layout.clip import clip_as_ops
-from packager.optimize.layout.propagate import _Tracker, _bindings, alter_layouts
+from packager.optimize.layout.propagate import _Tracker, bindings, alter_layouts
 from packager.optimize.layout.search import LOOKAHEAD_WITHIN, ConvSite, LayoutSearch, NextConv
 
 from test_propagate import X86, _conv, _model, _relax, _w
@@ -93,13 +93,13 @@ def test_the_tracker_finds_the_conv_that_alone_reads_a_conv():
     an add (no conv reads it), and a tensor two convs read has no single next conv."""
     mod, _ = clip_as_ops(_relax(_mobilenet_block())[0])      # as the layout pass sees it
     track = _Tracker(mod)
-    convs = [b for b in _bindings(mod) if getattr(getattr(b.value, "op", None), "name", "") == "relax.nn.conv2d"]
+    convs = [b for b in bindings(mod) if getattr(getattr(b.value, "op", None), "name", "") == "relax.nn.conv2d"]
     nxt = [track.next_conv(b.var) for b in convs]
     assert nxt[0].var.same_as(convs[1].var) and nxt[1].var.same_as(convs[2].var) and nxt[2] is None
     branches, _ = _relax(_model([_conv("x", "w1", None, "a"), _conv("a", "w2", None, "b"), _conv("a", "w3", None, "c"),
                                  helper.make_node("Add", ["b", "c"], ["y"])],
                                 [1, 16, 6, 6], {"w1": _w(16, 16, 1, 1), "w2": _w(16, 16, 1, 1), "w3": _w(16, 16, 1, 1)}))
-    first = next(b for b in _bindings(branches) if getattr(getattr(b.value, "op", None), "name", "") == "relax.nn.conv2d")
+    first = next(b for b in bindings(branches) if getattr(getattr(b.value, "op", None), "name", "") == "relax.nn.conv2d")
     assert _Tracker(branches).next_conv(first.var) is None
 
 

@@ -10,7 +10,7 @@ from onnx import helper
 from packager.optimize.schedule.registry import scheduler_for
 from packager.spec import OptimizeSpec
 from packager.optimize.layout.clip import clip_as_ops
-from packager.optimize.layout.propagate import _Tracker, _bindings, alter_layouts
+from packager.optimize.layout.propagate import _Tracker, bindings, alter_layouts
 from packager.optimize.layout.search import ConvSite, LayoutSearch, PoolSite
 
 from test_propagate import X86, _conv, _model, _relax, _w
@@ -90,7 +90,7 @@ def test_the_tracker_finds_the_pooling_that_alone_reads_a_conv():
     after the pool have none; a conv read by a pooling and by another op has none."""
     mod, _ = clip_as_ops(_relax(_stem())[0])
     track = _Tracker(mod)
-    convs = [b for b in _bindings(mod) if getattr(getattr(b.value, "op", None), "name", "") == "relax.nn.conv2d"]
+    convs = [b for b in bindings(mod) if getattr(getattr(b.value, "op", None), "name", "") == "relax.nn.conv2d"]
     pool = track.pool_after(convs[0].var)
     assert pool is not None and PoolSite.of(pool.value) == POOL
     assert all(track.pool_after(b.var) is None for b in convs[1:])
@@ -98,7 +98,7 @@ def test_the_tracker_finds_the_pooling_that_alone_reads_a_conv():
                                                                                 pads=[1] * 4),
                                helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Add", ["p", "r"], ["y"])],
                               [1, 16, 6, 6], {"w1": _w(16, 16, 1, 1)}))
-    first = next(b for b in _bindings(shared) if getattr(getattr(b.value, "op", None), "name", "") == "relax.nn.conv2d")
+    first = next(b for b in bindings(shared) if getattr(getattr(b.value, "op", None), "name", "") == "relax.nn.conv2d")
     assert _Tracker(shared).pool_after(first.var) is None
 
 
