@@ -76,7 +76,7 @@ def optimize_unit(unit: Unit, opt: OptimizeSpec, targets: list[Target], tally: T
         for pname, shapes in unit.profiles:
             if pname not in imported:
                 imported[pname], out.imports[pname] = import_relax(unit.model, shapes, unit.dtypes,
-                                                                   fold_pads=opt.enabled("simplify"))
+                                                                   simplify=opt.enabled("simplify"))
             mod, passes = optimize_graph(imported[pname], opt, t, memo, tally)
             graphs[pname] = extract_graph(mod, in_names, out_names)
             reports = reports or passes

@@ -31,23 +31,26 @@ class ImportStats:
     note: str = ""                 # why onnxruntime did not fold, if it did not
     lowered: dict = field(default_factory=dict)    # op type -> how many were lowered (lowering.LOWERED_TO)
     pads_folded: int = 0           # zero Pads folded into the Conv reading them (padfold.py)
+    conv1d_as_2d: int = 0          # 1-D Convs made 2-D over height 1 (rewrites.py)
 
     def as_dict(self) -> dict:
         return {"folded_by_onnxruntime": self.folded, "rewritten": self.rewritten, "pads_folded": self.pads_folded,
+                "conv1d_as_2d": self.conv1d_as_2d,
                 **({"note": self.note} if self.note else {}), **({"lowered": self.lowered} if self.lowered else {})}
 
 
 def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str],
-                 fold_pads: bool = False):
+                 simplify: bool = False):
     """Import the bound model into a Relax IRModule (weights embedded as constants); returns it
-    and what the frontend changed on the way. `fold_pads`: zero Pads become their Convs' padding
-    (the simplify pass's ONNX step, padfold.py)."""
+    and what the frontend changed on the way. `simplify` (the simplify pass's ONNX steps): zero
+    Pads become their Convs' padding (padfold.py), 1-D Convs 2-D ones over height 1."""
     from tvm.relax.frontend.onnx import from_onnx
 
     folded = fold_constants(bind_dims(model.proto, shapes))
     before = Counter(n.op_type for n in folded.model.graph.node if n.op_type in LOWERED_TO)
-    bound, rewritten = rewrite(infer_shapes(model, shapes, proto=folded.model))
-    pads_folded = fold_pads_into_convs(bound, model.opset) if fold_pads else 0
+    counts: Counter = Counter()
+    bound, rewritten = rewrite(infer_shapes(model, shapes, proto=folded.model), conv1d_as_2d=simplify, counts=counts)
+    pads_folded = fold_pads_into_convs(bound, model.opset) if simplify else 0
     names = _identifiers(bound)
     shapes = {names.get(k, k): v for k, v in shapes.items()}
     dtypes = {names.get(k, k): v for k, v in dtypes.items()}
@@ -62,7 +65,8 @@ def import_relax(model: LoadedModel, shapes: dict[str, tuple[int, ...]], dtypes:
     if len(params) != len(model.inputs):
         raise InternalError(f"{model}: importer produced {len(params)} inputs, the model has {len(model.inputs)}")
     after = Counter(n.op_type for n in bound.graph.node if n.op_type in LOWERED_TO)
-    return mod, ImportStats(folded.removed, rewritten, folded.note, dict(before - after), pads_folded)
+    return mod, ImportStats(folded.removed, rewritten, folded.note, dict(before - after), pads_folded,
+                            counts["Conv"])
 
 
 @contextmanager

@@ -17,7 +17,8 @@ while avoiding constructs the importer rejects or gets wrong:
 * `CumSum`, `TopK`: a triangular MatMul and rounds of ArgMax (selection.py).
 * `Reshape` with allowzero=1 and no 0 in its shape: the flag dropped (it only matters for 0s).
 * `Dropout` (inference): Identity, and a constant all-true mask where the mask is read.
-* 1-D `Conv` with a constant weight: a 2-D Conv over a height of 1 between Unsqueeze and Squeeze.
+* 1-D `Conv` with a constant weight (with `conv1d_as_2d`, the simplify pass's switch): a 2-D Conv
+  over a height of 1 between Unsqueeze and Squeeze.
 * `QLinearMatMul`, `QLinearConv`, `ConvInteger`: MatMulInteger / shifted float Conv + requantize
   (quantized.py).
 * Constant folding of small computations on constants (shape arithmetic such as
@@ -27,6 +28,8 @@ while avoiding constructs the importer rejects or gets wrong:
 Each rewrite needs the static shapes and types of one profile (the model after shape inference).
 """
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 import onnx
@@ -241,7 +244,7 @@ def _conv1d(node, t: _Types, b: _Builder):
     along the output length (5 frames in openWakeWord's STFT conv: 3x onnxruntime's time)."""
     ins, outs = list(node.input), list(node.output)
     shape = t.shape.get(ins[0])
-    if shape is None or len(shape) != 3 or len(outs) != 1:
+    if shape is None or len(shape) != 3 or len(outs) != 1 or len(ins) < 2:
         return None
     weight = initializer(b.graph, ins[1])
     if weight is None or weight.ndim != 3:
@@ -264,13 +267,9 @@ def _conv1d(node, t: _Types, b: _Builder):
     return [unsqueeze, helper.make_node("Conv", [x4, w4, *ins[2:]], [y4], name=node.name, **attrs2), squeeze]
 
 
-def _conv(node, t: _Types, b: _Builder):
-    return _conv1d(node, t, b) if len(t.shape.get(node.input[0]) or ()) == 3 else None
-
-
 REWRITES = {"Clip": _clip_defaults, "Shape": _shape_or_size, "Size": _shape_or_size, "Pow": _pow,
             "ReduceMax": _reduce_min_max, "ReduceMin": _reduce_min_max, "Split": _split, "Trilu": _trilu, "Mod": _mod,
-            "LayerNormalization": _layernorm, "Reshape": _reshape_allowzero, "Dropout": _dropout, "Conv": _conv, **LOWERINGS}
+            "LayerNormalization": _layernorm, "Reshape": _reshape_allowzero, "Dropout": _dropout, **LOWERINGS}
 
 
 def _layernorm_with_stats(node, t: _Types, b: _Builder) -> list[onnx.NodeProto]:
@@ -343,20 +342,24 @@ def _evaluate(node: onnx.NodeProto, inputs: list[onnx.TensorProto], opsets) -> l
     return ReferenceEvaluator(helper.make_model(graph, opset_imports=opsets)).run(None, {})
 
 
-def rewrite(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+def rewrite(model: onnx.ModelProto, conv1d_as_2d: bool = False,
+            counts: Counter | None = None) -> tuple[onnx.ModelProto, int]:
     """The model (after shape inference) with the rewrites applied; returns it and how many nodes
-    were replaced or folded."""
+    were replaced or folded (`counts`, if given, gets the replaced nodes per op type)."""
     t = _Types(model)
     b = _Builder(model.graph, next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17))
+    table = {**REWRITES, **({"Conv": _conv1d} if conv1d_as_2d else {})}
     nodes, changed = [], 0
     for node in model.graph.node:
-        fn = REWRITES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        fn = table.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         new = fn(node, t, b) if fn else None
         if new is None:
             nodes.append(node)
             continue
         nodes.extend(new)
         changed += 1
+        if counts is not None:
+            counts[node.op_type] += 1
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     if any(n.domain == OUR_DOMAIN for n in nodes) and OUR_DOMAIN not in {o.domain for o in model.opset_import}:

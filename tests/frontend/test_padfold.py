@@ -61,7 +61,7 @@ def test_the_import_folds_only_with_the_simplify_switch(tmp_path):
     from packager.optimize.relax_util import count_ops
     onnx.save(_model(), str(tmp_path / "m.onnx"))
     m = load_model(Path(tmp_path / "m.onnx"))
-    on, stats_on = import_relax(m, {"x": (1, 3, 8, 8)}, {"x": "float32"}, fold_pads=True)
+    on, stats_on = import_relax(m, {"x": (1, 3, 8, 8)}, {"x": "float32"}, simplify=True)
     off, stats_off = import_relax(m, {"x": (1, 3, 8, 8)}, {"x": "float32"})
     assert (stats_on.pads_folded, stats_off.pads_folded) == (1, 0)
     assert count_ops(on)["relax.call_tir"] == count_ops(off)["relax.call_tir"] - 1     # one pad kernel fewer

@@ -83,7 +83,9 @@ def test_rewrites_replace_what_they_should():
 def test_a_conv1d_becomes_a_conv2d_over_height_one():
     m = CASES["conv1d"]
     loaded = LoadedModel(None, m, 18, [TensorInfo("x", "float32", (1, 4, 19))], [])
-    out, _ = rewrite(infer_shapes(loaded, {"x": (1, 4, 19)}))
+    kept, _ = rewrite(infer_shapes(loaded, {"x": (1, 4, 19)}))
+    assert [n.op_type for n in kept.graph.node] == ["Conv"]                 # the switch off: unchanged
+    out, _ = rewrite(infer_shapes(loaded, {"x": (1, 4, 19)}), conv1d_as_2d=True)
     assert [n.op_type for n in out.graph.node] == ["Unsqueeze", "Conv", "Squeeze"]
     conv = out.graph.node[1]
     attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute}

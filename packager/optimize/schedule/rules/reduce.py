@@ -34,8 +34,10 @@ def vector_row_reduction(rules, sch: s_tir.Schedule) -> KernelSchedule:
     if lead == 0:
         raise RuleMismatch("blocks share no leading spatial axis")
     lanes = rules.lanes(rules._dtype_bits(sch, blocks[-1]))
-    partials = row_partials(sch, [b for b in blocks if is_reduction(sch, b) and _leading_spatial(sch, b) == lead],
-                            lanes)
+    reductions = [b for b in blocks if is_reduction(sch, b)]
+    partials = row_partials(sch, [b for b in reductions if _leading_spatial(sch, b) == lead], lanes)
+    if not partials and not all(_reduces_last_axis(sch, b, lead) for b in reductions):
+        raise RuleMismatch("no reduction along the rows' innermost axis")
 
     blocks = rules._blocks(sch)
     last = blocks[-1]
@@ -84,6 +86,15 @@ def _loop_of(sch: s_tir.Schedule, block, index: int):
         if sch.get(lp).loop_var in used:
             return lp
     raise RuleMismatch(f"no loop binds iterator {index} of {blk.name_hint}")
+
+
+def _reduces_last_axis(sch: s_tir.Schedule, block, lead: int) -> bool:
+    """`lead` spatial iterators then one reduction that reads along the innermost index of a
+    buffer (a softmax or layer norm row), not across it (a pooling over NCHW16c)."""
+    ivs = sch.get(block).iter_vars
+    if len(ivs) != lead + 1 or ivs[-1].iter_type != tirx.IterVar.CommReduce:
+        return False
+    return any(r.region and r.region[-1].min.same_as(ivs[-1].var) for r in sch.get(block).reads)
 
 
 def _leading_spatial(sch: s_tir.Schedule, block) -> int:

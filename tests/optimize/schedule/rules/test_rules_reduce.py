@@ -68,3 +68,19 @@ def test_a_reduction_without_an_element_wise_tail_is_not_taken():
         except RuleMismatch:
             continue
         raise AssertionError("taken for a kernel without an element-wise block after its reduction")
+
+
+def test_a_mean_across_a_packed_layout_is_not_taken_as_rows():
+    """A mean over H and W of NCHW16c reduces across the innermost (channel) index: the row rule
+    without partial sums gave wrong results for it (found by test_untimed_properties)."""
+    from tvm import s_tir, te
+
+    from packager.optimize.schedule.rules.reduce import vector_row_reduction
+    from packager.optimize.schedule.tir_util import RuleMismatch
+
+    x = te.placeholder((1, 1, 5, 5, 16), name="x")
+    rh, rw = te.reduce_axis((0, 5)), te.reduce_axis((0, 5))
+    total = te.compute((1, 1, 1, 1, 16), lambda n, c, h, w, ci: te.sum(x[n, c, rh, rw, ci], axis=[rh, rw]))
+    mean = te.compute((1, 1, 1, 1, 16), lambda *i: total(*i) / 25.0)
+    with pytest.raises(RuleMismatch):
+        vector_row_reduction(CpuRules(host_target()), s_tir.Schedule(te.create_prim_func([x, mean])))
