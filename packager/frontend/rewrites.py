@@ -234,7 +234,9 @@ def _dropout(node, t: _Types, b: _Builder):
         shape = t.shape.get(node.input[0])
         if shape is None or None in shape:
             return None
-        new.append(helper.make_node("Identity", [b.const(outs[1], np.ones(shape, np.bool_))], [outs[1]]))
+        elem = t.elem.get(outs[1], TensorProto.BOOL)             # bool since opset 10, T before
+        new.append(helper.make_node("Identity", [b.const(outs[1], np.ones(shape, helper.tensor_dtype_to_np_dtype(elem)))],
+                                    [outs[1]]))
     return new
 
 
