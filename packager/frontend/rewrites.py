@@ -234,9 +234,8 @@ def _dropout(node, t: _Types, b: _Builder):
         shape = t.shape.get(node.input[0])
         if shape is None or None in shape:
             return None
-        elem = t.elem.get(outs[1], TensorProto.BOOL)             # bool since opset 10, T before
-        new.append(helper.make_node("Identity", [b.const(outs[1], np.ones(shape, helper.tensor_dtype_to_np_dtype(elem)))],
-                                    [outs[1]]))
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem.get(outs[1], TensorProto.BOOL))   # T before opset 10
+        new.append(helper.make_node("Identity", [b.const(outs[1], np.ones(shape, dtype))], [outs[1]]))
     return new
 
 
