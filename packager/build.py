@@ -170,12 +170,11 @@ def _log_passes(log: Log, units: list[CompiledUnit], ort_note: str) -> None:
     notes = sorted({s.note for s in first if s.note})
     lowered = sum((Counter(s.lowered) for s in first), Counter())
     lowered_note = f"; lowered {describe_lowered(dict(lowered))}" if lowered else ""
-    pads = sum(s.pads_folded for s in first)
-    pads_note = f"; {pads} zero Pad(s) folded into the Conv reading them (pass simplify)" if pads else ""
-    conv1d = sum(s.conv1d_as_2d for s in first)
-    pads_note += f"; {conv1d} 1-D Conv(s) as 2-D over height 1 (pass simplify)" if conv1d else ""
+    pads, conv1d = sum(s.pads_folded for s in first), sum(s.conv1d_as_2d for s in first)
+    simplify_note = (f"; {pads} zero Pad(s) folded into the Conv reading them (pass simplify)" if pads else "") + \
+        (f"; {conv1d} 1-D Conv(s) as 2-D over height 1 (pass simplify)" if conv1d else "")
     log(f"  frontend: onnxruntime folded {sum(s.folded for s in first)} node(s) to constants, our rewrites changed "
-        f"{sum(s.rewritten for s in first)} (first profile){lowered_note}{pads_note}{''.join(f'; {n}' for n in notes)}")
+        f"{sum(s.rewritten for s in first)} (first profile){lowered_note}{simplify_note}{''.join(f'; {n}' for n in notes)}")
     for p in units[0].graph_passes:
         log(f"  pass {p.name}: {p.status}: {p.summary}")
     for tr in units[0].target_reports:

@@ -43,8 +43,7 @@ def column_reduction(rules, sch: s_tir.Schedule) -> KernelSchedule:
         sch.parallel(columns)
     sch.vectorize(lane)
     for b in reductions:                       # the reduced iterator outside the columns' lanes
-        order = list(range(rank))
-        sch.reorder_block_iter_var(b, order[:-2] + [rank - 1, rank - 2])
+        sch.reorder_block_iter_var(b, [*range(rank - 2), rank - 1, rank - 2])
     for b in reversed(blocks[:-1]):
         sch.compute_at(b, columns, preserve_unit_loops=True)
     for b in blocks[:-1]:
