@@ -73,7 +73,8 @@ class Pass:
 # Graph passes (Relax IRModule -> Relax IRModule).
 SIMPLIFY = Pass("simplify", lambda mod, ctx: simplify(mod), off="off in the spec")
 FASTMATH = Pass("fastmath", lambda mod, ctx: fastmath(mod), off="off in the spec: exact libm exp/erf/tanh/sigmoid")
-LAYOUT = Pass("layout", lambda mod, ctx: alter_layouts(mod, ctx.scheduler, memo=ctx.layout_memo),
+LAYOUT = Pass("layout", lambda mod, ctx: alter_layouts(mod, ctx.scheduler, memo=ctx.layout_memo,
+                                                      pad=ctx.opt.enabled("pad_channels")),
               off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True, per_target=True)
 LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
                         off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True)

@@ -44,6 +44,7 @@ from .broadcast import propagatable
 from .clip import clip_as_ops
 from .apply import apply_conv_layouts, bindings, is_plain_conv, op_name
 from .matmul import matmul_site, pack_matmul_weights
+from .pad import apply_padding
 from .primitives import channel_blocked, conv_weight_blocked
 from .search import ConvSite, Decision, LayoutSearch, NextConv, PoolSite, ProfileMemo
 
@@ -174,7 +175,7 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch) -> list[tuple[ir.Con
                 pool = PoolSite.of(p.value) if (p := track.pool_after(b.var)) is not None else None
                 d = search.decide(site, track.block_of.get(call.args[0], 1), track.allowed_out(b.var), ahead, pool)
                 out.append((call.args[1], site, d))
-                track.block_of[b.var] = d.out_block
+                track.block_of[b.var] = 1 if d.padded_from else d.out_block   # read through a slice
                 bar.advance()
             else:
                 track.visit(b)
@@ -210,7 +211,8 @@ def _conv_details(decisions) -> list[dict]:
                                    "weight": conv_weight_blocked(s.weight, d.w_in, d.w_out).describe(),
                                    "output": channel_blocked((s.data[0], s.weight[0], 1, 1), 1, d.out_block).describe()},
                     "scores_ms": d.scores, "next_conv_ms": d.ahead, "pool_ms": d.pool, "from_database": d.reused,
-                    **({"shared_from": d.shared_from} if d.shared_from else {})})
+                    **({"shared_from": d.shared_from} if d.shared_from else {}),
+                    **({"padded_from": d.padded_from} if d.padded_from else {})})
     return out
 
 
@@ -221,22 +223,24 @@ def keep_nchw(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, PassRepo
                            "GPU layouts and weight panels are not searched in this version", {"convs": 0, "packed": 0})
 
 
-def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, memo: ProfileMemo | None = None
-                  ) -> tuple[tvm.IRModule, PassReport]:
+def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, memo: ProfileMemo | None = None,
+                  pad: bool = True) -> tuple[tvm.IRModule, PassReport]:
     """Relax (NCHW) in -> Relax with per-conv packed layouts, propagated conversions and packed
     matmul weights out. `search` (tests) replaces the joint search: anything with
     decide(site, incoming), decide_matmul(site), save() and `measuring`. `memo` carries the
-    first shape profile's choices to the others."""
+    first shape profile's choices to the others. `pad` lets convs compute their output channels
+    padded to whole blocks (optimize.passes.pad_channels)."""
     mod, clips = clip_as_ops(variadic_to_binary(mod))   # ONNX Max/Min/Sum/Mean as binary ops, not stack + reduce
     mod, bns, promoted = propagatable(mod)
     target = scheduler.target
-    search = search or LayoutSearch(scheduler)
+    search = search or LayoutSearch(scheduler, pad)
     if memo is not None:
         search = memo.wrap(search)
     decisions = decide_layouts(mod, search)
     matmuls = [(b.value.args[1], site, search.decide_matmul(site)) for b in bindings(mod)
                if isinstance(b.value, relax.Call) and (site := matmul_site(b.value)) is not None]
     search.save()
+    mod, decisions = apply_padding(mod, decisions)
     converted, decisions, note = apply_conv_layouts(mod, decisions, target.vector_lanes_f32)
     converted, n_panels = pack_matmul_weights(converted, [(c, d.nt) for c, _, d in matmuls if d.nt])
     packed = [d for _, _, d in decisions if (d.data_block, d.out_block) != (1, 1)]
@@ -266,13 +270,17 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     if shared:
         conv_part += (f"; {shared} convs took the layouts of a conv of their shape class (input channels rounded "
                       "up to a power of two) instead of being scored")
+    padded = [f"{d.padded_from}->{s.out_channels}" for _, s, d in decisions if d.padded_from]
+    if padded:
+        conv_part += (f"; {len(padded)} convs compute their output channels padded to whole blocks "
+                      f"({', '.join(padded)}), sliced back after their element-wise epilogue")
     summary = f"{note}{conv_part}; {mm_part}; candidates scored {how}"
     return converted, PassReport("layout", "applied", summary, {
         "convs": len(decisions), "packed": len(packed), "conversions_before": 2 * len(packed),
         "conversions_after": act, "constants_relaid": const, "clip_ops_rewritten": clips, "batchnorms_decomposed": bns,
         "constants_full_rank": promoted,
         "lookahead": {"convs": len(ahead), "changed": changed}, "shared_by_class": shared,
-        "pooling": {"convs": len(pooled), "changed": pool_changed},
+        "pooling": {"convs": len(pooled), "changed": pool_changed}, "padded_outputs": len(padded),
         "matmuls": len(matmuls), "matmuls_packed": n_panels, "per_conv": _conv_details(decisions),
         "per_matmul": [{"a": list(s.a), "n": s.n, "n_t": d.nt, "scores_ms": d.scores, "from_database": d.reused}
                        for _, s, d in matmuls]})

@@ -13,7 +13,10 @@ candidate given the block (only blocks within LOOKAHEAD_WITHIN of the best alone
 output only a pooling reads scores the pooling's time in each block (PoolSite).
 
 Candidates per conv: output block in {1 (NCHW), v, 2v} (v = fp32 vector lanes), input block = the
-producer's block, or v when the producer writes NCHW. Unfold (overlapped spatial tiles) and
+producer's block, or v when the producer writes NCHW. A conv whose output channels are not whole
+blocks also scores its blocked candidates with the channels padded (pad.py), and computes the
+padding where that beats its best unpadded candidate by PAD_GAIN, a conversion back to NCHW
+included. Unfold (overlapped spatial tiles) and
 spatial layout tiling are not searched here.
 
 Decisions are shared within a shape class (ConvSite.class_key: the same conv but for its input
@@ -32,10 +35,13 @@ from ..schedule.contract import KernelScheduler
 from ..schedule.hardware import MEMORY_BOUND_REDUCTION
 from .conv import ConvLayouts, conv2d_packed
 from .matmul import MatmulSite
+from .pad import padded_channels
 from .primitives import layout_name
 
 SEARCH_TOP_K = 2              # tile plans measured per layout candidate
 LOOKAHEAD_WITHIN = 1.5        # output blocks scored with the next conv: own score within 1.5x of the best
+PAD_GAIN = 0.9                # padded output channels: chosen when at most 0.9x the best unpadded score
+PAD_AT_MOST = 2.0             # padded channels scored when at most 2x the real ones (18 -> 32, not 3 -> 16)
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,25 @@ class ConvSite:
         """Few products per output (a depthwise conv, a 1x1 conv from few channels): its input's
         layout decides how fast it streams, and no reuse amortizes it."""
         return self.weight[1] * self.weight[2] * self.weight[3] <= MEMORY_BOUND_REDUCTION
+
+    @property
+    def out_elements(self) -> int:
+        """Elements of the output tensor."""
+        n, _, h, w = self.data
+        kh, kw = self.weight[2:]
+        (sh, sw), (dh, dw), (pt, pl, pb, pr) = self.strides, self.dilation, self.padding
+        return n * self.out_channels * ((h + pt + pb - (kh - 1) * dh - 1) // sh + 1) * \
+            ((w + pl + pr - (kw - 1) * dw - 1) // sw + 1)
+
+    def padded(self, lanes: int) -> "ConvSite | None":
+        """The same conv computing its output channels rounded up to whole `lanes` blocks, when
+        they are not whole blocks, it is not grouped and the padding at most PAD_AT_MOST times
+        the work; else None."""
+        o = self.out_channels
+        p = padded_channels(o, lanes)
+        if self.groups != 1 or p == o or p > PAD_AT_MOST * o:
+            return None
+        return replace(self, weight=(p, *self.weight[1:]))
 
     def weight_blocks(self, data_block: int, out_block: int) -> tuple[int, int]:
         """The weight's (i, o) blocks: i follows the input block when it divides C/groups."""
@@ -173,6 +198,7 @@ class Decision:
     ahead: dict[str, float] = field(default_factory=dict)
     pool: dict[str, float] = field(default_factory=dict)
     shared_from: str = ""              # the conv of the same shape class whose scores decided (its key)
+    padded_from: int = 0               # output channels when the conv computes them padded (pad.py)
 
     @property
     def changed_by_lookahead(self) -> bool:
@@ -222,7 +248,8 @@ def candidates(site: ConvSite, incoming: int, lanes: int, allowed_out: tuple[int
 class LayoutSearch:
     """Scores layout candidates with Gensor (same database, same hardware model)."""
 
-    def __init__(self, scheduler: KernelScheduler):
+    def __init__(self, scheduler: KernelScheduler, pad: bool = True):
+        self.pad = pad
         self.db = scheduler.database()
         # No ETO reuse here: candidates are compared with each other, and a reused program's
         # quality (not the layout's) decided between them; from scratch costs the same 3 programs.
@@ -279,6 +306,28 @@ class LayoutSearch:
 
     def decide(self, site: ConvSite, incoming: int, allowed_out: tuple[int, ...] | None = None,
                next_conv: NextConv | None = None, pool: PoolSite | None = None) -> Decision:
+        """The conv's layouts, and whether it computes its output channels padded (then the
+        decision is the padded site's, with `padded_from` set; its readers see NCHW)."""
+        d = self._decide(site, incoming, allowed_out, next_conv, pool)
+        padded = site.padded(self.lanes) if self.pad else None
+        if padded is None:
+            return d
+        p = self._decide(padded, incoming)
+        blocked = {k: ms for k, ms in p.scores.items() if int(_out(k)) > 1}
+        if not blocked:
+            return d
+        best = min(blocked, key=blocked.get)
+        back = padded.out_elements * 4 * self.conversion_ms_per_byte
+        own = d.scores.get(f"{d.data_block}/{d.out_block}", min(d.scores.values(), default=float("inf")))
+        if blocked[best] + back > PAD_GAIN * own:
+            return d
+        data_block, out_block = (int(x) for x in best.split("/"))
+        return replace(p, data_block=data_block, out_block=out_block,
+                       w_in=padded.weight_blocks(data_block, out_block)[0], w_out=out_block,
+                       ahead={}, pool={}, padded_from=site.out_channels)
+
+    def _decide(self, site: ConvSite, incoming: int, allowed_out: tuple[int, ...] | None = None,
+                next_conv: NextConv | None = None, pool: PoolSite | None = None) -> Decision:
         pairs = candidates(site, incoming, self.lanes, allowed_out)
         context = f"/in{incoming}/{pairs}" + (f"/next{next_conv.key()}" if next_conv is not None else "") + \
             (f"/pool{pool.key()}" if pool is not None else "")

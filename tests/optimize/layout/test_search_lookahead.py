@@ -26,10 +26,12 @@ TABLE = {(EXPAND, 16, 1): 1.0, (EXPAND, 16, 16): 1.2, (EXPAND, 16, 32): 1.3,
 
 class TableSearch(LayoutSearch):
     """The real decisions over scores from TABLE (no timing); converting the depthwise conv's
-    input costs 3 ms; `scored` lists the candidates asked for."""
+    input costs 3 ms; `scored` lists the candidates asked for. 16 fp32 lanes (AVX-512) whatever
+    the host has, as TABLE's blocks are."""
 
     def __init__(self, database, table=TABLE):
         super().__init__(scheduler_for(X86, OptimizeSpec(database=database, measure=False)))
+        self.lanes = 16
         self.conversion_ms_per_byte = 3.0 / (96 * 8 * 8 * 4)
         self.table, self.scored = table, []
 

@@ -1,0 +1,116 @@
+"""Output channels padded to whole blocks (layout/pad.py): the padded conv and the slice moved
+below its element-wise epilogue compute what onnxruntime computes, and the search pads only
+where the padded blocks measure faster."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from packager.optimize.layout.pad import _pad_channel_constant, pad_filters
+from packager.optimize.layout.propagate import alter_layouts, bindings
+from packager.optimize.layout.search import PAD_GAIN, ConvSite, Decision, LayoutSearch
+from packager.optimize.schedule.registry import scheduler_for
+from packager.spec import OptimizeSpec
+
+from test_propagate import X86, FixedSearch, _conv, _model, _relax, _run, _w
+
+
+class PaddingSearch(FixedSearch):
+    """Every conv computes its output channels padded to 16-channel blocks, as the search decides
+    when that is faster."""
+
+    def decide(self, site: ConvSite, incoming: int, allowed_out=None, next_conv=None, pool=None) -> Decision:
+        if site.out_channels % 16 == 0:
+            return super().decide(site, incoming)
+        self.blocks.pop(0)
+        data = 16 if site.channels % 16 == 0 else 1
+        return Decision(data, 16, *site.weight_blocks(data, 16), padded_from=site.out_channels)
+
+
+def _ops(mod) -> list[str]:
+    return [b.value.op.name for b in bindings(mod) if hasattr(b.value, "op") and hasattr(b.value.op, "name")]
+
+
+def test_padded_conv_keeps_its_epilogue_and_matches_onnxruntime(monkeypatch):
+    """conv (20 channels) -> bias -> relu -> global pool: computed as 32 channels in 16c blocks,
+    the slice after the relu; the same result as onnxruntime."""
+    m = _model([_conv("x", "w", "b", "c", pads=[1] * 4), helper.make_node("Relu", ["c"], ["r"]),
+                helper.make_node("GlobalAveragePool", ["r"], ["y"])],
+               [1, 16, 7, 7], {"w": _w(20, 16, 3, 3), "b": _w(20)})
+    report, got, ref = _run_padded(m, [(16, 16)], monkeypatch)
+    d = report.details
+    assert d["padded_outputs"] == 1 and "20->32" in report.summary
+    conv = d["per_conv"][0]
+    assert conv["weight"] == [32, 16, 3, 3] and conv["padded_from"] == 20
+    assert conv["layouts"] == ["NCHW16c", "OIHW16i16o", "NCHW16c"]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def _run_padded(model, blocks, monkeypatch):
+    import test_propagate
+    monkeypatch.setattr(test_propagate, "FixedSearch", PaddingSearch)
+    return _run(model, blocks)
+
+
+def test_slice_moves_below_the_epilogue():
+    """The relu and the bias add run on the padded tensor; one slice is left, after them."""
+    m = _model([_conv("x", "w", "b", "c"), helper.make_node("Relu", ["c"], ["y"])],
+               [1, 16, 5, 5], {"w": _w(20, 16, 1, 1), "b": _w(20)})
+    mod, _ = _relax(m)
+    laid, _ = alter_layouts(mod, scheduler_for(X86), search=PaddingSearch([(16, 16)]))
+    ops = _ops(laid)
+    assert ops.count("relax.strided_slice") == 1
+    assert ops.index("relax.strided_slice") > ops.index("relax.nn.relu") > ops.index("relax.nn.conv2d")
+
+
+def test_two_padded_convs_meet_in_one_slice_and_a_conv_reads_the_sliced_channels(monkeypatch):
+    """An STFT's real and imaginary convs (20 channels each), squared and summed, then read by a
+    conv: the slice moves below the sum, and the last conv reads 20 channels."""
+    m = _model([_conv("x", "wr", None, "re"), _conv("x", "wi", None, "im"),
+                helper.make_node("Mul", ["re", "re"], ["r2"]), helper.make_node("Mul", ["im", "im"], ["i2"]),
+                helper.make_node("Add", ["r2", "i2"], ["p"]), _conv("p", "w2", None, "y")],
+               [1, 16, 1, 30], {"wr": _w(20, 16, 1, 1), "wi": _w(20, 16, 1, 1), "w2": _w(16, 20, 1, 1)})
+    report, got, ref = _run_padded(m, [(16, 16), (16, 16), (1, 16)], monkeypatch)
+    assert report.details["padded_outputs"] == 2
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_channel_constants_are_padded_with_their_last_value():
+    bias = np.arange(3, dtype=np.float32).reshape(1, 3, 1, 1)
+    assert _pad_channel_constant(bias, 3, 5).ravel().tolist() == [0, 1, 2, 2, 2]
+    assert _pad_channel_constant(np.float32(2), 3, 5) == 2                        # a scalar broadcasts
+    plane = np.ones((1, 1, 4, 4), np.float32)
+    assert _pad_channel_constant(plane, 3, 5) is plane                            # one value per position
+    assert _pad_channel_constant(np.ones((1, 4, 1, 1), np.float32), 3, 5) is None  # not this tensor's channels
+    w = pad_filters(np.ones((3, 2, 1, 1), np.float32), 8)
+    assert w.shape == (8, 2, 1, 1) and w[3:].sum() == 0 and w[:3].sum() == 6
+
+
+SITE = ConvSite((1, 16, 8, 8), (20, 16, 3, 3), (1, 1), (1,) * 4, (1, 1), 1, "float32")
+
+
+class TableSearch(LayoutSearch):
+    """The real padding decision over a table of conv scores (no timing)."""
+
+    def __init__(self, database, padded_ms: float, pad: bool = True):
+        super().__init__(scheduler_for(X86, OptimizeSpec(database=database, measure=False)), pad)
+        self.lanes, self.padded_ms = 16, padded_ms
+
+    def _score(self, site, data_block, out_block):
+        if site.out_channels == 20:
+            return 1.0 if out_block == 1 else 9.0
+        return self.padded_ms if out_block == 16 else 1.1
+
+
+def test_search_pads_only_when_the_padded_blocks_beat_the_unpadded_conv(tmp_path):
+    d = TableSearch(tmp_path / "a.json", padded_ms=0.5).decide(SITE, 16)
+    assert (d.padded_from, d.out_block, d.w_out) == (20, 16, 16)
+    assert TableSearch(tmp_path / "b.json", padded_ms=PAD_GAIN * 1.0).decide(SITE, 16).padded_from == 0
+    assert TableSearch(tmp_path / "c.json", padded_ms=0.5, pad=False).decide(SITE, 16).padded_from == 0
+
+
+def test_padding_is_scored_only_for_plain_convs_with_modest_padding():
+    assert SITE.padded(16).out_channels == 32
+    assert SITE.padded(4) is None                                                # whole blocks already
+    assert ConvSite((1, 16, 8, 8), (3, 16, 3, 3), (1, 1), (1,) * 4, (1, 1), 1, "float32").padded(16) is None
+    assert ConvSite((1, 20, 8, 8), (20, 1, 3, 3), (1, 1), (1,) * 4, (1, 1), 20, "float32").padded(16) is None
