@@ -12,7 +12,7 @@ import tvm
 from tvm import relax
 
 from ..ieee import LEGALIZATIONS as IEEE_OPS
-from ..relax_util import is_const
+from ..relax_util import is_const, rewrite_functions
 from .isolate import isolate
 from .search import ConvSite, Decision
 
@@ -31,6 +31,37 @@ def is_plain_conv(call) -> bool:
 def bindings(mod: tvm.IRModule):
     for block in mod["main"].body.blocks:
         yield from block.bindings
+
+
+@relax.expr_functor.mutator
+class _UnshareWeights(relax.PyExprMutator):
+    """Gives every conv a weight constant of its own."""
+
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.seen: list = []
+        self.copied = 0
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not is_plain_conv(call):
+            return call
+        w = call.args[1]
+        if any(w.same_as(s) for s in self.seen):
+            self.copied += 1
+            w = relax.const(w.value.numpy().copy(), str(w.value.dtype))
+            call = relax.Call(call.op, [call.args[0], w], call.attrs, call.ty_args)
+        self.seen.append(w)
+        return call
+
+
+def unshare_conv_weights(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
+    """Convs that read one weight constant (the ONNX zoo's "light" models share identical
+    weights, which the importer merges) each get a copy: the layout callback finds a conv's
+    choice by its weight, and two convs may choose different layouts (each packs its own copy)."""
+    m = _UnshareWeights(mod)
+    out = rewrite_functions(m, mod)
+    return (out, m.copied) if m.copied else (mod, 0)
 
 
 def _layouts_applied(mod: tvm.IRModule) -> Counter:

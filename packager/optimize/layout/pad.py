@@ -8,11 +8,12 @@ ceil(O / v) * v channels from a weight padded with zero filters, and a strided_s
 first O back. The slice is moved down through the element-wise ops that follow (a bias add, a
 ReLU, a BatchNorm's scale and shift: their per-channel constants padded with their last value),
 so the conv kernel keeps its epilogue and the channels are dropped once, where the packed layout
-ends anyway (propagation converts to NCHW in front of the slice).
+ends anyway (propagation converts to NCHW in front of the slice). A grouped conv pads each group
+(ShuffleNet's 68 channels per group -> 72) and takes them back with reshape, slice, reshape.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import tvm
@@ -32,24 +33,50 @@ def padded_channels(channels: int, lanes: int) -> int:
     return -(-channels // lanes) * lanes
 
 
-def pad_filters(weight: np.ndarray, out_channels: int) -> np.ndarray:
-    """OIHW weight with zero filters appended up to `out_channels`."""
-    extra = out_channels - weight.shape[0]
-    return np.pad(weight, [(0, extra)] + [(0, 0)] * (weight.ndim - 1))
+def _pad_groups(value: np.ndarray, axis: int, groups: int, per_group: int, mode: str) -> np.ndarray:
+    """`value` with each of its `groups` runs along `axis` padded at its end to `per_group`."""
+    shape = value.shape
+    split = value.reshape(shape[:axis] + (groups, shape[axis] // groups) + shape[axis + 1:])
+    widths = [(0, 0)] * split.ndim
+    widths[axis + 1] = (0, per_group - shape[axis] // groups)
+    padded = np.pad(split, widths, mode=mode)
+    return padded.reshape(shape[:axis] + (groups * per_group,) + shape[axis + 1:])
 
 
-def _pad_channel_constant(value: np.ndarray, channels: int, padded: int) -> np.ndarray | None:
-    """A constant operand of an element-wise op on an NCHW tensor of `channels` channels, made to
-    broadcast against `padded` channels: unchanged when it does already (a scalar, or size 1 on
-    the channel axis), padded with its last channel's value when it holds one value per channel;
-    None when it broadcasts some other way."""
-    if value.ndim < 3 or value.shape[-3] == 1:
-        return value
-    if value.shape[-3] != channels:
-        return None
-    widths = [(0, 0)] * value.ndim
-    widths[-3] = (0, padded - channels)
-    return np.pad(value, widths, mode="edge")
+def pad_filters(weight: np.ndarray, out_channels: int, groups: int = 1) -> np.ndarray:
+    """OIHW weight with zero filters appended to each group, up to `out_channels` in all."""
+    return _pad_groups(weight, 0, groups, out_channels // groups, "constant")
+
+
+@dataclass(frozen=True)
+class Padding:
+    """A conv output computed padded: `channels` real ones in `groups` groups, `padded` in all
+    (each group's channels followed by its padding)."""
+
+    channels: int
+    padded: int
+    groups: int = 1
+
+    def constant(self, value: np.ndarray) -> np.ndarray | None:
+        """A constant operand of an element-wise op on the NCHW tensor, made to broadcast against
+        the padded one: unchanged when it does already (a scalar, or size 1 on the channel axis),
+        each group padded with its last channel's value when it holds one value per channel;
+        None when it broadcasts some other way."""
+        if value.ndim < 3 or value.shape[-3] == 1:
+            return value
+        if value.shape[-3] != self.channels:
+            return None
+        return _pad_groups(value, value.ndim - 3, self.groups, self.padded // self.groups, "edge")
+
+    def take_back(self, bb: relax.BlockBuilder, padded_var) -> relax.Expr:
+        """The real channels of `padded_var` (the last op returned unbound)."""
+        if self.groups == 1:
+            return relax.op.strided_slice(padded_var, axes=[1], begin=[0], end=[self.channels])
+        n, _, h, w = (int(d) for d in padded_var.ty.shape)
+        g = self.groups
+        split = bb.emit(relax.op.reshape(padded_var, (n, g, self.padded // g, h, w)))
+        kept = bb.emit(relax.op.strided_slice(split, axes=[2], begin=[0], end=[self.channels // g]))
+        return relax.op.reshape(kept, (n, self.channels, h, w))
 
 
 @relax.expr_functor.mutator
@@ -60,7 +87,7 @@ class _PadOutputs(relax.PyExprMutator):
         super().__init__(mod)
         self.padded = padded              # weight constant -> output channels to compute
         self.new_weights: dict = {}       # old weight constant -> new (padded) one
-        self.sliced: dict = {}            # a slice we made -> (padded var, channels)
+        self.sliced: dict = {}            # a take-back we made -> (padded var, Padding)
 
     def visit_call_(self, call):
         weight = call.args[1] if getattr(call.op, "name", None) == "relax.nn.conv2d" else None
@@ -76,45 +103,45 @@ class _PadOutputs(relax.PyExprMutator):
 
     def _conv(self, call, weight, padded: int):
         value = weight.value.numpy()
-        new = relax.const(pad_filters(value, padded), str(value.dtype))
+        pad = Padding(value.shape[0], padded, int(call.attrs.groups))
+        new = relax.const(pad_filters(value, padded, pad.groups), str(value.dtype))
         self.new_weights[weight] = new
         conv = self.builder_.emit(relax.Call(call.op, [call.args[0], new], call.attrs, call.ty_args))
-        return self._slice(conv, value.shape[0])
+        return self._take_back(conv, pad)
 
-    def _slice(self, padded_var, channels: int):
-        """The slice (returned unbound: the mutator binds it to the original op's variable)."""
-        out = relax.op.strided_slice(padded_var, axes=[1], begin=[0], end=[channels])
-        self.sliced[out] = (padded_var, channels)
+    def _take_back(self, padded_var, pad: Padding):
+        out = pad.take_back(self.builder_, padded_var)
+        self.sliced[out] = (padded_var, pad)
         return out
 
     def _sliced(self, arg):
-        """(padded var, channels) when `arg` is bound to one of our slices, else None."""
+        """(padded var, Padding) when `arg` is bound to one of our take-backs, else None."""
         return self.sliced.get(self.lookup_binding(arg)) if isinstance(arg, relax.Var) else None
 
     def _through(self, call):
-        """op(slice(x), consts...) -> slice(op(x, padded consts...)) when every tensor operand is
-        a slice of the same width and every constant broadcasts per channel; else `call`."""
+        """op(take(x), consts...) -> take(op(x, padded consts...)) when every tensor operand is
+        taken back from the same padding and every constant broadcasts per channel; else `call`."""
         found = [s for a in call.args if (s := self._sliced(a)) is not None]
-        if not found or len({(int(p.ty.shape[1]), c) for p, c in found}) != 1:
+        if not found or len({pad for _, pad in found}) != 1:
             return call
-        padded, channels = int(found[0][0].ty.shape[1]), found[0][1]
+        pad = found[0][1]
         args = []
         for a in call.args:
             if (s := self._sliced(a)) is not None:
                 args.append(s[0])
             elif is_const(a):
-                value = _pad_channel_constant(a.value.numpy(), channels, padded)
+                value = pad.constant(a.value.numpy())
                 if value is None:
                     return call
                 args.append(relax.const(value, str(value.dtype)))
             else:
                 return call
-        return self._slice(self.builder_.emit(relax.Call(call.op, args, call.attrs, call.ty_args)), channels)
+        return self._take_back(self.builder_.emit(relax.Call(call.op, args, call.attrs, call.ty_args)), pad)
 
 
 def pad_conv_outputs(mod: tvm.IRModule, padded: dict) -> tuple[tvm.IRModule, dict]:
     """`mod` with each conv whose weight constant is a key of `padded` computing that many output
-    channels, sliced back; and the map old weight -> new weight constant."""
+    channels (each group padded alike), taken back; and the map old weight -> new weight constant."""
     if not padded:
         return mod, {}
     m = _PadOutputs(mod, padded)
@@ -125,7 +152,8 @@ def pad_conv_outputs(mod: tvm.IRModule, padded: dict) -> tuple[tvm.IRModule, dic
 def apply_padding(mod: tvm.IRModule, decisions: list) -> tuple[tvm.IRModule, list]:
     """The convs whose decision pads their output channels rewritten (pad_conv_outputs), and the
     decisions re-keyed to the new weight constants and padded sites."""
-    chosen = {w: padded_channels(s.out_channels, d.out_block) for w, s, d in decisions if d.padded_from}
+    chosen = {w: s.groups * padded_channels(s.out_channels // s.groups, d.out_block)
+              for w, s, d in decisions if d.padded_from}
     mod, new = pad_conv_outputs(mod, chosen)
     return mod, [(new[w], replace(s, weight=(chosen[w], *s.weight[1:])), d) if w in new else (w, s, d)
                  for w, s, d in decisions]

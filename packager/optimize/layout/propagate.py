@@ -42,7 +42,7 @@ from ..schedule.contract import KernelScheduler
 from ..variadic import variadic_to_binary
 from .broadcast import propagatable
 from .clip import clip_as_ops
-from .apply import apply_conv_layouts, bindings, is_plain_conv, op_name
+from .apply import apply_conv_layouts, bindings, is_plain_conv, op_name, unshare_conv_weights
 from .matmul import matmul_site, pack_matmul_weights
 from .pad import apply_padding
 from .primitives import channel_blocked, conv_weight_blocked
@@ -232,6 +232,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     padded to whole blocks (optimize.passes.pad_channels)."""
     mod, clips = clip_as_ops(variadic_to_binary(mod))   # ONNX Max/Min/Sum/Mean as binary ops, not stack + reduce
     mod, bns, promoted = propagatable(mod)
+    mod, _ = unshare_conv_weights(mod)
     target = scheduler.target
     search = search or LayoutSearch(scheduler, pad)
     if memo is not None:
@@ -270,10 +271,12 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     if shared:
         conv_part += (f"; {shared} convs took the layouts of a conv of their shape class (input channels rounded "
                       "up to a power of two) instead of being scored")
-    padded = [f"{d.padded_from}->{s.out_channels}" for _, s, d in decisions if d.padded_from]
+    padded = [f"{d.padded_from}->{s.out_channels}" + (f" in {s.groups} groups" if s.groups > 1 else "")
+              for _, s, d in decisions if d.padded_from]
     if padded:
+        kinds = ", ".join(f"{n}x {k}" for k, n in Counter(padded).most_common())
         conv_part += (f"; {len(padded)} convs compute their output channels padded to whole blocks "
-                      f"({', '.join(padded)}), sliced back after their element-wise epilogue")
+                      f"({kinds}), sliced back after their element-wise epilogue")
     summary = f"{note}{conv_part}; {mm_part}; candidates scored {how}"
     return converted, PassReport("layout", "applied", summary, {
         "convs": len(decisions), "packed": len(packed), "conversions_before": 2 * len(packed),

@@ -87,14 +87,15 @@ class ConvSite:
             ((w + pl + pr - (kw - 1) * dw - 1) // sw + 1)
 
     def padded(self, lanes: int) -> "ConvSite | None":
-        """The same conv computing its output channels rounded up to whole `lanes` blocks, when
-        they are not whole blocks, it is not grouped and the padding at most PAD_AT_MOST times
-        the work; else None."""
-        o = self.out_channels
-        p = padded_channels(o, lanes)
-        if self.groups != 1 or p == o or p > PAD_AT_MOST * o:
+        """The same conv computing each group's output channels rounded up to whole `lanes`
+        blocks, when no block of `lanes` is valid without (neither whole blocks nor a block
+        spanning whole groups) and the padding costs at most PAD_AT_MOST times the work; else
+        None."""
+        og = self.out_channels // self.groups
+        p = padded_channels(og, lanes)
+        if og % lanes == 0 or (self.groups > 1 and lanes % og == 0) or p > PAD_AT_MOST * og:
             return None
-        return replace(self, weight=(p, *self.weight[1:]))
+        return replace(self, weight=(p * self.groups, *self.weight[1:]))
 
     def weight_blocks(self, data_block: int, out_block: int) -> tuple[int, int]:
         """The weight's (i, o) blocks: i follows the input block when it divides C/groups."""

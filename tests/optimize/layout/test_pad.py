@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from packager.optimize.layout.pad import _pad_channel_constant, pad_filters
+from packager.optimize.layout.pad import Padding, pad_filters
 from packager.optimize.layout.propagate import alter_layouts, bindings
 from packager.optimize.layout.search import PAD_GAIN, ConvSite, Decision, LayoutSearch
 from packager.optimize.schedule.registry import scheduler_for
@@ -39,7 +39,7 @@ def test_padded_conv_keeps_its_epilogue_and_matches_onnxruntime(monkeypatch):
                [1, 16, 7, 7], {"w": _w(20, 16, 3, 3), "b": _w(20)})
     report, got, ref = _run_padded(m, [(16, 16)], monkeypatch)
     d = report.details
-    assert d["padded_outputs"] == 1 and "20->32" in report.summary
+    assert d["padded_outputs"] == 1 and "1x 20->32" in report.summary
     conv = d["per_conv"][0]
     assert conv["weight"] == [32, 16, 3, 3] and conv["padded_from"] == 20
     assert conv["layouts"] == ["NCHW16c", "OIHW16i16o", "NCHW16c"]
@@ -76,14 +76,39 @@ def test_two_padded_convs_meet_in_one_slice_and_a_conv_reads_the_sliced_channels
 
 
 def test_channel_constants_are_padded_with_their_last_value():
+    pad = Padding(3, 5)
     bias = np.arange(3, dtype=np.float32).reshape(1, 3, 1, 1)
-    assert _pad_channel_constant(bias, 3, 5).ravel().tolist() == [0, 1, 2, 2, 2]
-    assert _pad_channel_constant(np.float32(2), 3, 5) == 2                        # a scalar broadcasts
+    assert pad.constant(bias).ravel().tolist() == [0, 1, 2, 2, 2]
+    assert pad.constant(np.float32(2)) == 2                                       # a scalar broadcasts
     plane = np.ones((1, 1, 4, 4), np.float32)
-    assert _pad_channel_constant(plane, 3, 5) is plane                            # one value per position
-    assert _pad_channel_constant(np.ones((1, 4, 1, 1), np.float32), 3, 5) is None  # not this tensor's channels
+    assert pad.constant(plane) is plane                                           # one value per position
+    assert pad.constant(np.ones((1, 4, 1, 1), np.float32)) is None                # not this tensor's channels
     w = pad_filters(np.ones((3, 2, 1, 1), np.float32), 8)
     assert w.shape == (8, 2, 1, 1) and w[3:].sum() == 0 and w[:3].sum() == 6
+
+
+def test_groups_are_padded_each_at_its_end():
+    grouped = Padding(4, 8, groups=2)
+    bias = np.arange(4, dtype=np.float32).reshape(1, 4, 1, 1)
+    assert grouped.constant(bias).ravel().tolist() == [0, 1, 1, 1, 2, 3, 3, 3]
+    w = pad_filters(np.arange(1, 5, dtype=np.float32).reshape(4, 1, 1, 1), 8, groups=2)
+    assert w.ravel().tolist() == [1, 2, 0, 0, 3, 4, 0, 0]
+
+
+def test_grouped_conv_padded_per_group_matches_onnxruntime(monkeypatch):
+    """A grouped 1x1 conv with 12 output channels per group (ShuffleNet's 68 at 16 lanes) ->
+    BatchNorm -> ReLU: computed with 16 per group, taken back with reshape, slice, reshape."""
+    g, c = 3, 36
+    m = _model([_conv("x", "w", None, "c", group=g),
+                helper.make_node("BatchNormalization", ["c", "s", "b", "mu", "var"], ["n"]),
+                helper.make_node("Relu", ["n"], ["y"])],
+               [1, c, 5, 5], {"w": _w(c, c // g, 1, 1), "s": _w(c) + 1, "b": _w(c), "mu": _w(c),
+                              "var": np.abs(_w(c)) + 0.5})
+    report, got, ref = _run_padded(m, [(16, 16)], monkeypatch)
+    assert "1x 36->48 in 3 groups" in report.summary
+    conv = report.details["per_conv"][0]
+    assert conv["weight"] == [48, 12, 1, 1] and conv["layouts"] == ["NCHW", "OIHW1i16o", "NCHW16c"]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
 SITE = ConvSite((1, 16, 8, 8), (20, 16, 3, 3), (1, 1), (1,) * 4, (1, 1), 1, "float32")
@@ -114,3 +139,7 @@ def test_padding_is_scored_only_for_plain_convs_with_modest_padding():
     assert SITE.padded(4) is None                                                # whole blocks already
     assert ConvSite((1, 16, 8, 8), (3, 16, 3, 3), (1, 1), (1,) * 4, (1, 1), 1, "float32").padded(16) is None
     assert ConvSite((1, 20, 8, 8), (20, 1, 3, 3), (1, 1), (1,) * 4, (1, 1), 20, "float32").padded(16) is None
+    grouped = ConvSite((1, 272, 8, 8), (272, 68, 1, 1), (1, 1), (0,) * 4, (1, 1), 4, "float32")
+    assert grouped.padded(16).out_channels == 320 and grouped.padded(8).out_channels == 288
+    spanning = ConvSite((1, 64, 8, 8), (64, 8, 3, 3), (1, 1), (1,) * 4, (1, 1), 8, "float32")
+    assert spanning.padded(16) is None                                            # a block spans 2 groups

@@ -317,3 +317,15 @@ def test_a_conv_convertlayout_leaves_nchw_costs_only_itself_when_that_measures_f
     cheap_uniform = [{"1/1": 1.0, f"1/{n}": 0.5, f"{n}/{n}": 2.0}, {"1/1": 10.0, f"{n}/{n}": 1.0}]
     report = _laid(_depthwise_then_pointwise(), ScoredSearch([(1, n), (1, 1)], cheap_uniform), monkeypatch)
     assert "for 1 conv(s)" not in report.summary and "uniform blocking" in report.summary, report.summary
+
+
+def test_convs_sharing_one_weight_each_get_their_own_layouts():
+    """Two convs reading one weight initializer (the ONNX zoo's light models share identical
+    weights) with different choices: each gets its own (the layout callback, which finds a
+    conv's choice by its weight, once gave both the first one's)."""
+    m = _model([_conv("x", "w", None, "a"), helper.make_node("Relu", ["a"], ["r"]), _conv("r", "w", None, "y")],
+               [1, 16, 5, 5], {"w": _w(16, 16, 1, 1)})
+    report, got, ref = _run(m, [(16, 16), (16, 1)])
+    assert [c["layouts"] for c in report.details["per_conv"]] == [["NCHW16c", "OIHW16i16o", "NCHW16c"],
+                                                                   ["NCHW16c", "OIHW16i1o", "NCHW"]]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
