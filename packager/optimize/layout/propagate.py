@@ -105,33 +105,46 @@ class _Tracker:
 
     def next_conv(self, var):
         """The binding of the plain conv that alone reads `var`, directly or through element-wise
-        ops and pooling that keep its channels and have no other reader; else None."""
+        ops and pooling that keep its channels and lead nowhere else; else None."""
         return self._alone_reader(var, lambda b, v: is_plain_conv(b.value) and b.value.args[0].same_as(v))
 
     def pool_after(self, var):
         """The binding of the 2-D pooling that alone reads `var`, directly or through element-wise
-        ops that keep its channels and have no other reader (it runs in `var`'s block); else None."""
+        ops that keep its channels and lead nowhere else (it runs in `var`'s block); else None."""
         return self._alone_reader(var, lambda b, v: op_name(b.value) in POOLS)
 
     def _alone_reader(self, var, wanted):
-        """Follow `var`'s single reader through channel-keeping FOLLOW ops until a binding
-        `wanted(binding, tensor it reads)` accepts (None when a tensor has several readers or
-        another op comes first)."""
-        for _ in range(32):
-            users = self.users.get(var, [])
-            if len(users) != 1:
+        """The one binding that reads what `var` becomes through channel-keeping FOLLOW ops,
+        accepted by `wanted(binding, tensor it reads)`; None when those ops lead to more than one
+        other reader (or to a graph output). The FOLLOW ops may branch and meet again: SiLU as
+        x * sigmoid(x), HardSwish as x * clip(x + 3) / 6 read the conv output twice."""
+        closure, stack, readers = {var}, [var], {}
+        while stack:
+            v = stack.pop()
+            users = self.users.get(v, [])
+            if not users:
+                return None                                 # a graph output (or dead)
+            for b in users:
+                if b.var in closure:
+                    continue
+                if wanted(b, v) or not self._keeps_channels(b, v):
+                    readers.setdefault(b.var, (b, v))
+                    continue
+                closure.add(b.var)
+                stack.append(b.var)
+            if len(closure) > 64 or len(readers) > 1:
                 return None
-            b = users[0]
-            if wanted(b, var):
-                return b
-            if is_plain_conv(b.value):
-                return None
-            shape, out = getattr(var.ty, "shape", None), getattr(b.var.ty, "shape", None)
-            if op_name(b.value) not in FOLLOW or shape is None or out is None or len(out) != 4 \
-                    or int(out[1]) != int(shape[1]):
-                return None
-            var = b.var
-        return None
+        if len(readers) != 1:
+            return None
+        b, v = next(iter(readers.values()))
+        return b if wanted(b, v) else None
+
+    @staticmethod
+    def _keeps_channels(b, v) -> bool:
+        """`b` is a FOLLOW op (not a conv) whose 4-D output has `v`'s channels."""
+        shape, out = getattr(v.ty, "shape", None), getattr(b.var.ty, "shape", None)
+        return op_name(b.value) in FOLLOW and not is_plain_conv(b.value) and shape is not None \
+            and out is not None and len(out) == 4 and int(out[1]) == int(shape[1])
 
     def allowed_out(self, var) -> tuple[int, ...] | None:
         """The output blocks a conv writing `var` may use (see partners)."""

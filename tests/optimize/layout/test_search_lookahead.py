@@ -132,3 +132,24 @@ def test_the_layout_pass_reports_the_lookahead_and_stays_correct(tmp_path):
     got = relax.VirtualMachine(built, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_the_tracker_follows_activations_that_read_the_conv_twice():
+    """SiLU exported as x * sigmoid(x) and HardSwish as x * HardSigmoid(x) read the expand conv's
+    output twice; the depthwise conv is still the one reader (EfficientNet and MobileNetV3 lost
+    the lookahead). A branch that leads to a second reader (the conv output also added to the
+    graph output) has none."""
+    def block(act, extra=False):
+        nodes = [_conv("x", "we", None, "e")] + act + [_conv("a", "wd", None, "d", pads=[1] * 4, group=32)]
+        nodes.append(helper.make_node("Add", ["d", "e"] if extra else ["d", "d"], ["y"]))
+        return _relax(_model(nodes, [1, 16, 8, 8], {"we": _w(32, 16, 1, 1), "wd": _w(32, 1, 3, 3)}))[0]
+
+    silu = [helper.make_node("Sigmoid", ["e"], ["s"]), helper.make_node("Mul", ["e", "s"], ["a"])]
+    hswish = [helper.make_node("HardSigmoid", ["e"], ["s"], alpha=1 / 6, beta=0.5),
+              helper.make_node("Mul", ["e", "s"], ["a"])]
+    for act, extra, found in ((silu, False, True), (hswish, False, True), (silu, True, False)):
+        mod, _ = clip_as_ops(block(act, extra))
+        track = _Tracker(mod)
+        convs = [b for b in bindings(mod) if getattr(getattr(b.value, "op", None), "name", "") == "relax.nn.conv2d"]
+        nxt = track.next_conv(convs[0].var)
+        assert (nxt is not None and nxt.var.same_as(convs[1].var)) == found
