@@ -27,7 +27,9 @@ def _fast_sigmoid(x: te.Tensor) -> te.Tensor:
     return te.compute(x.shape, lambda *i: one / (one + e(*i)), name="T_sigmoid", tag=topi.tag.ELEMWISE)
 
 
-def _fast_silu(x: te.Tensor) -> te.Tensor:
+def fast_silu(x: te.Tensor) -> te.Tensor:
+    """x * sigmoid(x) with the fast sigmoid; also the layout search's stand-in for any
+    transcendental epilogue of a conv."""
     s = _fast_sigmoid(x)
     return te.compute(x.shape, lambda *i: x(*i) * s(*i), name="T_silu", tag=topi.tag.ELEMWISE)
 
@@ -51,7 +53,7 @@ def _fast_gelu_tanh(x: te.Tensor) -> te.Tensor:
 
 FAST: dict[str, Callable[[te.Tensor], te.Tensor]] = {
     "relax.exp": topi.fast_exp, "relax.erf": topi.fast_erf, "relax.tanh": topi.fast_tanh,
-    "relax.sigmoid": _fast_sigmoid, "relax.nn.silu": _fast_silu, "relax.nn.gelu": _fast_gelu,
+    "relax.sigmoid": _fast_sigmoid, "relax.nn.silu": fast_silu, "relax.nn.gelu": _fast_gelu,
     "relax.nn.gelu_tanh": _fast_gelu_tanh,
 }
 

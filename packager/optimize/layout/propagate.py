@@ -29,6 +29,7 @@ propagation (one in front of and one behind every packed conv) and after.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 import tvm
 from tvm import relax
@@ -54,6 +55,8 @@ FOLLOW = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "rela
           "relax.nn.relu", "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu", "relax.nn.max_pool2d",
           "relax.nn.avg_pool2d", "relax.power", "relax.exp", "relax.nn.prelu", "relax.negative", "relax.sqrt"}
 POOLS = {"relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
+REDUCTIONS = {"relax.mean", "relax.sum", "relax.max", "relax.min"}
+TRANSCENDENTAL = {"relax.sigmoid", "relax.tanh", "relax.exp", "relax.nn.silu", "relax.nn.gelu", "relax.nn.gelu_tanh"}
 
 
 def _args(call) -> list:
@@ -61,6 +64,16 @@ def _args(call) -> list:
     for a in call.args:
         out.extend(a.fields if isinstance(a, relax.Tuple) else [a])
     return out
+
+
+def _spatial_keepdims(call) -> bool:
+    """A reduction over spatial axes that keeps them (an SE block's global mean): ConvertLayout
+    carries a packed layout through it, so the conv reading it must take that block (TVM cannot
+    convert NCHW16c into NCHW8c: EfficientNet's squeeze convs failed the whole conversion)."""
+    if op_name(call) not in REDUCTIONS or not getattr(call.attrs, "keepdims", False):
+        return False
+    axes = call.attrs.axis
+    return axes is not None and all(int(a) % 4 in (2, 3) for a in axes)
 
 
 class _Tracker:
@@ -91,7 +104,7 @@ class _Tracker:
     def visit(self, b) -> None:
         call, op = b.value, op_name(b.value)
         shape = getattr(b.var.ty, "shape", None)
-        if op in FOLLOW and shape is not None and len(shape) == 4:
+        if (op in FOLLOW or _spatial_keepdims(call)) and shape is not None and len(shape) == 4:
             for a in call.args:
                 a_shape = getattr(getattr(a, "ty", None), "shape", None)
                 if self.block_of.get(a, 1) > 1 and a_shape is not None and len(a_shape) == 4 \
@@ -139,6 +152,23 @@ class _Tracker:
         b, v = next(iter(readers.values()))
         return b if wanted(b, v) else None
 
+    def epilogue(self, var) -> str:
+        """"silu" when the channel-keeping element-wise ops after `var` (what fusion puts into its
+        conv's kernel) include a sigmoid, tanh, exp, SiLU or GELU, else "". Their cost depends on
+        the layout: over a conv's NCHW output whose width is not whole vectors (14 -> 7 lanes) LLVM
+        computes them one lane at a time, over channel blocks in whole registers."""
+        closure, stack = {var}, [var]
+        while stack and len(closure) <= 64:
+            v = stack.pop()
+            for b in self.users.get(v, []):
+                if b.var in closure or not self._keeps_channels(b, v) or op_name(b.value) in POOLS:
+                    continue
+                if op_name(b.value) in TRANSCENDENTAL:
+                    return "silu"
+                closure.add(b.var)
+                stack.append(b.var)
+        return ""
+
     @staticmethod
     def _keeps_channels(b, v) -> bool:
         """`b` is a FOLLOW op (not a conv) whose 4-D output has `v`'s channels."""
@@ -181,9 +211,9 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch) -> list[tuple[ir.Con
             if not isinstance(call, relax.Call):
                 continue
             if is_plain_conv(call):
-                site = ConvSite.of(call)
+                site = replace(ConvSite.of(call), epilogue=track.epilogue(b.var))
                 nxt = track.next_conv(b.var)
-                nxt_site = ConvSite.of(nxt.value) if nxt is not None else None
+                nxt_site = replace(ConvSite.of(nxt.value), epilogue=track.epilogue(nxt.var)) if nxt is not None else None
                 ahead = NextConv(nxt_site, track.allowed_out(nxt.var)) if nxt_site and nxt_site.memory_bound else None
                 pool = PoolSite.of(p.value) if (p := track.pool_after(b.var)) is not None else None
                 d = search.decide(site, track.block_of.get(call.args[0], 1), track.allowed_out(b.var), ahead, pool)

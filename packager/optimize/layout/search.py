@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from tvm import relax, te, topi
 
+from ..fastmath import fast_silu
 from ..schedule.contract import KernelScheduler
 from ..schedule.hardware import MEMORY_BOUND_REDUCTION
 from .conv import ConvLayouts, conv2d_packed
@@ -55,6 +56,7 @@ class ConvSite:
     dilation: tuple[int, int]
     groups: int
     dtype: str
+    epilogue: str = ""        # "silu": a sigmoid/tanh/exp-like op follows (fused into the conv's kernel)
 
     @staticmethod
     def of(call: relax.Call) -> "ConvSite":
@@ -118,10 +120,16 @@ class ConvSite:
         wt = te.placeholder((o // w_out, cg // w_in, kh, kw, w_in, w_out), self.dtype, "w")
         y = conv2d_packed(x, wt, ConvLayouts(data_block, w_in, w_out, out_block), c, o, self.strides, self.padding,
                           self.dilation, self.groups, self.dtype)
+        if self.epilogue:
+            y = fast_silu(y)
         return te.create_prim_func([x, wt, y])
 
+    def _fields(self) -> list:
+        return [self.data, self.weight, self.strides, self.padding, self.dilation, self.groups, self.dtype] + \
+            ([self.epilogue] if self.epilogue else [])
+
     def key(self) -> str:
-        return json.dumps([self.data, self.weight, self.strides, self.padding, self.dilation, self.groups, self.dtype])
+        return json.dumps(self._fields())
 
     def class_key(self) -> str:
         """The key of the site's shape class: input channels rounded up to a power of two (a
@@ -132,7 +140,8 @@ class ConvSite:
             return self.key()
         c = 1 << (self.channels - 1).bit_length()
         return json.dumps([(self.data[0], c, *self.data[2:]), (self.weight[0], c, *self.weight[2:]), self.strides,
-                           self.padding, self.dilation, self.groups, self.dtype, "class"])
+                           self.padding, self.dilation, self.groups, self.dtype, "class"] +
+                          ([self.epilogue] if self.epilogue else []))
 
 
 @dataclass(frozen=True)

@@ -329,3 +329,27 @@ def test_convs_sharing_one_weight_each_get_their_own_layouts():
     assert [c["layouts"] for c in report.details["per_conv"]] == [["NCHW16c", "OIHW16i16o", "NCHW16c"],
                                                                    ["NCHW16c", "OIHW16i1o", "NCHW"]]
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+class _Incoming(FixedSearch):
+    """FixedSearch that records the block each conv is told its input has."""
+
+    def __init__(self, blocks):
+        super().__init__(blocks)
+        self.incoming = []
+
+    def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None):
+        self.incoming.append(incoming)
+        return super().decide(site, incoming)
+
+
+def test_a_global_mean_keeps_the_block_of_the_conv_before_it():
+    """conv (16c) -> GlobalAveragePool -> 1x1 conv (an SE block's squeeze): ConvertLayout carries
+    16c through the mean, so the squeeze conv is told its input is 16c (told NCHW, it chose 8c
+    on AVX2, which TVM cannot convert 16c into, and EfficientNet lost its searched layouts)."""
+    m = _model([_conv("x", "w1", None, "a"), helper.make_node("GlobalAveragePool", ["a"], ["g"]),
+                _conv("g", "w2", None, "y")], [1, 16, 6, 6], {"w1": _w(32, 16, 1, 1), "w2": _w(16, 32, 1, 1)})
+    mod, shape = _relax(m)
+    search = _Incoming([(16, 16), (None, 16)])
+    alter_layouts(mod, scheduler_for(X86), search=search)
+    assert search.incoming == [1, 16]

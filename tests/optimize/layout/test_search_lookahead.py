@@ -153,3 +153,23 @@ def test_the_tracker_follows_activations_that_read_the_conv_twice():
         convs = [b for b in bindings(mod) if getattr(getattr(b.value, "op", None), "name", "") == "relax.nn.conv2d"]
         nxt = track.next_conv(convs[0].var)
         assert (nxt is not None and nxt.var.same_as(convs[1].var)) == found
+
+
+def test_a_conv_with_a_transcendental_epilogue_is_scored_with_it():
+    """The SiLU after a conv is part of its kernel, and its cost depends on the layout (over an
+    NCHW output 14 wide LLVM computed it one lane at a time): the site carries it, its key
+    differs from the bare conv's, and its scored kernel computes it."""
+    silu = _relax(_model([_conv("x", "we", None, "e"), helper.make_node("Sigmoid", ["e"], ["s"]),
+                          helper.make_node("Mul", ["e", "s"], ["y"])], [1, 16, 8, 8], {"we": _w(32, 16, 1, 1)}))[0]
+    relu = _relax(_model([_conv("x", "we", None, "e"), helper.make_node("Relu", ["e"], ["y"])],
+                         [1, 16, 8, 8], {"we": _w(32, 16, 1, 1)}))[0]
+    got = []
+    for mod in (silu, relu):
+        track = _Tracker(mod)
+        conv = next(b for b in bindings(mod) if getattr(getattr(b.value, "op", None), "name", "") == "relax.nn.conv2d")
+        got.append(track.epilogue(conv.var))
+    assert got == ["silu", ""]
+    site = ConvSite((1, 16, 8, 8), (32, 16, 1, 1), (1, 1), (0,) * 4, (1, 1), 1, "float32", "silu")
+    bare = ConvSite((1, 16, 8, 8), (32, 16, 1, 1), (1, 1), (0,) * 4, (1, 1), 1, "float32")
+    assert site.key() != bare.key() and site.class_key() != bare.class_key()
+    assert "T_silu" in site.kernel(16, 16).script() and "T_silu" not in bare.kernel(16, 16).script()
