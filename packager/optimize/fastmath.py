@@ -18,6 +18,7 @@ import tvm
 from tvm import relax, te, topi
 
 from .base import PassReport
+from .ieee import is_nan
 from .relax_util import rewrite_functions
 
 
@@ -63,7 +64,7 @@ def _keep_nan(fast: Callable[[te.Tensor], te.Tensor]) -> Callable[[te.Tensor], t
 
     def compute(x: te.Tensor) -> te.Tensor:
         y = fast(x)
-        return te.compute(x.shape, lambda *i: tvm.tirx.Select(tvm.tirx.isnan(x(*i)), x(*i), y(*i)),
+        return te.compute(x.shape, lambda *i: tvm.tirx.Select(is_nan(x(*i)), x(*i), y(*i)),
                           name="T_fast", tag=topi.tag.ELEMWISE)
 
     return compute

@@ -154,9 +154,8 @@ class _Tracker:
 
     def epilogue(self, var) -> str:
         """"silu" when the channel-keeping element-wise ops after `var` (what fusion puts into its
-        conv's kernel) include a sigmoid, tanh, exp, SiLU or GELU, else "". Their cost depends on
-        the layout: over a conv's NCHW output whose width is not whole vectors (14 -> 7 lanes) LLVM
-        computes them one lane at a time, over channel blocks in whole registers."""
+        conv's kernel) include a sigmoid, tanh, exp, SiLU or GELU, else "": tens of operations
+        per output in the write-back, whose cost depends on the tile the layout gives it."""
         closure, stack = {var}, [var]
         while stack and len(closure) <= 64:
             v = stack.pop()
