@@ -104,7 +104,7 @@ def export_transformers(e: Entry, folder: Path) -> Path:
     return path
 
 
-def _versions(names) -> dict[str, str | None]:
+def installed_versions(names) -> dict[str, str | None]:
     """Installed versions of these distributions (None: not installed), read without importing."""
     out = {}
     for n in names:
@@ -118,7 +118,7 @@ def _versions(names) -> dict[str, str | None]:
 def require(e: Entry) -> dict[str, str]:
     """The export's libraries and their installed versions; one line naming what to install when
     any is missing."""
-    have = _versions(("torch", *e.requires))
+    have = installed_versions(("torch", *e.requires))
     missing = [n for n, v in have.items() if v is None]
     if missing:
         pins = " ".join(f"{n}=={EXPORT_PINS[n]}" if n in EXPORT_PINS else n for n in missing)
