@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..targets import CUDA_TABLE
-from .corpus_fetch import OPSET, installed_versions, corpus_dir, fetch, first_line
+from .corpus_fetch import OPSET, corpus_dir, fetch, first_line, installed_versions
 from .corpus_models import ENTRIES, EXPORT_PINS, Entry
 from .opcompare import SLOW, worst
 from .openvino_peer import openvino_version
@@ -325,7 +325,7 @@ def environment() -> dict:
             env[mod] = __import__(mod).__version__
         except ImportError:
             env[mod] = None
-    env.update(installed_versions(EXPORT_PINS))           # the `torch` / `ultralytics` exports' libraries
+    env.update(installed_versions(EXPORT_PINS))  # the `torch` / `ultralytics` exports' libraries
     return env
 
 
