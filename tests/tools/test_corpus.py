@@ -131,7 +131,7 @@ def test_export_pins_are_the_dev_extras_pins():
     from pathlib import Path
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
-    dev = {d.split("==")[0]: d.split("==")[1] for d in pyproject["project"]["optional-dependencies"]["dev"] if "==" in d}
+    dev = dict(d.split("==") for d in pyproject["project"]["optional-dependencies"]["dev"] if "==" in d)
     assert {n: dev.get(n) for n in EXPORT_PINS} == EXPORT_PINS
     assert {n for e in ENTRIES.values() for n in e.requires} == set(EXPORT_PINS)     # none pinned for nothing
 
