@@ -267,6 +267,32 @@ def test_fast_subset_builds_and_verifies(tmp_path):
         assert r.nodes > 0 and r.build_s > 0 and r.ratio > 0 and r.max_err is not None
 
 
+@pytest.mark.slow
+def test_each_export_kind_writes_a_model_onnxruntime_runs(tmp_path):
+    """One model per exporting library (torchvision, timm, spandrel through the dynamo exporter;
+    ultralytics' own export), exported into an empty cache, nothing downloaded: the bound inputs
+    are the graph's inputs, onnxruntime runs it to finite outputs, and a second fetch is the
+    cached file. Every output's scale is at least 10x the entry's atol, so verify's bound is
+    below what a wrong kernel would be off by (random init can leave logits at 1e-5)."""
+    import onnx
+    import onnxruntime as ort
+
+    for name in ("tv_shufflenet_v2", "timm_efficientnet_b0", "sr_compact_x4", "yolo11n"):
+        e = ENTRIES[name]
+        path = cf.fetch(e, tmp_path)
+        graph = onnx.load(str(path)).graph
+        assert [(i.name, [d.dim_value for d in i.type.tensor_type.shape.dim]) for i in graph.input] == \
+            [(n, shape) for n, (_dt, shape) in e.inputs.items()], name
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(0)
+        feeds = {n: rng.standard_normal(shape, dtype=np.float32) for n, (_dt, shape) in e.inputs.items()}
+        outs = sess.run(None, feeds)
+        assert all(np.isfinite(o).all() and o.size for o in outs), name
+        assert min(np.abs(o).max() for o in outs) >= 10 * e.tolerance[1], name
+        mtime = path.stat().st_mtime_ns
+        assert cf.fetch(e, tmp_path) == path and path.stat().st_mtime_ns == mtime, name
+
+
 def test_untimed_and_arm64_specs(tmp_path):
     """--measure off writes a spec whose schedules are chosen without timing; --target arm64 builds
     for arm64 (verified under qemu)."""
