@@ -42,6 +42,16 @@ def first_line(e: BaseException | str) -> str:
 
 # ---- fetch --------------------------------------------------------------------------------------
 
+def import_transformers():
+    """transformers, its model classes importable: where torchvision is installed (the dev extra
+    brings it for timm and ultralytics) transformers imports it for every model class, and PyPI's
+    torchvision fails to import beside the CPU torch wheel (import_torchvision), which turns every
+    `transformers.BertModel` into "Could not import module 'BertModel'"."""
+    import_torchvision()
+    import transformers
+    return transformers
+
+
 def export_key(e: Entry) -> str:
     """Cache key of an export: the architecture, its config, the bindings and both library versions."""
     import torch
@@ -73,8 +83,8 @@ def export_transformers(e: Entry, folder: Path) -> Path:
     import warnings
 
     import torch
-    import transformers
 
+    transformers = import_transformers()
     torch.manual_seed(0)
     config = getattr(transformers, e.config_class)(**e.config)
     config._attn_implementation = "eager"
@@ -132,10 +142,15 @@ def import_torchvision():
     its C ops (nms, roi_align, ...) cannot load beside the torch+cpu wheel, and torchvision 0.28
     registers fake kernels for nms/qnms unconditionally, so its import fails with "operator
     torchvision::nms does not exist" (timm and ultralytics import it too). The models the corpus
-    exports never call those ops: the import is retried with those two registrations skipped."""
+    exports never call those ops: the import is retried with those two registrations skipped.
+    None when torchvision is not installed."""
     try:
         import torchvision
         return torchvision
+    except ModuleNotFoundError as ex:
+        if ex.name == "torchvision":
+            return None
+        raise
     except RuntimeError as ex:
         if "torchvision::" not in str(ex):
             raise
