@@ -87,6 +87,15 @@ class CpuRules:
         names = [sch.get(b).name_hint for b in blocks]
         return blocks[:names.index(name)] if name in names else blocks
 
+    @staticmethod
+    def _scatters(sch: s_tir.Schedule, block) -> bool:
+        """The block stores at an index computed from its iterators (TVM's layout_transform out of
+        channel blocks writes [n, c_o * 8 + c_i, h, w]). dlight's reduction rule computes such a
+        producer at its consumer over a wrong region: behind a channel slice it copied 4 of 8
+        lanes and the SE block after a padded conv read garbage (ppocrv5_rec, regnety_002)."""
+        stmt = sch.get(block)
+        return any(not all(isinstance(r.min, (tirx.Var, tirx.IntImm)) for r in w.region) for w in stmt.writes)
+
     def _dtype_bits(self, sch: s_tir.Schedule, block) -> int:
         writes = sch.get(block).writes
         return writes[0].source.dtype.bits if writes else 32
@@ -369,6 +378,8 @@ class CpuRules:
     def row_reduction(self, sch: s_tir.Schedule) -> KernelSchedule:
         from tvm.s_tir.dlight.cpu import Reduction
 
+        if any(self._scatters(sch, b) for b in self._blocks(sch)):
+            raise RuleMismatch("a block stores at a computed index (dlight places it wrongly)")
         out = Reduction().apply(sch.mod["main"], tvm.target.Target(self.target.llvm_target()), False)
         if out is None:
             raise RuleMismatch("dlight reduction rule does not apply")

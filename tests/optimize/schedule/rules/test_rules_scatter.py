@@ -1,0 +1,47 @@
+"""A kernel whose producer stores at a computed index (TVM's layout_transform out of channel
+blocks, folded before a channel slice and a reduction by global fusion) is not given to dlight's
+reduction rule, which computed that producer over a wrong region (4 of 8 lanes copied: the SE
+blocks after padded convs read garbage in ppocrv5_rec and regnety_002)."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from packager.optimize.relax_util import prim_funcs
+from packager.optimize.schedule.rules.cpu import CpuRules
+from support.kernel_cases import host_target, optimized_module, random_args, run_kernel
+
+
+def _se_block():
+    """conv -> global mean -> 1x1 conv to 60 channels (padded to whole blocks) -> ReLU -> 1x1
+    conv -> HardSigmoid -> scale: the unpacking of the padded conv's output and its channel slice
+    fold into the second conv's kernel."""
+    c, r = 240, 60
+    rng = np.random.default_rng(0)
+
+    def w(*s):
+        return numpy_helper.from_array((rng.standard_normal(s) * 0.2).astype(np.float32))
+
+    inits = {"w0": w(c, c, 1, 1), "w1": w(r, c, 1, 1), "b1": w(r), "w2": w(c, r, 1, 1), "b2": w(c)}
+    for k, v in inits.items():
+        v.name = k
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["x0"]), helper.make_node("GlobalAveragePool", ["x0"], ["g"]),
+             helper.make_node("Conv", ["g", "w1", "b1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r"]),
+             helper.make_node("Conv", ["r", "w2", "b2"], ["c2"]), helper.make_node("HardSigmoid", ["c2"], ["s"]),
+             helper.make_node("Mul", ["x0", "s"], ["y"])]
+    g = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 6, 80])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 6, 80])], list(inits.values()))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_every_kernel_of_an_se_block_after_a_padded_conv_schedules_right():
+    target = host_target()
+    rules = CpuRules(target)
+    for name, func in prim_funcs(optimized_module(_se_block(), target)).items():
+        scheduled, info = rules.schedule(func)
+        args = random_args(func)
+        np.testing.assert_allclose(run_kernel(scheduled, target, [a.copy() for a in args]),
+                                   run_kernel(func, target, [a.copy() for a in args]), rtol=1e-4, atol=1e-4,
+                                   err_msg=f"{name}: {info.summary()}")
