@@ -22,7 +22,8 @@ def _merged(channels: int, out_channels: int):
     sched = scheduler(target)
     out, taken = reduction_epilogues(mod, SimpleNamespace(target=target, scheduler=sched), sched, None)
     assert taken.taken == 1, taken
-    (call,) = kernel_graph(out).calls.values()
+    # the merged kernel (with 8 lanes a layout conversion of the conv's input stays a kernel too)
+    (call,) = [c for c in kernel_graph(out).calls.values() if "epi" in c.name]
     return target, call.prim
 
 

@@ -1,7 +1,10 @@
-"""A kernel whose producer stores at a computed index (TVM's layout_transform out of channel
-blocks, folded before a channel slice and a reduction by global fusion) is not given to dlight's
-reduction rule, which computed that producer over a wrong region (4 of 8 lanes copied: the SE
-blocks after padded convs read garbage in ppocrv5_rec and regnety_002)."""
+"""Squeeze-and-excite blocks (MobileNetV3, EfficientNet, RegNetY, PP-OCR): every kernel schedules
+right, and the excite conv, whose epilogue scales the whole feature map, computes its reduction
+once per tile (dlight's rule recomputed it per feature-map row, in scalar code: 3.1 ms against
+0.1 ms for a 240 -> 960 conv over 14 x 14). A kernel whose producer stores at a computed index
+(TVM's layout_transform out of channel blocks, folded before a channel slice by global fusion) is
+not given to dlight's rule either, which computed that producer over a wrong region (4 of 8 lanes
+copied: the SE blocks after padded convs read garbage in ppocrv5_rec and regnety_002)."""
 from __future__ import annotations
 
 import numpy as np
@@ -39,9 +42,15 @@ def _se_block():
 def test_every_kernel_of_an_se_block_after_a_padded_conv_schedules_right():
     target = host_target()
     rules = CpuRules(target)
+    excite = 0
     for name, func in prim_funcs(optimized_module(_se_block(), target)).items():
         scheduled, info = rules.schedule(func)
+        script = func.script()
+        if "conv2d" in script and "T_minimum" in script:          # the excite conv, HardSigmoid, scale
+            excite += 1
+            assert info.rule == "tiled-reduction", f"{name}: {info.summary()}"
         args = random_args(func)
         np.testing.assert_allclose(run_kernel(scheduled, target, [a.copy() for a in args]),
                                    run_kernel(func, target, [a.copy() for a in args]), rtol=1e-4, atol=1e-4,
                                    err_msg=f"{name}: {info.summary()}")
+    assert excite == 1
