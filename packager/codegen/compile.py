@@ -21,7 +21,7 @@ from ..frontend import import_relax
 from ..frontend.relax_import import ImportStats
 from ..frontend.units import Unit
 from ..optimize.base import PassReport
-from ..optimize.layout.search import ProfileMemo
+from ..optimize.layout.memo import ProfileMemo
 from ..optimize.pipeline import PIPELINES, graph_passes, optimize_graph, optimize_kernels, pipeline_key
 from ..optimize.schedule.contract import Tally
 from ..spec import OptimizeSpec

@@ -27,7 +27,7 @@ from .layout.clip import clip_as_ops
 from .layout.conv import legalize_conv2d
 from .ieee import LEGALIZATIONS as IEEE_OPS
 from .layout.propagate import alter_layouts, keep_nchw
-from .layout.search import ProfileMemo
+from .layout.memo import ProfileMemo
 from .relax_util import legalize
 from .variadic import variadic_to_binary
 from .derive.graph import derive_graph

@@ -47,7 +47,8 @@ from .apply import apply_conv_layouts, bindings, is_plain_conv, op_name, unshare
 from .matmul import matmul_site, pack_matmul_weights
 from .pad import apply_padding
 from .primitives import channel_blocked, conv_weight_blocked
-from .search import ConvSite, Decision, LayoutSearch, NextConv, PoolSite, ProfileMemo
+from .memo import ProfileMemo
+from .search import ConvSite, Decision, LayoutSearch, NextConv, PoolSite
 
 # Ops through which a channel-blocked layout flows unchanged: element-wise, broadcast binary,
 # pooling; each has a layout rule (FRelaxInferLayout) in TVM 0.27, checked by a test.

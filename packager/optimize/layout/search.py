@@ -16,8 +16,9 @@ Candidates per conv: output block in {1 (NCHW), v, 2v} (v = fp32 vector lanes), 
 producer's block, or v when the producer writes NCHW. A conv whose output channels are not whole
 blocks also scores its blocked candidates with the channels padded (pad.py), and computes the
 padding where that beats its best unpadded candidate by PAD_GAIN, a conversion back to NCHW
-included. Unfold (overlapped spatial tiles) and
-spatial layout tiling are not searched here.
+included. A conv is scored with a transcendental epilogue (SiLU, GELU, ...) when one follows,
+as its kernel will compute it. Unfold (overlapped spatial tiles) and spatial layout tiling are
+not searched here.
 
 Decisions are shared within a shape class (ConvSite.class_key: the same conv but for its input
 channels, rounded up to a power of two, in the same context): the first conv of a class is
@@ -398,53 +399,3 @@ class MatmulDecision:
     scores: dict[str, float]
     measured: bool
     reused: bool = False
-
-
-class ProfileMemo:
-    """Keeps one shape profile's choices for the next profiles of the same model: the graphs
-    differ only in batch/sequence sizes, and one set of layouts means the weights are packed once
-    (profiles share weights.bin). Replays by position; a conv whose channels or kernel differ
-    (not the same graph) is decided afresh."""
-
-    def __init__(self):
-        self.convs: list[tuple[ConvSite, Decision]] = []
-        self.matmuls: list[tuple[MatmulSite, MatmulDecision]] = []
-
-    def wrap(self, search) -> "_Replaying":
-        return _Replaying(search, self)
-
-
-class _Replaying:
-    def __init__(self, search, memo: ProfileMemo):
-        self.search, self.memo = search, memo
-        self.n_conv = self.n_mm = 0
-
-    @property
-    def measuring(self) -> bool:
-        return self.search.measuring
-
-    def decide(self, site: ConvSite, incoming: int, allowed_out=None, next_conv: NextConv | None = None,
-               pool: PoolSite | None = None) -> Decision:
-        i, self.n_conv = self.n_conv, self.n_conv + 1
-        if i < len(self.memo.convs):
-            old, d = self.memo.convs[i]
-            if old.weight == site.weight and old.data[1] == site.data[1] and old.groups == site.groups:
-                return d
-        d = self.search.decide(site, incoming, allowed_out, next_conv, pool)
-        if i >= len(self.memo.convs):
-            self.memo.convs.append((site, d))
-        return d
-
-    def decide_matmul(self, site: MatmulSite) -> MatmulDecision:
-        i, self.n_mm = self.n_mm, self.n_mm + 1
-        if i < len(self.memo.matmuls):
-            old, d = self.memo.matmuls[i]
-            if (old.k, old.n) == (site.k, site.n):
-                return d
-        d = self.search.decide_matmul(site)
-        if i >= len(self.memo.matmuls):
-            self.memo.matmuls.append((site, d))
-        return d
-
-    def save(self) -> None:
-        self.search.save()
