@@ -2,7 +2,7 @@
 
 A conv whose output channels are not a multiple of the vector width (a classifier's 1000, an
 STFT's 257, a detection head's 18) cannot write NCHW{v}c, and in NCHW its stores are W-strided
-vectors with tails: SqueezeNet's 512 -> 1000 1x1 conv ran at a third of its 3x3 convs' speed.
+vectors with tails (openWakeWord's two 257-channel STFT convs: 0.33 ms, padded 0.05 ms).
 Where the layout search finds it faster (search.LayoutSearch.decide), the conv computes
 ceil(O / v) * v channels from a weight padded with zero filters, and a strided_slice takes the
 first O back. The slice is moved down through the element-wise ops that follow (a bias add, a
