@@ -15,6 +15,7 @@ import tvm
 
 from ..emit.assemble import CompiledUnit
 from ..emit.package import PackageWriter
+from ..emit.in_place import find_assemblies
 from ..emit.plan import build_plan
 from ..emit.weights import WeightStore
 from ..frontend import import_relax
@@ -101,6 +102,7 @@ def compile_target(unit: OptimizedUnit, t: Target, kernels: dict, opt: OptimizeS
     for entry in plan["kernels"]:                   # work and traffic, for roofline reports
         cost = kernel_cost(kernels[entry["name"]])
         entry["flops"], entry["bytes"] = cost.flops, cost.bytes
+    passes.append(_in_place_report(stats, opt))
     weights.write(w.path(f"{folder}/weights.bin"))
     w.write_json(f"{folder}/plan.json", plan)
     where = f" [part {unit.unit.name}]" if unit.unit.name else ""
@@ -115,6 +117,19 @@ def compile_target(unit: OptimizedUnit, t: Target, kernels: dict, opt: OptimizeS
 def compile_unit(unit: OptimizedUnit, targets: list[Target], opt: OptimizeSpec, w: PackageWriter, log: Log,
                  tally: Tally) -> CompiledUnit:
     """Every target's plan, kernels and weights for a unit whose graph passes ran."""
+    for graphs in unit.graphs_by_key.values():
+        for g in graphs.values():
+            g.assemblies = find_assemblies(g) if opt.enabled("concat_in_place") else []
     kernels = {key: merge_kernels(graphs) for key, graphs in unit.graphs_by_key.items()}
     reports = [compile_target(unit, t, kernels[graph_key(t, opt)], opt, w, log, tally) for t in targets]
     return CompiledUnit(unit.unit, unit.graphs, unit.graph_passes, unit.imports, reports)
+
+
+def _in_place_report(stats: list, opt: OptimizeSpec) -> PassReport:
+    """The build report's line for concats assembled in place (emit/in_place.py)."""
+    if not opt.enabled("concat_in_place"):
+        return PassReport("concat_in_place", "disabled", "off in the spec: every concat runs as a copy kernel")
+    per = ", ".join(f"{s.name} {s.assembled} ({s.assembled_bytes / 1e6:.2f} MB not copied per run)" for s in stats)
+    return PassReport("concat_in_place", "applied",
+                      f"concats whose producers write their slices of the output in place: {per}",
+                      {s.name: {"assembled": s.assembled, "bytes": s.assembled_bytes} for s in stats})

@@ -52,6 +52,12 @@ class Graph:
     inputs: list[int] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
     kernels: dict[str, tvm.tirx.PrimFunc] = field(default_factory=dict)
+    assemblies: list = field(default_factory=list)   # concats written in place (emit/in_place.py)
+
+    def called(self) -> list[Call]:
+        """The calls that run a kernel (an assembled concat's does not)."""
+        skip = {a.call for a in self.assemblies}
+        return [c for i, c in enumerate(self.calls) if i not in skip]
 
     def add(self, dtype: str, shape, kind: str, name: str = "", value=None) -> int:
         t = Tensor(len(self.tensors), str(dtype), tuple(int(d) for d in shape), kind, name, value)
@@ -150,11 +156,12 @@ def _c_ident(text: str) -> str:
 
 
 def merge_kernels(graphs: dict[str, Graph]) -> dict[str, tvm.tirx.PrimFunc]:
-    """One kernel table for all profiles: identical kernels are shared, name clashes renamed."""
+    """One kernel table for all profiles: identical kernels are shared, name clashes renamed;
+    kernels only an assembled concat called are left out."""
     table: dict[str, tvm.tirx.PrimFunc] = {}
     by_hash: dict[int, list[str]] = {}
     for pname, g in graphs.items():
-        used = {c.kernel for c in g.calls}
+        used = {c.kernel for c in g.called()}
         rename = {}
         for kname in sorted(used):
             f = g.kernels[kname]
@@ -169,6 +176,6 @@ def merge_kernels(graphs: dict[str, Graph]) -> dict[str, tvm.tirx.PrimFunc]:
                 same = new
             rename[kname] = same
         for c in g.calls:
-            c.kernel = rename[c.kernel]
+            c.kernel = rename.get(c.kernel, c.kernel)
         g.kernels = {rename[k]: g.kernels[k] for k in used}
     return table

@@ -10,21 +10,22 @@ from typing import Any
 
 DTYPES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 PASS_NAMES = ("simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse",
-              "reuse_same", "bridges", "pad_channels")
+              "reuse_same", "bridges", "pad_channels", "concat_in_place")
 # Which passes each optimize.level turns on by default (a `passes:` entry overrides it).
 # Level 1 ("safe") keeps results bit-identical to TVM's exact math; level 2 adds approximations;
 # level 3 adds the measured tuner and ETO's reuse (level 2's top-k with reuse swung BERT-base's
 # latency from 1.0x to 1.9x onnxruntime between cold builds; the tuner after it re-searches).
 # reuse_same (level 2 on) reuses only a measured program of the exact same workload.
 # pad_channels (level 2 on, part of `layout`): a conv may compute its output channels padded to
-# whole vector blocks (layout/pad.py).
+# whole vector blocks (layout/pad.py). concat_in_place (level 1 on: it moves no value): a concat's
+# producers write their slices of its output, and the copy kernel is dropped (emit/in_place.py).
 LEVEL_PASSES = {
     0: set(),
-    1: {"simplify", "fusion", "schedule"},
+    1: {"simplify", "fusion", "schedule", "concat_in_place"},
     2: {"simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse_same",
-        "pad_channels"},
+        "pad_channels", "concat_in_place"},
     3: {"simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse", "reuse_same",
-        "bridges", "pad_channels"},
+        "bridges", "pad_channels", "concat_in_place"},
 }
 # Package and profile names; check with fullmatch (`$` also matches before a final newline).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

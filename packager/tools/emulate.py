@@ -89,6 +89,14 @@ def emulate(folder: Path, target: dict, profile: str, feeds: dict[str, np.ndarra
             src, dst = step["args"]
             cl.enqueue_copy(queue, bufs[dst], bufs[src], byte_count=prof["tensors"][src]["bytes"])
             continue
+        if step["op"] == "assemble":              # one buffer per tensor here: the parts are copied in
+            *parts, whole = step["args"]
+            at = 0
+            for p in parts:
+                n = prof["tensors"][p]["bytes"]
+                cl.enqueue_copy(queue, bufs[whole], bufs[p], byte_count=n, dst_offset=at)
+                at += n
+            continue
         entry = doc["kernels"][plan["kernels"][step["kernel"]]["name"]]
         scratch = [_poisoned(cl, ctx, queue, n) for n in entry["workspace"]]
         for launch in entry["launches"]:

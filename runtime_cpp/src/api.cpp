@@ -180,7 +180,10 @@ packrt_status packrt_step_profile(const packrt_model* m, int32_t profile, int32_
     const auto& plan = m->impl.plan();
     const auto& st = plan.profiles[profile].steps[step];
     auto t = m->impl.step_time(profile, step);
-    if (kernel) *kernel = st.kind == packrt::PlanStep::kCopy ? "copy" : plan.kernels[st.kernel].name.c_str();
+    if (kernel)
+      *kernel = st.kind == packrt::PlanStep::kCopy       ? "copy"
+                : st.kind == packrt::PlanStep::kAssemble ? "assemble"
+                                                         : plan.kernels[st.kernel].name.c_str();
     if (total_ms) *total_ms = t.total_ms;
     if (runs) *runs = t.runs;
   });

@@ -12,7 +12,8 @@ namespace packrt {
 
 using json = nlohmann::json;
 
-static constexpr int kPlanVersion = 3;  // 3: CUDA launches may be cooperative
+// 3: CUDA launches may be cooperative; 4: assemble steps (a concat's parts written in place)
+static constexpr int kPlanVersion = 4, kOldestPlanVersion = 3;
 static constexpr int kMaxKernelArgs = 1 << 16;
 static constexpr uint64_t kMaxArenaBytes = uint64_t(1) << 48;   // beyond any machine: a corrupt size
 
@@ -54,10 +55,10 @@ struct Bad {
 void parse_header(const json& j, Plan& plan, const Bad& bad) {
   if (j.value("format", "") != "packager-plan") bad("not a packager plan (format field)");
   int version = json_int<int>(j, "version", bad.where);
-  if (version != kPlanVersion)
+  if (version < kOldestPlanVersion || version > kPlanVersion)
     fail(PACKRT_ERROR_UNSUPPORTED, bad.where + ": plan version " + std::to_string(version) +
-                                       " is not supported by this runtime (it reads version " +
-                                       std::to_string(kPlanVersion) + ")");
+                                       " is not supported by this runtime (it reads versions " +
+                                       std::to_string(kOldestPlanVersion) + " to " + std::to_string(kPlanVersion) + ")");
   plan.target = j.at("target").get<std::string>();
   plan.device = j.value("device", "cpu");
   if (plan.device != "cpu" && plan.device != "cuda")
@@ -155,7 +156,24 @@ void parse_io(const json& p, PlanProfile& prof, const Bad& bad) {
     if (prof.tensors[io.tensor].in_weights) bad("output '" + io.name + "' is not an arena tensor");
 }
 
-// A step: a kernel call on tensor ids, or a copy between two tensors of the same size.
+// An assemble step's parts lie end to end in the arena and cover exactly its whole (last arg).
+void check_assembly(const std::vector<int>& args, const PlanProfile& prof, const Bad& bad) {
+  if (args.size() < 2) bad("malformed assemble step in profile " + prof.name);
+  const PlanTensor& whole = prof.tensors[args.back()];
+  uint64_t at = whole.offset;
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    const PlanTensor& part = prof.tensors[args[i]];
+    if (part.in_weights || whole.in_weights || part.offset != at || args[i] == args.back())
+      bad("assemble step in profile " + prof.name + ": its parts do not lie end to end in the arena range of tensor " +
+          std::to_string(args.back()));
+    at += part.nbytes;
+  }
+  if (at != whole.offset + whole.nbytes)
+    bad("assemble step in profile " + prof.name + ": its parts do not cover tensor " + std::to_string(args.back()));
+}
+
+// A step: a kernel call on tensor ids, a copy between two tensors of the same size, or an
+// assembly of parts already in place.
 PlanStep parse_step(const json& s, const Plan& plan, const PlanProfile& prof, const Bad& bad) {
   PlanStep st;
   std::string op = s.at("op").get<std::string>();
@@ -173,6 +191,9 @@ PlanStep parse_step(const json& s, const Plan& plan, const PlanProfile& prof, co
     st.kind = PlanStep::kCopy;
     if (st.args.size() != 2 || prof.tensors[st.args[0]].nbytes != prof.tensors[st.args[1]].nbytes)
       bad("malformed copy step in profile " + prof.name);   // weights and overlaps: check_dataflow
+  } else if (op == "assemble") {
+    st.kind = PlanStep::kAssemble;
+    check_assembly(st.args, prof, bad);
   } else {
     bad("unknown step op '" + op + "'");
   }
@@ -226,13 +247,13 @@ void check_dataflow(const PlanProfile& prof, const Bad& bad) {
       int w = st.args[o];
       if (prof.tensors[w].in_weights) bad(at + " writes into the weights");
       if (written[w]) bad(at + " writes tensor " + std::to_string(w) + ", an input or a tensor already written");
-      for (size_t i = 0; i < st.args.size(); ++i)
+      for (size_t i = 0; i < st.args.size() && st.kind != PlanStep::kAssemble; ++i)
         if (i != o && (st.args[i] == w || overlap(prof.tensors[st.args[i]], prof.tensors[w])))
           bad(at + " writes tensor " + std::to_string(w) + " over another of its own arguments");
     }
     for (size_t o = first_out; o < st.args.size(); ++o) {
       written[st.args[o]] = holds[st.args[o]] = 1;
-      clobber(st.args[o]);
+      if (st.kind != PlanStep::kAssemble) clobber(st.args[o]);   // an assembly rewrites no byte
     }
   }
   for (const auto& io : prof.outputs)

@@ -22,9 +22,10 @@ struct PlanIO {
 };
 
 struct PlanStep {
-  enum Kind { kKernel, kCopy } kind = kKernel;
+  // kAssemble moves nothing: its parts (written in place by earlier steps) tile its output
+  enum Kind { kKernel, kCopy, kAssemble } kind = kKernel;
   int kernel = -1;        // kKernel: index into Plan::kernels
-  std::vector<int> args;  // kKernel: tensor ids (inputs then outputs); kCopy: {src, dst}
+  std::vector<int> args;  // kKernel: tensor ids (inputs then outputs); kCopy: {src, dst}; kAssemble: {parts..., whole}
   int num_outputs = 1;    // how many of the last args the step writes
 };
 

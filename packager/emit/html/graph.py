@@ -77,9 +77,10 @@ def dot_source(plan: dict, profile: dict, schedules: dict[str, str], kernel_ms: 
 
 
 def _io(step: dict) -> tuple[list[int], list[int]]:
-    """(input tensors, output tensors) of a plan step: a kernel's outputs are its last args."""
+    """(input tensors, output tensors) of a plan step: a kernel's outputs are its last args, a
+    copy's or an assembly's its last."""
     args = step.get("args", [])
-    n_out = step.get("outputs", 1) if step["op"] == "kernel" else len(args) - 1
+    n_out = step.get("outputs", 1) if step["op"] == "kernel" else 1
     return args[:len(args) - n_out], args[len(args) - n_out:]
 
 

@@ -152,8 +152,8 @@ PACKRT_API packrt_status packrt_run_device(packrt_model* model, const packrt_ten
  * each step's wall time to a per-step total (small overhead: one clock read per step). */
 PACKRT_API packrt_status packrt_set_profiling(packrt_model* model, int32_t enabled);
 PACKRT_API int32_t packrt_num_steps(const packrt_model* model, int32_t profile);
-/* Step `step` of `profile`: its kernel name ("copy" for copies), total milliseconds and run count
- * since profiling was enabled. */
+/* Step `step` of `profile`: its kernel name ("copy" for copies, "assemble" for a concat whose parts
+ * were written in place), total milliseconds and run count since profiling was enabled. */
 PACKRT_API packrt_status packrt_step_profile(const packrt_model* model, int32_t profile, int32_t step,
                                              const char** kernel, double* total_ms, int64_t* runs);
 

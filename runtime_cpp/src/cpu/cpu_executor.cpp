@@ -105,7 +105,9 @@ void CpuExecutor::execute(Context& ctx, std::vector<double>* step_ms) {
   for (size_t s = 0; s < prof.steps.size(); ++s) {
     const PlanStep& step = prof.steps[s];
     auto t0 = step_ms ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    if (step.kind == PlanStep::kCopy) {
+    if (step.kind == PlanStep::kAssemble) {
+      // nothing to run: the producers of its parts wrote them in place
+    } else if (step.kind == PlanStep::kCopy) {
       const PlanTensor& src = prof.tensors[step.args[0]];
       // memmove: an input and an output the caller bound to the same buffer may alias
       std::memmove(ctx.tensors[step.args[1]].data, ctx.tensors[step.args[0]].data, src.nbytes);

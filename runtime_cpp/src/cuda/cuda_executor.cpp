@@ -165,7 +165,9 @@ void CudaExecutor::enqueue_steps(int profile, const std::vector<CUdeviceptr>& ad
   for (size_t s = 0; s < prof.steps.size(); ++s) {
     const PlanStep& step = prof.steps[s];
     auto t0 = std::chrono::steady_clock::now();
-    if (step.kind == PlanStep::kCopy) {
+    if (step.kind == PlanStep::kAssemble) {
+      // nothing to run: the producers of its parts wrote them in place
+    } else if (step.kind == PlanStep::kCopy) {
       uint64_t n = prof.tensors[step.args[0]].nbytes;
       if (n) cuda_check(cu_.cuMemcpyDtoDAsync(addr[step.args[1]], addr[step.args[0]], n, stream), "copy step");
     } else {
