@@ -152,10 +152,3 @@ def roots(assemblies: list[Assembly]) -> dict[int, tuple[int, int]]:
             off += d
         out[p] = (root, off)
     return out
-
-
-def concat_bytes(graph: Graph, assemblies: list[Assembly]) -> int:
-    """Bytes the dropped concat kernels would have copied per run."""
-    return int(sum(graph.tensors[a.out].nbytes for a in assemblies))
-
-
