@@ -57,7 +57,7 @@ def concat_axis(func: tirx.PrimFunc) -> int | None:
     if any(b.dtype != out.dtype or len(s) != len(shapes[-1]) for b, s in zip(bufs, shapes)):
         return None
     differ = [d for d in range(len(shapes[-1])) if any(s[d] != shapes[-1][d] for s in shapes[:-1])]
-    axis = differ[0] if len(differ) == 1 else (0 if not differ and len(shapes[-1]) else None)
+    axis = differ[0] if len(differ) == 1 else None
     if axis is None or sum(s[axis] for s in shapes[:-1]) != shapes[-1][axis]:
         return None
     blocks = _blocks(func)
