@@ -28,6 +28,7 @@ class KernelSchedule:
     vector: int = 1                # lanes of the innermost vectorized loop
     register_tile: int = 1         # extent of the unrolled register-tile loop
     note: str = ""
+    parts: int = 1                 # loops cut where a select changes its answer (rules/partition.py)
 
     def summary(self) -> str:
         parts = [self.rule]
@@ -37,6 +38,8 @@ class KernelSchedule:
             parts.append(f"vector {self.vector}")
         if self.register_tile > 1:
             parts.append(f"regtile {self.register_tile}")
+        if self.parts > 1:
+            parts.append(f"{self.parts} parts at its selects")
         return ", ".join(parts)
 
 

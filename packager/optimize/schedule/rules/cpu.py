@@ -34,6 +34,7 @@ from tvm import s_tir, tirx
 from ....targets import Target
 from ...base import PassReport
 from . import padding, recurrence
+from .partition import partition_selects
 from .reduction_order import contiguous_reduction_last, unroll_contiguous
 from .transpose import tile_transposed_copy
 from ..tir_util import (PARALLEL_MIN_COPY, PARALLEL_MIN_WORK, Anchor, KernelSchedule, RuleMismatch, best_factor,
@@ -75,7 +76,7 @@ class CpuRules:
         reasons = []
         for rule in (self.tiled_reduction, self.reduction_epilogue, self.row_region, self.column_reduction,
                      self.vector_row_reduction,
-                     self.row_reduction, self.injective, self.fallback):
+                     self.row_reduction, self.partitioned_injective, self.injective, self.fallback):
             sch = s_tir.Schedule(func)
             try:
                 info = rule(sch)
@@ -411,7 +412,8 @@ class CpuRules:
         return KernelSchedule("row-reduction", note="dlight cpu.Reduction")
 
     # -- rule: injective --------------------------------------------------------------------
-    def injective(self, sch: s_tir.Schedule) -> KernelSchedule:
+    def _inline_stages(self, sch: s_tir.Schedule) -> list:
+        """Every stage but the last inlined where it can be; the blocks left."""
         blocks = self._blocks(sch)
         if any(is_reduction(sch, b) for b in blocks):
             raise RuleMismatch("has a reduction")
@@ -420,8 +422,20 @@ class CpuRules:
                 sch.compute_inline(b)
             except Exception:  # noqa: BLE001 - not inlinable: keep it as its own stage
                 pass
+        return self._blocks(sch)
+
+    def partitioned_injective(self, sch: s_tir.Schedule) -> KernelSchedule:
+        """An injective kernel that selects an input by position, cut apart there (partition.py)."""
+        left = self._inline_stages(sch)
+        cut = partition_selects(sch, left[0], self.lanes(self._dtype_bits(sch, left[0])),
+                                PARALLEL_MIN_WORK) if len(left) == 1 else None
+        if cut is None:
+            raise RuleMismatch("no select by position in one stage")
+        return KernelSchedule("injective", cut[0], cut[1], parts=cut[2])
+
+    def injective(self, sch: s_tir.Schedule) -> KernelSchedule:
         par, vec = 1, 1
-        for b in self._blocks(sch):
+        for b in self._inline_stages(sch):
             p, v = self._flat_parallel_vector(sch, b)
             par, vec = max(par, p), max(vec, v)
         return KernelSchedule("injective", par, vec)
