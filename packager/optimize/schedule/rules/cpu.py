@@ -15,7 +15,8 @@ construction-based scheduler (gensor.py) improves on:
   partial sums (rules_reduce.py); ``row-reduction``: TVM's dlight CPU reduction rule, for rows
   that are not whole vectors long.
 * ``injective`` (element-wise, reshape, transpose): all loops fused, split into parallel
-  chunks and vector lanes.
+  chunks and vector lanes; a kernel that selects an input by position (a fused concat, a pad)
+  is first cut apart where the selection changes (partition.py).
 * ``fallback``: outer loops in parallel, nothing else.
 * ``recurrence``: a recurrent layer's loop kernel, regenerated with vector lanes and a parallel
   matrix-vector product (recurrence.py); it takes no other rule.
