@@ -120,6 +120,7 @@ class GensorCpu:
         # same-workload reuse (ETO's reuse covers it when on): sources of the exact workload only
         self.same = ReusePool(db, self.target_key) if same and not reuse and self.measure else None
         self.sources: dict[str, Source] = {}          # this run's measured kernels by name
+        self.rule_notes: dict[str, str] = {}          # kernels the rules took: their schedule line
 
     def workload(self, func: tirx.PrimFunc) -> Workload | None:
         """The anchor's workload with the rules' vector iterator (what the plans and sketches are
@@ -147,6 +148,7 @@ class GensorCpu:
         wl = self.workload(func)
         if wl is None:
             out, info = self.rules.schedule(func)
+            self.rule_notes[name] = info.summary()
             return out, info.rule, None
         key = func_key(func, self.target_key)
         name = name or f"kernel {key[:8]}"
@@ -275,7 +277,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
     for name in kernels:
         out[name], rule, choice = results[name]
         if choice is None:
-            per_kernel[name] = rule
+            per_kernel[name] = g.rule_notes.get(name, rule)
             counts[rule] = counts.get(rule, 0) + 1
             continue
         per_kernel[name] = choice.summary()
