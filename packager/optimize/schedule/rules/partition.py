@@ -113,5 +113,4 @@ def _bindings(sch: s_tir.Schedule, block) -> list:
     found: list = []
     tvm_ffi.structural_walk(sch.mod["main"].body, (s_tir.SBlockRealize, found.append), order="post")
     name = sch.get(block).name_hint
-    return next((list(r.block.iter_values) if hasattr(r.block, "iter_values") else list(r.iter_values)
-                 for r in found if r.block.name_hint == name), [])
+    return next((list(r.iter_values) for r in found if r.block.name_hint == name), [])
