@@ -8,7 +8,8 @@ libpackrt.so for the whole bundle (bin/, lib/); device.py (gpu_suite_device.py, 
 numpy + PyTorch only) and models.py (samples/zoo/models.py, for the PyTorch baseline). With CPU
 targets (`--targets x86-64`) the same bundle runs anywhere, which is how CI tests both halves.
 Corpus models (`pack corpus --list`: third-party ONNX files) can be named too; they are checked
-against onnxruntime's outputs, with no PyTorch baseline.
+against onnxruntime's outputs, with no PyTorch baseline. A name in both tables (mobilenet_v2) means
+the zoo model, which has the PyTorch baseline; `corpus:<name>` asks for the corpus one.
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def build_bundle(bundle: Path, models: list[str] | None = None, targets: list[st
     models = models or SAMPLES + ZOO
     targets = targets or DEFAULT_TARGETS
     zoo_targets = zoo_targets or targets[:1]
-    unknown = sorted(set(models) - set(SAMPLES) - set(ZOO) - set(_zoo_table()) - set(ENTRIES))
+    zoo = set(ZOO) | set(_zoo_table())
+    unknown = sorted(m for m in models if m not in SAMPLES and m not in zoo and _corpus_name(m) not in ENTRIES)
     if unknown:
         raise UserError(f"gpu-suite: unknown model(s) {', '.join(unknown)}; choose from {', '.join(SAMPLES + ZOO)} "
                         "or a corpus model (`pack corpus --list`)")
@@ -58,20 +60,21 @@ def build_bundle(bundle: Path, models: list[str] | None = None, targets: list[st
              "not_built": []}
     with tempfile.TemporaryDirectory(prefix="gpu-suite-") as tmp:
         for name in models:
+            folder = name.replace(":", "-")             # corpus:mobilenet_v2 -> corpus-mobilenet_v2
             is_zoo = name not in SAMPLES                # zoo and corpus models carry weights: first target
-            make = _sample_spec if not is_zoo else _corpus_spec if name in ENTRIES else _zoo_spec
-            spec_path, torch_info = make(name, Path(tmp), zoo_targets if is_zoo else targets)
+            make = _sample_spec if not is_zoo else _zoo_spec if name in zoo else _corpus_spec
+            spec_path, torch_info = make(_corpus_name(name), Path(tmp), zoo_targets if is_zoo else targets)
             log(f"gpu-suite: building {name} for {', '.join(zoo_targets if is_zoo else targets)}")
             try:
                 pkg = build(load_spec(spec_path), log=lambda m: None)
-                kinds = _keep(pkg, bundle / "packages" / name)
+                kinds = _keep(pkg, bundle / "packages" / folder)
             except Exception as e:  # noqa: BLE001 - one model that does not build must not cost the rest
-                shutil.rmtree(bundle / "packages" / name, ignore_errors=True)
+                shutil.rmtree(bundle / "packages" / folder, ignore_errors=True)
                 suite["not_built"].append({"name": name, "error": first_line(e)})
                 log(f"gpu-suite: {name} NOT BUILT: {first_line(e)}")
                 continue
             _runtime(pkg, bundle)
-            suite["models"].append({"name": name, "package": f"packages/{name}", "targets": kinds,
+            suite["models"].append({"name": name, "package": f"packages/{folder}", "targets": kinds,
                                     "torch": torch_info})
     shutil.copy2(Path(__file__).with_name("gpu_suite_device.py"), bundle / "device.py")
     shutil.copy2(REPO / "samples" / "zoo" / "models.py", bundle / "models.py")
@@ -82,6 +85,11 @@ def build_bundle(bundle: Path, models: list[str] | None = None, targets: list[st
     log(f"gpu-suite: wrote {bundle} ({size:.1f} MB{'' if size < LIMIT_MB else f', OVER the {LIMIT_MB} MB carry'}); "
         f"on the device: python {bundle.name}/device.py")
     return suite
+
+
+def _corpus_name(name: str) -> str:
+    """`corpus:mobilenet_v2` -> `mobilenet_v2`: a corpus model asked for by its prefixed name."""
+    return name.removeprefix("corpus:")
 
 
 def _sample_spec(name: str, tmp: Path, targets: list[str]) -> tuple[Path, None]:

@@ -110,3 +110,31 @@ def test_a_model_that_does_not_build_is_named_and_the_rest_travel(tmp_path, monk
                                                            "ptxas error   : too much shared data"}]
     assert not (tmp_path / "bundle" / "packages" / "mlp").exists()
     assert json.loads((tmp_path / "bundle" / "suite.json").read_text())["not_built"] == suite["not_built"]
+
+
+def test_a_zoo_name_means_the_zoo_model_and_the_corpus_one_is_prefixed(tmp_path, monkeypatch):
+    """mobilenet_v2 is in the zoo and in the corpus: the zoo model (with its PyTorch baseline) was
+    silently replaced by the corpus one, so the suite lost its eager/compile columns."""
+    import packager.build
+    import packager.errors
+    from packager.tools import gpu_suite
+
+    asked = []
+
+    def maker(kind):
+        def make(name, tmp, targets):
+            asked.append((kind, name))
+            return tmp / "spec.yaml", None
+        return make
+
+    monkeypatch.setattr(gpu_suite, "_zoo_spec", maker("zoo"))
+    monkeypatch.setattr(gpu_suite, "_corpus_spec", maker("corpus"))
+    monkeypatch.setattr(packager.build, "build", lambda spec, log=print: (_ for _ in ()).throw(RuntimeError("no")))
+    import packager.spec
+    monkeypatch.setattr(packager.spec, "load_spec", lambda path: path)
+    suite = gpu_suite.build_bundle(tmp_path / "b", ["mobilenet_v2", "corpus:mobilenet_v2"], ["h100"],
+                                   log=lambda m: None)
+    assert asked == [("zoo", "mobilenet_v2"), ("corpus", "mobilenet_v2")]
+    assert [m["name"] for m in suite["not_built"]] == ["mobilenet_v2", "corpus:mobilenet_v2"]
+    with pytest.raises(packager.errors.UserError, match="unknown model"):
+        gpu_suite.build_bundle(tmp_path / "c", ["corpus:no_such_model"], ["h100"], log=lambda m: None)
