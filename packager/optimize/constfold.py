@@ -7,7 +7,8 @@ legalizes and compiles each distinct one: SLANet's 619 took 29 s of its build, e
 again. numpy computes the same IEEE float32 results (add, subtract, multiply, divide and sqrt
 are correctly rounded in both; broadcasting is numpy's in Relax too), so the package does not
 change; whatever op is not in the table below is left to FoldConstant, which runs after this.
-Two more never compute a value: isnan (TVM's importer tests Clip's constant bounds with it) and
+Casts of constant float weights (a reduced-precision build's) are numpy's too. Two more never
+compute a value: isnan (TVM's importer tests Clip's constant bounds with it) and
 the layout pass's packed conv weights (layout_transform by a bijective index map, evaluated on
 index arrays); MobileNetV2's 70 + 67 of them took 4.5 s of every build.
 """
@@ -25,6 +26,7 @@ from .relax_util import is_const, rewrite_functions
 _BINARY: dict[str, Callable] = {"relax.add": np.add, "relax.subtract": np.subtract,
                                 "relax.multiply": np.multiply, "relax.divide": np.divide}
 _UNARY: dict[str, Callable] = {"relax.sqrt": np.sqrt, "relax.negative": np.negative, "relax.isnan": np.isnan}
+_FLOATS = ("float16", "float32", "float64")      # numpy rounds to nearest even, as TVM's casts do
 _SHAPE = {"relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.permute_dims"}
 
 
@@ -46,6 +48,9 @@ def _evaluate(call: relax.Call) -> np.ndarray | None:
         out = _reshaped(name, call)
     elif name == "relax.layout_transform" and is_const(call.args[0]):
         out = _relaid(call)
+    elif name == "relax.astype" and is_const(call.args[0]) and str(ty.dtype) in _FLOATS:
+        value = call.args[0].value.numpy()    # a reduced-precision build's weights (precision.py)
+        out = value.astype(str(ty.dtype)) if value.dtype.kind == "f" else None
     else:
         return None
     shape = tuple(int(d) for d in ty.shape.values) if hasattr(ty.shape, "values") else None

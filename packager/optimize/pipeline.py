@@ -27,6 +27,7 @@ from .layout.clip import clip_as_ops
 from .layout.conv import legalize_conv2d
 from .ieee import LEGALIZATIONS as IEEE_OPS
 from .layout.propagate import alter_layouts, keep_nchw
+from .precision import to_precision
 from .layout.memo import ProfileMemo
 from .relax_util import legalize
 from .variadic import variadic_to_binary
@@ -78,6 +79,15 @@ LAYOUT = Pass("layout", lambda mod, ctx: alter_layouts(mod, ctx.scheduler, memo=
               off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True, per_target=True)
 LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
                         off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True)
+# optimize.precision: on when any target computes in less than fp32; each target then gets its own
+# graph (its precision), and an fp32 target among them says so in its line. It runs on the graph
+# ops as imported (before fastmath turns softmax into a PrimFunc call, which TVM's rewrite rejects).
+PRECISION = Pass("precision", lambda mod, ctx: to_precision(mod, ctx.opt.precision_of(ctx.target.name),
+                                                             ctx.opt.keep_fp32),
+                 off="fp32 everywhere (optimize.precision)", switch=lambda opt: opt.reduced(), needs_target=True,
+                 per_target=True)
+
+
 def _legalize(mod: tvm.IRModule, fast: bool) -> tvm.IRModule:
     """Graph ops -> PrimFuncs: not an optimization (always on, not reported). Packed-layout convs
     get the layout package's compute, plain NCHW convs TVM's own legalization; relu/clip/max/min
@@ -169,8 +179,8 @@ SCHEDULE_GPU = replace(SCHEDULE_CPU, off="", switch=lambda opt: True)   # reads 
 
 def graph_pipeline(layout: Pass) -> list[Pass]:
     """The graph passes every target kind runs, with its own layout pass."""
-    return [SIMPLIFY, FASTMATH, GLOBAL_FUSION_SIBLINGS, DERIVE, layout, LEGALIZE, FUSION, GLOBAL_FUSION, REUSE,
-            REUSE_SAME]
+    return [SIMPLIFY, PRECISION, FASTMATH, GLOBAL_FUSION_SIBLINGS, DERIVE, layout, LEGALIZE, FUSION, GLOBAL_FUSION,
+            REUSE, REUSE_SAME]
 
 
 # Per target kind (a backend's `kind`): its graph passes and its kernel passes, in order.

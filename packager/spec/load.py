@@ -12,8 +12,8 @@ import numpy as np
 import yaml
 
 from ..errors import UserError
-from .model import (DIM_MAX, DTYPES, LEVEL_PASSES, NAME_RE, PASS_NAMES, InputSpec, OptimizeSpec, OrtSpec, Profile,
-                    Spec, TargetSpec, VerifySpec)
+from .model import (DEFAULT_KEEP_FP32, DIM_MAX, DTYPES, KEEP_FP32_OPS, LEVEL_PASSES, NAME_RE, PASS_NAMES, PRECISIONS,
+                    InputSpec, OptimizeSpec, OrtSpec, Profile, Spec, TargetSpec, VerifySpec)
 
 
 # Entries a spec may expand to (aliases count once per use): a real spec has a few dozen, and the
@@ -171,7 +171,7 @@ def load_spec(path: str | Path, output_override: str | Path | None = None) -> Sp
     inputs = _inputs(r, top)
     profiles = _profiles(r, top, inputs)
     targets = _targets(r, top)
-    optimize = _optimize(r, top, base)
+    optimize = _optimize(r, top, base, [t.name for t in targets])
     raw_verify = r.mapping(_section(top, "verify", {}), "verify", ("rtol", "atol", "inputs", "reference"))
     reference = raw_verify.get("reference", "auto")
     if not (isinstance(reference, bool) or reference == "auto"):
@@ -286,8 +286,9 @@ def _targets(r: _Reader, top: dict) -> list[TargetSpec]:
     return targets
 
 
-def _optimize(r: _Reader, top: dict, base: Path) -> OptimizeSpec:
-    raw_opt = r.mapping(_section(top, "optimize", {}), "optimize", ("level", "passes", "scheduler", "tuning"))
+def _optimize(r: _Reader, top: dict, base: Path, targets: list[str]) -> OptimizeSpec:
+    raw_opt = r.mapping(_section(top, "optimize", {}), "optimize",
+                        ("level", "passes", "scheduler", "tuning", "precision", "keep_fp32"))
     level = raw_opt.get("level", 2)
     if isinstance(level, bool) or not isinstance(level, int) or level not in LEVEL_PASSES:   # [] is unhashable
         r.fail("optimize.level", f"expected 0, 1, 2 or 3, got {level!r}")
@@ -318,7 +319,34 @@ def _optimize(r: _Reader, top: dict, base: Path) -> OptimizeSpec:
         r.fail("optimize.tuning.database", "expected a folder path")
     db_path = _path(r, db, "optimize.tuning.database", base, resolve=False) if db else None
     return OptimizeSpec(level, dict(passes), counts["trials"], db_path, scheduler, measure, counts["top_k"],
-                        float(seconds), float(budget))
+                        float(seconds), float(budget), _precision(r, raw_opt, targets), _keep_fp32(r, raw_opt))
+
+
+def _precision(r: _Reader, raw_opt: dict, named: list[str]) -> dict[str, str]:
+    """optimize.precision: one precision for every target, or a mapping target name -> precision."""
+    raw = raw_opt.get("precision", "fp32")
+    chosen = {"*": raw} if not isinstance(raw, dict) else raw
+    for target, value in chosen.items():
+        where = "optimize.precision" + ("" if target == "*" else f".{target}")
+        if target != "*" and target not in named:
+            r.fail(where, f"'{target}' is not one of the spec's targets ({', '.join(named)})")
+        if value not in PRECISIONS:
+            r.fail(where, f"expected {', '.join(PRECISIONS)} (or a mapping target -> precision), got {value!r}")
+    return dict(chosen)
+
+
+def _keep_fp32(r: _Reader, raw_opt: dict) -> tuple[str, ...]:
+    """optimize.keep_fp32: the ONNX op types a reduced-precision build keeps in fp32."""
+    keep = raw_opt.get("keep_fp32", list(DEFAULT_KEEP_FP32))
+    if not isinstance(keep, list) or not all(isinstance(k, str) for k in keep):
+        r.fail("optimize.keep_fp32", "expected a list of ONNX op types, e.g. [LayerNormalization, Exp]")
+    for k, op in enumerate(keep):
+        if op not in KEEP_FP32_OPS:
+            hint = _closest(op, KEEP_FP32_OPS)
+            r.fail(f"optimize.keep_fp32[{k}]", f"'{op}' cannot be kept in fp32 by name"
+                   + (f" (did you mean '{hint}'?)" if hint else "") + f"; choose from {', '.join(KEEP_FP32_OPS)} "
+                   "(Softmax, the reductions and BatchNormalization are always fp32)")
+    return tuple(keep)
 
 
 def _onnxruntime(r: _Reader, top: dict) -> OrtSpec:

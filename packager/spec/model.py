@@ -27,6 +27,17 @@ LEVEL_PASSES = {
     3: {"simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse", "reuse_same",
         "bridges", "pad_channels", "concat_in_place"},
 }
+# optimize.precision: what a target's convs and matmuls compute in (optimize/precision.py).
+PRECISIONS = ("fp32", "fp16", "bf16")
+# optimize.keep_fp32: ONNX op types that may be pinned to fp32 in a reduced-precision build, and
+# the default list (normalizations, exp/log/pow, sqrt, global average pooling).
+KEEP_FP32_OPS = ("LayerNormalization", "GroupNormalization", "InstanceNormalization", "RMSNormalization", "Exp",
+                 "Log", "Pow", "Sqrt", "Erf", "Tanh", "Sigmoid", "Div", "Gelu", "AveragePool", "GlobalAveragePool")
+DEFAULT_KEEP_FP32 = ("LayerNormalization", "GroupNormalization", "InstanceNormalization", "RMSNormalization", "Exp",
+                     "Log", "Pow", "Sqrt", "GlobalAveragePool")
+# The verify tolerance a reduced-precision target is held to at least (rtol, atol): fp16 keeps 11
+# significant bits, bf16 8, and their rounding compounds through the layers.
+PRECISION_TOLERANCE = {"fp32": (0.0, 0.0), "fp16": (1e-2, 1e-3), "bf16": (5e-2, 1e-2)}
 # Package and profile names; check with fullmatch (`$` also matches before a final newline).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DIM_MAX = 2**63 - 1                 # ONNX and the runtime store dims as int64
@@ -67,6 +78,16 @@ class OptimizeSpec:
     top_k: int = 6                     # candidates measured per kernel
     seconds: float = 0.0               # measured tuning's budget per model in wall time (0: none)
     budget: float = 0.0                # seconds of candidate timing per build (0: no cap; not when tuning); past it, one repeat each
+    precision: dict[str, str] = field(default_factory=dict)   # target name ("*": every target) -> fp32|fp16|bf16
+    keep_fp32: tuple[str, ...] = DEFAULT_KEEP_FP32             # ONNX op types a reduced-precision build keeps fp32
+
+    def precision_of(self, target: str) -> str:
+        """The precision `target` computes its convs and matmuls in (fp32 unless the spec says)."""
+        return self.precision.get(target, self.precision.get("*", "fp32"))
+
+    def reduced(self) -> bool:
+        """Whether any target computes in less than fp32."""
+        return any(p != "fp32" for p in self.precision.values())
 
     def tunes(self) -> bool:
         """Whether the measured tuner runs (level 3, or a budget given)."""
@@ -100,6 +121,12 @@ class VerifySpec:
     # store seeded inputs and onnxruntime's outputs in the package (packrt-run --check):
     # "auto" while they stay under 16 MB, True always, False never
     reference: bool | str = "auto"
+
+    def tolerance(self, precision: str = "fp32") -> tuple[float, float]:
+        """(rtol, atol) for a target computing in `precision`: the spec's, widened to what the
+        precision can hold (PRECISION_TOLERANCE)."""
+        rtol, atol = PRECISION_TOLERANCE[precision]
+        return max(self.rtol, rtol), max(self.atol, atol)
 
 
 @dataclass(frozen=True)

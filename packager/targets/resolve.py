@@ -149,6 +149,21 @@ def resolve_all(spec: Spec, only: list[str] | None = None) -> list[Target]:
     for n in only or []:
         if n not in names:
             raise UserError(f"--target {n}: not in {spec.path} (its targets: {', '.join(names)})")
-    return [resolve(t, spec) for t in spec.targets if not only or t.name in only]
+    targets = [resolve(t, spec) for t in spec.targets if not only or t.name in only]
+    for t in targets:
+        _check_precision(t, spec)
+    return targets
+
+
+def _check_precision(t: Target, spec: Spec) -> None:
+    """A precision the target cannot compute in is the spec's error, not a silent fp32 build."""
+    want = spec.optimize.precision_of(t.name)
+    if want not in t.precisions:
+        field = "optimize.precision" + (f".{t.name}" if t.name in spec.optimize.precision else "")
+        msg = (f"target '{t.name}' cannot compute in {want} in this version (it takes {', '.join(t.precisions)}); "
+               f"choose one of those for it, e.g. precision: {{{t.name}: fp32}}")
+        if spec.reader is not None:
+            spec.reader.fail(field, msg)
+        raise UserError(f"{spec.path}: {field}: {msg}")
 
 

@@ -74,6 +74,12 @@ class CpuTarget:
     def vector_lanes_f32(self) -> int:
         return self.vector_bits // 32
 
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """What `optimize.precision` may ask of this target. fp16 and bf16 kernels for CPUs are
+        not built by this version (issue 47: AVX512-BF16/AMX, Arm FP16)."""
+        return ("fp32",)
+
     def llvm_target(self) -> dict[str, Any]:
         """The TVM target dict (TVM 0.27 takes dicts; never 'native', which silently becomes generic)."""
         t: dict[str, Any] = {"kind": "llvm", "mtriple": self.triple, "mcpu": self.mcpu}
@@ -101,6 +107,12 @@ class CudaTarget:
     @property
     def sm_number(self) -> int:
         return int(self.sm.split("_")[1])
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """What `optimize.precision` may ask of this target: fp16 tensor cores from Volta (sm_70)
+        on. bf16 (sm_80+) is not built by this version: TVM's CUDA tensor-core rule takes fp16."""
+        return ("fp32", "fp16") if self.sm_number >= 70 else ("fp32",)
 
     def tvm_target(self) -> dict[str, Any]:
         """TVM's CUDA target. Shared memory stays at the portable 48 KB static limit, and is said

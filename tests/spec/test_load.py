@@ -73,6 +73,12 @@ def test_output_override_is_relative_to_cwd_not_spec(spec_dir, tmp_path):
     ("name: cnn", "name: 'bad name!'", ["name", "package name must match"]),
     ("  - x86-64\n", "  - x86-64\n  - x86-64\n", ["targets[1]", "listed twice"]),
     ("name: cnn\n", "name: cnn\nname: other\n", ["line 2", "name: duplicate key"]),
+    ("level: 1", "level: 1\n  precision: fp8", ["optimize.precision", "expected fp32, fp16, bf16"]),
+    ("level: 1", "level: 1\n  precision: {h100: fp16}", ["optimize.precision.h100", "not one of the spec's targets",
+                                                        "x86-64, x86-avx2"]),
+    ("level: 1", "level: 1\n  keep_fp32: [Softmaxx]", ["optimize.keep_fp32[0]", "cannot be kept in fp32 by name",
+                                                      "Softmax, the reductions"]),
+    ("level: 1", "level: 1\n  keep_fp32: Exp", ["optimize.keep_fp32", "expected a list of ONNX op types"]),
 ])
 def test_spec_errors_name_file_line_and_field(spec_dir, old, new, needles):
     assert old in GOOD
@@ -171,3 +177,37 @@ def test_unreadable_spec_files(spec_dir, data, needle):
 def test_verify_reference_is_auto_unless_said(spec_dir, text, want):
     spec = load_spec(write_spec(spec_dir, GOOD.replace("atol: 0}", f"atol: 0{text}}}", 1)))
     assert spec.verify.reference == want
+
+
+def test_precision_is_per_target_with_a_default(spec_dir):
+    """optimize.precision: one value for every target, or target -> precision (fp32 elsewhere);
+    keep_fp32 defaults to the normalizations, exp/log/pow and sqrt; a reduced-precision target's
+    verify tolerance is widened to what the precision holds, never narrowed."""
+    spec = load_spec(write_spec(spec_dir, GOOD.replace("level: 1", "level: 1\n  precision: {x86-avx2: fp16}\n"
+                                                       "  keep_fp32: [Exp]")))
+    assert spec.optimize.precision_of("x86-avx2") == "fp16" and spec.optimize.precision_of("x86-64") == "fp32"
+    assert spec.optimize.reduced() and spec.optimize.keep_fp32 == ("Exp",)
+    assert spec.verify.tolerance("fp32") == (1e-3, 0.0)
+    assert spec.verify.tolerance("fp16") == (1e-2, 1e-3)
+    plain = load_spec(write_spec(spec_dir, GOOD))
+    assert not plain.optimize.reduced() and "LayerNormalization" in plain.optimize.keep_fp32
+    every = load_spec(write_spec(spec_dir, GOOD.replace("level: 1", "level: 1\n  precision: fp16")))
+    assert every.optimize.precision_of("x86-64") == "fp16"
+
+
+def test_a_precision_the_target_cannot_compute_in_names_the_field(spec_dir):
+    """No CPU target computes in fp16 in this version: the spec's error, before anything is built."""
+    from packager.targets import resolve_all
+
+    spec = load_spec(write_spec(spec_dir, GOOD.replace("level: 1", "level: 1\n  precision: {x86-avx2: fp16}")))
+    with pytest.raises(UserError) as e:
+        resolve_all(spec)
+    assert "optimize.precision.x86-avx2" in str(e.value) and "cannot compute in fp16" in str(e.value)
+    assert "it takes fp32" in str(e.value)
+    gpu = load_spec(write_spec(spec_dir, GOOD.replace("  - x86-64\n", "  - h100\n").replace(
+        "level: 1", "level: 1\n  precision: {h100: fp16}")))
+    assert [t.precisions for t in resolve_all(gpu)][0] == ("fp32", "fp16")
+    bf16 = load_spec(write_spec(spec_dir, GOOD.replace("  - x86-64\n", "  - h100\n").replace(
+        "level: 1", "level: 1\n  precision: {h100: bf16}")))
+    with pytest.raises(UserError, match="cannot compute in bf16"):
+        resolve_all(bf16)
