@@ -2,6 +2,7 @@
 architectures it holds and each kernel's parameter count."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -51,3 +52,17 @@ def kernel_params(fatbin: Path) -> dict[str, int]:
         elif section in counts and "EIATTR_KPARAM_INFO" in line:
             counts[section] += 1
     return counts
+
+
+def sass_counts(fatbin: Path, pattern: str) -> int | None:
+    """How many SASS instructions of the fatbin match `pattern` (e.g. HMMA); None without nvdisasm,
+    which cuobjdump runs for -sass (the nvidia-cuda-nvdisasm wheel puts it beside cuobjdump)."""
+    tool = cuobjdump()
+    if tool is None:
+        return None
+    env = {**os.environ, "PATH": f"{Path(tool).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if shutil.which("nvdisasm", path=env["PATH"]) is None:
+        return None
+    r = subprocess.run([tool, "-sass", str(fatbin)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    return len(re.findall(rf"\b{pattern}\b", r.stdout))

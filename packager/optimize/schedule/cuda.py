@@ -1,6 +1,6 @@
-"""The CUDA scheduler: Gensor's GPU construction (analytical: no GPU at build time), then dlight's
-rules; a kernel that must keep a block shape (a phase of a grid-synchronised kernel) gets the best
-plan with that many threads."""
+"""The CUDA scheduler: tensor cores for fp16 matmuls, Gensor's GPU construction (analytical: no
+GPU at build time), then dlight's rules; a kernel that must keep a block shape (a phase of a
+grid-synchronised kernel) gets the best plan with that many threads."""
 from __future__ import annotations
 
 from functools import cached_property
@@ -9,6 +9,7 @@ import tvm
 from tvm import tirx
 
 from ...errors import UserError
+from ...targets.table import STATIC_SHARED_BYTES
 from ..base import PassReport
 from .contract import ONLY_GENSOR_REUSES, KernelScheduler, Trial
 from .gensor.gpu import GensorGpu, gpu_target_key
@@ -16,6 +17,7 @@ from .hardware import Hardware, gpu_hardware
 from .phases import gensor_phase
 from .rules import recurrence
 from .rules.gpu import dlight_rules, schedule_kernels_gpu, schedule_one
+from .rules.tensor_core import tensor_core_matmul
 
 Kernels = dict[str, tirx.PrimFunc]
 CPU_ONLY = "CPU targets only in this version"
@@ -60,6 +62,9 @@ class CudaScheduler(KernelScheduler):
         if looped is not None:
             return Trial(looped, "recurrence")
         with self.tvm_target:
+            mma = tensor_core_matmul(func, self.tvm_target, STATIC_SHARED_BYTES) if threads is None else None
+            if mma is not None:
+                return Trial(mma, "tensor-core")
             made = gensor_phase(self.gensor, func, threads) if self.gensor is not None else None
             if made is not None:
                 return Trial(made[0], "gensor", made[1].estimate_ms)

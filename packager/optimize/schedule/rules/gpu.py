@@ -8,8 +8,9 @@ blocks x threads). A rule whose kernel has an index that can leave its buffer, o
 more than 48 KB of static shared memory, is passed over (tir_util.gpu_kernel_fault). Kernels
 with one reduction anchor (conv, matmul, pooling) first go through
 the construction-based scheduler (gensor/gpu.py, GensorGpu); the rules take what it cannot
-place. A kernel global fusion merged from a chain (phases.py) is scheduled phase by phase. The
-build report names the plan or rule each kernel got.
+place. A kernel global fusion merged from a chain (phases.py) is scheduled phase by phase. An fp16
+matmul (a reduced-precision build) goes to the tensor cores first (tensor_core.py). The build
+report names the plan or rule each kernel got.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from ..gensor.gpu import GensorGpu
 from ..phases import gensor_phase, phase_sizes, phase_threads, schedule_phases
 from ..tir_util import gpu_kernel_fault
 from . import recurrence
+from .tensor_core import tensor_core_matmul
 
 
 def dlight_rules() -> list[tuple[str, object]]:
@@ -93,6 +95,9 @@ def schedule_kernels_gpu(kernels: dict[str, tvm.tirx.PrimFunc], target: Target,
     out, chosen, plans = {}, {}, {}
     construct = GensorGpu(target, TuningDatabase(database)) if full and gensor else None
     def one(name: str, f: tvm.tirx.PrimFunc, threads: int | None = None) -> tuple[tvm.tirx.PrimFunc, str, str]:
+        mma = tensor_core_matmul(f, tvm_target, STATIC_SHARED_BYTES) if full and threads is None else None
+        if mma is not None:
+            return mma, "tensor-core", "tensor-core"
         made = gensor_phase(construct, f, threads) if construct else None
         if made is not None:
             return made[0], "gensor", made[1].summary()
@@ -120,5 +125,8 @@ def schedule_kernels_gpu(kernels: dict[str, tvm.tirx.PrimFunc], target: Target,
         return out, PassReport("schedule", "disabled", f"off in the spec: only the fallback thread binding a GPU "
                                f"kernel needs ({summary})", {"kernels": chosen})
     how = "Gensor construction (analytical, no GPU timing) + dlight GPU rules" if construct else "dlight GPU rules"
+    mma = sum(str(plan).count("tensor-core") for plan in plans.values())
+    if mma:
+        summary += f"; {mma} fp16 matmul(s) on tensor cores (wmma), grid phases included"
     return out, PassReport("schedule", "applied", f"{how} for {target.sm}: {summary}",
                            {"scheduler": "gensor" if construct else "rules", "kernels": plans})

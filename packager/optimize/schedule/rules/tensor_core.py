@@ -1,0 +1,78 @@
+"""Tensor cores for fp16 matmuls on CUDA targets (a reduced-precision build: optimize/precision.py).
+
+A kernel whose reduction multiplies fp16 operands into an fp16 or fp32 accumulator is offered to
+dlight's Matmul rule first, which on sm_70+ tensorizes it with TVM's wmma intrinsics (16x16x16
+fragments staged through shared memory) when every matmul extent exceeds 64. The schedule is
+taken only if it is tensorized: the rule's CUDA-core fallback is what Gensor already does better.
+Convolutions are not matmuls to dlight (their input index is a sum of two loops), so an fp16
+conv runs on CUDA cores; the schedule report counts both.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+from tvm.s_tir import dlight as dl
+
+from ..tir_util import gpu_kernel_fault
+
+_MMA_MARKS = ("tvm_load_matrix_sync", "tvm_mma_sync", "tvm_store_matrix_sync")
+
+
+def fp16_reduction(func: tirx.PrimFunc) -> bool:
+    """Whether a block of `func` reduces fp16 operands (the kernels a tensor core could take)."""
+    blocks: list = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, blocks.append), order="post")
+    return any(any(iv.iter_type == tirx.IterVar.CommReduce for iv in b.iter_vars)
+               and any(str(r.source.dtype) == "float16" for r in b.reads) for b in blocks)
+
+
+@functools.cache
+def load_intrinsics() -> None:
+    """Registers TVM's tensor-core intrinsics (tvm.s_tir.tensor_intrin, which dlight's rule
+    imports). Its ~500 TVMScript functions are each parsed under inspect.stack(), which reads the
+    source of every frame on the stack: 52 s in a fresh process, 90 s deep inside a build. The
+    parser uses the frames themselves, not their source lines, for module-level functions, so
+    the import runs with a stack of bare frames (8 s)."""
+    real = inspect.stack
+
+    def frames(context: int = 1) -> list[inspect.FrameInfo]:
+        f, out = sys._getframe(1), []
+        while f is not None:
+            out.append(inspect.FrameInfo(f, f.f_code.co_filename, f.f_lineno, f.f_code.co_name, None, None))
+            f = f.f_back
+        return out
+
+    inspect.stack = frames
+    try:
+        import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the intrinsics)
+    finally:
+        inspect.stack = real
+
+
+def uses_tensor_cores(func: tirx.PrimFunc) -> bool:
+    """Whether a scheduled kernel computes with wmma fragments."""
+    text = func.script()
+    return all(mark in text for mark in _MMA_MARKS)
+
+
+def tensor_core_matmul(func: tirx.PrimFunc, target: tvm.target.Target, shared_limit: int) -> tirx.PrimFunc | None:
+    """`func` scheduled on tensor cores, or None when it is not an fp16 matmul dlight tensorizes
+    for `target` (or the result would not fit the static shared memory limit)."""
+    if not fp16_reduction(func):
+        return None
+    load_intrinsics()
+    try:
+        sch = dl.gpu.Matmul().apply(func.with_attr("target", target), target, False)
+    except Exception:  # noqa: BLE001 - a kernel that is not a matmul raises all kinds of errors
+        return None
+    if not isinstance(sch, s_tir.Schedule):
+        return None
+    out = sch.mod["main"]
+    if not uses_tensor_cores(out) or gpu_kernel_fault(out, shared_limit):
+        return None
+    return out.with_attr("tirx.is_scheduled", True)
