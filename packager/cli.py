@@ -135,7 +135,7 @@ def bench(package: Path = typer.Argument(..., help="package folder, or a spec to
           iters: int = typer.Option(50, help="timed runs per round"),
           rounds: int = typer.Option(5, help="interleaved rounds"),
           warmup: int = typer.Option(5, help="untimed runs before each round"),
-          ablate: Optional[List[str]] = typer.Option(None, "--ablate", help="also rebuild with this pass off (gensor: rule-based scheduler; tuning: level 2)"),
+          ablate: Optional[List[str]] = typer.Option(None, "--ablate", help="also rebuild with this pass off (gensor: rule-based scheduler; tuning: level 2; precision: fp32)"),
           top: int = typer.Option(5, help="slowest kernels to show"),
           load: str = typer.Option("none", "--load", help="what runs beside the timing: none, twin (a second process of "
                                    "the same runtime and model), busy:N (N busy loops) or build:SPEC "
@@ -178,12 +178,15 @@ def gpu_suite(bundle: Path = typer.Argument(..., help="folder to write the bundl
               model: Optional[List[str]] = typer.Option(None, "--model", help="only these models (samples, zoo, corpus)"),
               target: Optional[List[str]] = typer.Option(None, "--target", "-t", help="targets (default h100, a100)"),
               zoo_target: Optional[List[str]] = typer.Option(None, "--zoo-target",
-                                                             help="targets of the zoo models (default: the first)")):
+                                                             help="targets of the zoo models (default: the first)"),
+              precision: str = typer.Option("fp32", "--precision",
+                                            help="optimize.precision of every package (fp16: tensor cores; "
+                                                 "PyTorch then runs under fp16 autocast)")):
     """Build the GPU suite's bundle: packages that travel (< 60 MB) + device.py, which checks and
     times them on the GPU machine against PyTorch with only numpy and PyTorch there."""
     from .tools.gpu_suite import build_bundle
 
-    suite = build_bundle(bundle, model or None, target or None, zoo_target or None, log=_log)
+    suite = build_bundle(bundle, model or None, target or None, zoo_target or None, log=_log, precision=precision)
     if suite["not_built"]:
         _log(f"gpu-suite: {len(suite['not_built'])} model(s) did not build: "
              f"{', '.join(m['name'] for m in suite['not_built'])}; the bundle holds the rest")

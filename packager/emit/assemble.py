@@ -72,13 +72,18 @@ def write_units(w: PackageWriter, b: Build, units: list[CompiledUnit]) -> dict[s
     pins: dict[str, str] = {}
     for u in units:
         if u.rel in stored:
-            write_reference(w, stored[u.rel], b.spec.verify.rtol, b.spec.verify.atol)
+            write_reference(w, stored[u.rel], b.spec.verify, _precisions(b))
         if u.rel:
             manifest = unit_manifest(b.spec, u, b.targets, package_id(b.spec, model_sha, u.name))
             pins[u.name] = w.write_manifest(manifest | _reference_entry(u.rel, stored), under=u.rel)
     if b.split is not None and "" in stored:
-        write_reference(w, stored[""], b.spec.verify.rtol, b.spec.verify.atol)
+        write_reference(w, stored[""], b.spec.verify, _precisions(b))
     return pins
+
+
+def _precisions(b: Build) -> dict[str, str]:
+    """Target name -> the precision it was built in."""
+    return {t.name: b.spec.optimize.precision_of(t.name) for t in b.targets}
 
 
 def write_package(w: PackageWriter, b: Build, units: list[CompiledUnit], pins: dict[str, str],

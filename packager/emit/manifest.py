@@ -63,15 +63,18 @@ def _source_sha256(path: str, size: int, mtime_ns: int) -> str:
 
 # ---- writer -------------------------------------------------------------------------------------
 
-def target_entries(targets: list[Target]) -> list[dict]:
-    """The manifest's target entries (paths relative to the unit's own folder)."""
+def target_entries(targets: list[Target], spec: Spec) -> list[dict]:
+    """The manifest's target entries (paths relative to the unit's own folder); a target built in
+    reduced precision names it and the tolerance its outputs are checked with."""
     from ..codegen.backend import backend_for
 
     out = []
     for t in targets:
         d = f"targets/{t.name}"
+        precision = spec.optimize.precision_of(t.name)
+        tol = {} if precision == "fp32" else dict(zip(("rtol", "atol"), spec.verify.tolerance(precision)))
         out.append({"name": t.name, **t.describe(), "path": d, "plan": f"{d}/plan.json", "weights": f"{d}/weights.bin",
-                    **backend_for(t).manifest_files(d)})
+                    **backend_for(t).manifest_files(d), "precision": precision, **({"verify": tol} if tol else {})})
     return out
 
 
@@ -93,7 +96,7 @@ def unit_manifest(spec: Spec, unit: CompiledUnit, targets: list[Target], package
     """A compiled part's manifest (a sub-package the runtime opens on its own)."""
     return {"name": f"{spec.name}.{unit.name}" if unit.name else spec.name, "id": package_id,
             "packager_version": __version__, **io_entries(unit.model, unit.dtypes),
-            "profiles": profile_entries(unit), "targets": target_entries(targets),
+            "profiles": profile_entries(unit), "targets": target_entries(targets, spec),
             "verify": {"rtol": spec.verify.rtol, "atol": spec.verify.atol}}
 
 
@@ -118,7 +121,7 @@ def package_manifest(spec: Spec, model, dtypes: dict[str, str], units: list[Comp
         manifest["parts"] = [{"name": u.name, "path": u.rel, "inputs": p.inputs, "outputs": p.outputs}
                              for u, p in zip(units, split.parts)]
     else:
-        manifest["targets"] = target_entries(targets)
+        manifest["targets"] = target_entries(targets, spec)
     return manifest
 
 

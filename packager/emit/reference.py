@@ -6,7 +6,8 @@ Every (sub-)package that runs on its own gets one: the whole model's, or each co
 (its boundary tensors) and the root's (the wrapper model's inputs and outputs). Layout, relative
 to that package's folder:
   reference/reference.json   {format "packager-reference", version 1, source, rtol, atol, flips, steps, spread,
-                              profiles [{name, inputs {name: file}, outputs {name: file}}]}
+                              profiles [{name, inputs {name: file}, outputs {name: file}}],
+                              targets {name: {precision, rtol, atol}} (reduced-precision targets only)}
   reference/<profile>/in-<k>.npy, out-<k>.npy   (k: the tensor's index; names may not be file names)
 The inputs are verify's (random_inputs, seed = the profile's index, verify.inputs applied), so
 `pack verify` and `--check` compare the same thing. Listed and hashed in the manifest like every file.
@@ -24,6 +25,7 @@ from ..errors import PackagerError, UserError
 from ..frontend import profile_shapes, random_inputs
 from ..frontend.ort_run import model_reference
 from ..frontend.rounding import flips_for, quantization_steps, reference_spread
+from ..spec import VerifySpec
 
 REFERENCE_FILE = "reference/reference.json"
 REFERENCE_FORMAT, REFERENCE_VERSION = "packager-reference", 1
@@ -96,8 +98,10 @@ def compute_references(spec, model, dtypes: dict[str, str], units, split) -> Ref
     return References(list(out.values()), total)
 
 
-def write_reference(w, ref: UnitReference, rtol: float, atol: float) -> None:
-    """reference/ of one (sub-)package, through the package writer `w`."""
+def write_reference(w, ref: UnitReference, verify: VerifySpec, precisions: dict[str, str]) -> None:
+    """reference/ of one (sub-)package, through the package writer `w`. A target built in reduced
+    precision gets its own tolerance under `targets` (packrt-run --check reads it)."""
+    rtol, atol = verify.tolerance()
     profiles = []
     for pname, inputs, outputs in ref.profiles:
         entry = {"name": pname, "inputs": {}, "outputs": {}}
@@ -111,6 +115,9 @@ def write_reference(w, ref: UnitReference, rtol: float, atol: float) -> None:
            "source": f"onnxruntime {ort.__version__}, CPU execution provider, basic graph optimizations",
            "rtol": rtol, "atol": atol, "flips": ref.flips, "steps": ref.steps, "spread": ref.spread,
            "profiles": profiles}
+    reduced = {t: p for t, p in precisions.items() if p != "fp32"}
+    if reduced:
+        doc["targets"] = {t: dict(zip(("rtol", "atol"), verify.tolerance(p)), precision=p) for t, p in reduced.items()}
     w.write_text(_under(ref.rel, REFERENCE_FILE), json.dumps(doc, indent=1) + "\n")
 
 

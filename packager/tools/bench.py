@@ -122,16 +122,20 @@ def _ablated(pkg: PackageInfo, pass_name: str, out: Path) -> tuple[PackageInfo, 
     """Rebuild `pkg` from its recorded spec with one pass switched off (`gensor`: the rule-based
     scheduler instead of the construction-based one; `reuse`: every kernel tuned from scratch, and
     `bridges`: the tuner's reuse tree without ETO's bridges, each into a database of its own;
-    `tuning`: level 2, whose choices the database keeps beside level 3's)."""
+    `tuning`: level 2, whose choices the database keeps beside level 3's; `precision`: fp32 for
+    every target)."""
     from ..build import build
 
-    if pass_name not in PASS_NAMES + ("gensor", "tuning"):
-        raise UserError(f"--ablate {pass_name}: unknown pass; passes: {', '.join(PASS_NAMES)}, gensor, tuning")
+    if pass_name not in PASS_NAMES + ("gensor", "tuning", "precision"):
+        raise UserError(f"--ablate {pass_name}: unknown pass; passes: {', '.join(PASS_NAMES)}, gensor, tuning, "
+                        "precision")
     raw = json.loads(json.dumps(pkg.manifest["spec"]))
     raw["model"] = pkg.manifest["source_model"]["path"]
     raw.pop("output", None)
     if pass_name == "gensor":
         raw.setdefault("optimize", {})["scheduler"] = "rules"
+    elif pass_name == "precision":
+        raw.setdefault("optimize", {})["precision"] = "fp32"
     elif pass_name == "tuning":
         opt = raw.setdefault("optimize", {})
         opt["level"] = min(opt.get("level", 2), 2)

@@ -23,6 +23,7 @@ import yaml
 
 from .. import __version__
 from ..errors import UserError
+from ..spec.model import PRECISIONS
 from .corpus_fetch import first_line
 from .corpus_models import ENTRIES
 
@@ -36,7 +37,7 @@ LIMIT_MB = 60
 
 
 def build_bundle(bundle: Path, models: list[str] | None = None, targets: list[str] | None = None,
-                 zoo_targets: list[str] | None = None, log=print) -> dict:
+                 zoo_targets: list[str] | None = None, log=print, precision: str = "fp32") -> dict:
     """Builds every model into a package and assembles the bundle; returns suite.json's content
     (a model whose build fails is listed under `not_built` with its error, and the rest go on).
     Zoo models get `zoo_targets` (default: the first target only, so the weights travel once)."""
@@ -48,6 +49,8 @@ def build_bundle(bundle: Path, models: list[str] | None = None, targets: list[st
     zoo_targets = zoo_targets or targets[:1]
     zoo = set(ZOO) | set(_zoo_table())
     unknown = sorted(m for m in models if m not in SAMPLES and m not in zoo and _corpus_name(m) not in ENTRIES)
+    if precision not in PRECISIONS:
+        raise UserError(f"gpu-suite: --precision {precision}: expected one of {', '.join(PRECISIONS)}")
     if unknown:
         raise UserError(f"gpu-suite: unknown model(s) {', '.join(unknown)}; choose from {', '.join(SAMPLES + ZOO)} "
                         "or a corpus model (`pack corpus --list`)")
@@ -56,14 +59,15 @@ def build_bundle(bundle: Path, models: list[str] | None = None, targets: list[st
         raise UserError(f"{bundle} exists and is not a GPU suite bundle; remove it or choose another folder")
     shutil.rmtree(bundle, ignore_errors=True)
     (bundle / "packages").mkdir(parents=True)
-    suite = {"format": "packager-gpu-suite", "version": 1, "packager_version": __version__, "models": [],
-             "not_built": []}
+    suite = {"format": "packager-gpu-suite", "version": 1, "packager_version": __version__, "precision": precision,
+             "models": [], "not_built": []}
     with tempfile.TemporaryDirectory(prefix="gpu-suite-") as tmp:
         for name in models:
             folder = name.replace(":", "-")             # corpus:mobilenet_v2 -> corpus-mobilenet_v2
             is_zoo = name not in SAMPLES                # zoo and corpus models carry weights: first target
             make = _sample_spec if not is_zoo else _zoo_spec if name in zoo else _corpus_spec
             spec_path, torch_info = make(_corpus_name(name), Path(tmp), zoo_targets if is_zoo else targets)
+            _set_precision(spec_path, precision)
             log(f"gpu-suite: building {name} for {', '.join(zoo_targets if is_zoo else targets)}")
             try:
                 pkg = build(load_spec(spec_path), log=lambda m: None)
@@ -85,6 +89,14 @@ def build_bundle(bundle: Path, models: list[str] | None = None, targets: list[st
     log(f"gpu-suite: wrote {bundle} ({size:.1f} MB{'' if size < LIMIT_MB else f', OVER the {LIMIT_MB} MB carry'}); "
         f"on the device: python {bundle.name}/device.py")
     return suite
+
+
+def _set_precision(spec_path: Path, precision: str) -> None:
+    """The suite spec asks for `precision` (fp32: the spec as it is)."""
+    if precision != "fp32":
+        spec = yaml.safe_load(spec_path.read_text())
+        spec.setdefault("optimize", {})["precision"] = precision
+        spec_path.write_text(yaml.safe_dump(spec))
 
 
 def _corpus_name(name: str) -> str:

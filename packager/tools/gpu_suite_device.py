@@ -50,13 +50,21 @@ class Options(ctypes.Structure):
                 ("cuda_device", ctypes.c_int32), ("cuda_graph", ctypes.c_int32), ("expected_sha256", ctypes.c_char_p)]
 
 
-def reference(pkg: Path) -> list[dict]:
-    """Per profile: name, inputs and outputs (numpy) stored in the package."""
+def reference(pkg: Path, target: str = "") -> list[dict]:
+    """Per profile: name, inputs and outputs (numpy) stored in the package, with the tolerance
+    `target` is held to (its own where it was built in reduced precision)."""
     m = json.loads((pkg / "manifest.json").read_text())
     doc = json.loads((pkg / m["reference"]).read_text())
+    tol = doc.get("targets", {}).get(target, doc)
     return [{"name": p["name"], "inputs": {k: np.load(pkg / v) for k, v in p["inputs"].items()},
-             "outputs": {k: np.load(pkg / v) for k, v in p["outputs"].items()}, "rtol": doc["rtol"], "atol": doc["atol"]}
+             "outputs": {k: np.load(pkg / v) for k, v in p["outputs"].items()}, "rtol": tol["rtol"], "atol": tol["atol"]}
             for p in doc["profiles"]]
+
+
+def precision_of(pkg: Path, target: str) -> str:
+    """The precision the package's target was built in (fp32 for packages from before it was recorded)."""
+    m = json.loads((pkg / "manifest.json").read_text())
+    return next((t.get("precision", "fp32") for t in m.get("targets", []) if t.get("name") == target), "fp32")
 
 
 def within(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[bool, float]:
@@ -172,9 +180,13 @@ def _describe(t: Tensor, name: str, dtype, shape, ptr: int, nbytes: int) -> None
         t.shape[i] = d
 
 
-def pytorch(info: dict, prof: dict, cuda: bool, iters: int, compile_too: bool) -> dict:
+def pytorch(info: dict, prof: dict, cuda: bool, iters: int, compile_too: bool, precision: str = "fp32") -> dict:
     """The zoo network in PyTorch with the package's weights (seeded construction, as
-    samples/zoo/make_zoo.py exports it), checked against the stored reference, then timed."""
+    samples/zoo/make_zoo.py exports it), checked against the stored reference, then timed; for an
+    fp16 package under CUDA autocast to fp16 (PyTorch's own mixed precision: matmuls and convs in
+    fp16 on tensor cores, sensitive ops in fp32)."""
+    import contextlib
+
     import torch
 
     sys.path.insert(0, str(HERE))
@@ -189,8 +201,10 @@ def pytorch(info: dict, prof: dict, cuda: bool, iters: int, compile_too: bool) -
     device = "cuda" if cuda else "cpu"
     net = net.eval().to(device)
     xs = [torch.from_numpy(a).to(device) for a in prof["inputs"].values()]   # the model's inputs, in order
-    out: dict = {"device": device, "tf32": False}
-    with torch.no_grad():
+    out: dict = {"device": device, "tf32": False, "precision": precision}
+    amp = (torch.autocast("cuda", dtype=torch.float16) if cuda and precision == "fp16"
+           else contextlib.nullcontext())
+    with torch.no_grad(), amp:
         got = net(*xs).float().cpu().numpy()
         ok, err = within(got, next(iter(prof["outputs"].values())), prof["rtol"] * 10, prof["atol"] * 10)
         out["same_weights"], out["max_abs_vs_reference"] = ok, err
@@ -224,11 +238,11 @@ def _time(fn, iters: int, cuda: bool) -> float:
 def run_target(bundle: Path, entry: dict, target: str, kind: str, work: Path, args) -> dict:
     """Every check of one package on one target (first profile for the timings)."""
     pkg = bundle / entry["package"]
-    row: dict = {"model": entry["name"], "target": target, "kind": kind}
+    row: dict = {"model": entry["name"], "target": target, "kind": kind, "precision": precision_of(pkg, target)}
     r = packrt_run(bundle, [pkg, "--check", "--target", target])
     row["check"] = "ok" if r.returncode == 0 else ("MISMATCH" if r.returncode == 1 else "error")
     row["check_output"] = (r.stdout + r.stderr).strip().splitlines()[1:]
-    prof = reference(pkg)[0]
+    prof = reference(pkg, target)[0]
     cuda = kind == "cuda"
     try:
         plain = run_outputs(bundle, pkg, target, prof, work / f"{entry['name']}-{target}-plain", graph=False)
@@ -248,7 +262,7 @@ def run_target(bundle: Path, entry: dict, target: str, kind: str, work: Path, ar
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     if entry.get("torch") and not args.no_pytorch:
         try:
-            row["pytorch"] = pytorch(entry["torch"], prof, cuda, args.iters, not args.no_compile)
+            row["pytorch"] = pytorch(entry["torch"], prof, cuda, args.iters, not args.no_compile, row["precision"])
         except Exception as e:  # noqa: BLE001
             row["pytorch"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     return row
@@ -279,7 +293,8 @@ def table(rows: list[dict]) -> str:
                 if r.get("cooperative") else "")
         notes = "; ".join(x for x in (r.get("error", ""), pt.get("error", ""), pt.get("compile_error", ""),
                                       "" if pt.get("same_weights", True) else "PyTorch weights differ", coop) if x)
-        lines.append(f"| {r['model']} | {r['target']} | {r['check']} | {r.get('graph_equals_plain', '-')} | "
+        target = r["target"] + ("" if r.get("precision", "fp32") == "fp32" else f" {r['precision']}")
+        lines.append(f"| {r['model']} | {target} | {r['check']} | {r.get('graph_equals_plain', '-')} | "
                      f"{r.get('c_api_equals_cli', '-')} | {ms(r.get('ms'))} | {ms(r.get('graph_ms'))} | "
                      f"{ms(pt.get('eager_ms'))} | {ms(pt.get('compile_ms'))} | {ratio} | {notes} |")
     return "\n".join(lines) + "\n"

@@ -123,6 +123,14 @@ struct Reference {
   std::map<std::string, double> spread;  // output -> how far the reference moves under float input noise
   std::vector<Profile> profiles;
   std::vector<std::string> targets;   // the manifest's target names
+  std::map<std::string, std::pair<double, double>> target_tol;  // reduced-precision target -> (rtol, atol)
+
+  // The tolerance `target` is checked with: its own where it was built in reduced precision.
+  std::pair<double, double> tolerance(const std::string& target) const {
+    auto it = target_tol.find(target);
+    if (it == target_tol.end()) return {rtol, atol};
+    return {std::max(rtol, it->second.first), std::max(atol, it->second.second)};
+  }
 };
 
 // With `verify`, a reference file must be listed in the manifest with the sha256 it has: an edited
@@ -165,6 +173,9 @@ Reference load_reference(const std::string& pkg, bool verify) {
     for (auto& [name, step] : steps.items()) ref.steps[name] = step.get<double>();
     const json spread = r.value("spread", json::object());
     for (auto& [name, s] : spread.items()) ref.spread[name] = s.get<double>();
+    const json per_target = r.value("targets", json::object());
+    for (auto& [name, t] : per_target.items())
+      ref.target_tol[name] = {t.at("rtol").get<double>(), t.at("atol").get<double>()};
     for (const auto& p : r.at("profiles")) {
       Profile prof{p.at("name").get<std::string>(), {}, {}};
       for (auto* side : {&p.at("inputs"), &p.at("outputs")}) {
@@ -223,10 +234,11 @@ bool check_profile(packrt::Model& model, const Profile& prof, const Reference& r
   }
   Verdict all;
   std::string bad;
+  const auto [rtol, atol] = ref.tolerance(model.target());
   for (size_t k = 0; k < out.size(); ++k) {
     const auto& [name, want] = prof.outputs[k];
     Verdict v = compare(static_cast<const uint8_t*>(out[k].data), out[k].dtype,
-                        std::vector<int64_t>(out[k].shape, out[k].shape + out[k].ndim), want, ref.rtol, ref.atol, ref.flips,
+                        std::vector<int64_t>(out[k].shape, out[k].shape + out[k].ndim), want, rtol, atol, ref.flips,
                         ref.steps.count(name) ? ref.steps.at(name) : 0.0,
                         ref.spread.count(name) ? ref.spread.at(name) : 0.0);
     all.max_abs = std::max(all.max_abs, v.max_abs);
@@ -236,8 +248,10 @@ bool check_profile(packrt::Model& model, const Profile& prof, const Reference& r
       bad += (bad.empty() ? " (" : ", ") + name;
     }
   }
-  std::printf("%s%s  max abs %s  max rel %s%s\n", line.c_str(), all.ok ? "ok      " : "MISMATCH", fmt(all.max_abs).c_str(),
-              fmt(all.max_rel).c_str(), bad.empty() ? "" : (bad + ")").c_str());
+  const std::string own = ref.target_tol.count(model.target())
+                              ? "  (rtol " + fmt(rtol) + ", atol " + fmt(atol) + ": reduced precision)" : "";
+  std::printf("%s%s  max abs %s  max rel %s%s%s\n", line.c_str(), all.ok ? "ok      " : "MISMATCH", fmt(all.max_abs).c_str(),
+              fmt(all.max_rel).c_str(), bad.empty() ? "" : (bad + ")").c_str(), own.c_str());
   return all.ok;
 }
 

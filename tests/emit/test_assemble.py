@@ -10,12 +10,14 @@ import numpy as np
 from packager.emit.assemble import Build, CompiledUnit, package_id, write_units
 from packager.emit.package import PackageWriter
 from packager.emit.reference import REFERENCE_FILE, References, UnitReference
+from packager.spec import OptimizeSpec, VerifySpec
 
 
-def _spec(tmp_path, raw=None):
+def _spec(tmp_path, raw=None, precision=None):
     model = tmp_path / "model.onnx"
     model.write_bytes(b"not parsed here")
-    return SimpleNamespace(name="m", model=model, raw=raw or {"name": "m"}, verify=SimpleNamespace(rtol=1e-4, atol=1e-5))
+    return SimpleNamespace(name="m", model=model, raw=raw or {"name": "m"}, verify=VerifySpec(rtol=1e-4, atol=1e-5),
+                           optimize=OptimizeSpec(precision=precision or {}))
 
 
 def test_a_package_id_names_one_build_of_one_part(tmp_path):
@@ -42,3 +44,18 @@ def test_the_whole_models_reference_is_written_and_no_part_is_pinned(tmp_path):
         stored = json.loads(w.path(REFERENCE_FILE).read_text())
         assert pins == {} and stored["rtol"] == 1e-4 and [p["name"] for p in stored["profiles"]] == ["default"]
         w.abort()
+
+
+def test_a_reduced_precision_target_gets_its_own_tolerance_in_the_reference(tmp_path):
+    """packrt-run --check and the GPU suite read it: an fp16 target is held to fp16's tolerance,
+    the fp32 targets beside it to the spec's."""
+    spec = _spec(tmp_path, precision={"h100": "fp16"})
+    ref = UnitReference("", [("default", {"x": np.ones((2, 2), np.float32)}, {"y": np.zeros(3, np.float32)})])
+    build = Build(spec, None, {}, [SimpleNamespace(name="h100"), SimpleNamespace(name="x86-64")], None, [],
+                  References([ref], 28))
+    with PackageWriter(tmp_path / "pkg") as w:
+        write_units(w, build, [CompiledUnit(SimpleNamespace(name="", rel=""), {}, [], {}, [])])
+        stored = json.loads(w.path(REFERENCE_FILE).read_text())
+        w.abort()
+    assert (stored["rtol"], stored["atol"]) == (1e-4, 1e-5)
+    assert stored["targets"] == {"h100": {"rtol": 1e-2, "atol": 1e-3, "precision": "fp16"}}
