@@ -185,6 +185,9 @@ def _program(ctx, source: str):
     if key not in _PROGRAMS:
         import pyopencl as cl
 
+        if "cl_khr_fp16" in source and "cl_khr_fp16" not in ctx.devices[0].extensions:
+            raise UserError("the kernels compute in fp16 and this PoCL device has no half-precision arithmetic "
+                            "(cl_khr_fp16); an fp16 package is checked on a GPU (`pack gpu-suite --precision fp16`)")
         try:
             _PROGRAMS[key] = cl.Program(ctx, source).build()
         except cl.RuntimeError as e:

@@ -66,10 +66,10 @@ def build_bundle(bundle: Path, models: list[str] | None = None, targets: list[st
             folder = name.replace(":", "-")             # corpus:mobilenet_v2 -> corpus-mobilenet_v2
             is_zoo = name not in SAMPLES                # zoo and corpus models carry weights: first target
             make = _sample_spec if not is_zoo else _zoo_spec if name in zoo else _corpus_spec
-            spec_path, torch_info = make(_corpus_name(name), Path(tmp), zoo_targets if is_zoo else targets)
-            _set_precision(spec_path, precision)
             log(f"gpu-suite: building {name} for {', '.join(zoo_targets if is_zoo else targets)}")
-            try:
+            try:          # an export that fails (a corpus model's) is this model's failure too
+                spec_path, torch_info = make(_corpus_name(name), Path(tmp), zoo_targets if is_zoo else targets)
+                _set_precision(spec_path, precision)
                 pkg = build(load_spec(spec_path), log=lambda m: None)
                 kinds = _keep(pkg, bundle / "packages" / folder)
             except Exception as e:  # noqa: BLE001 - one model that does not build must not cost the rest

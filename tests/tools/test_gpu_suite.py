@@ -138,3 +138,17 @@ def test_a_zoo_name_means_the_zoo_model_and_the_corpus_one_is_prefixed(tmp_path,
     assert [m["name"] for m in suite["not_built"]] == ["mobilenet_v2", "corpus:mobilenet_v2"]
     with pytest.raises(packager.errors.UserError, match="unknown model"):
         gpu_suite.build_bundle(tmp_path / "c", ["corpus:no_such_model"], ["h100"], log=lambda m: None)
+
+
+def test_a_model_whose_export_fails_is_named_and_the_rest_travel(tmp_path, monkeypatch):
+    """A corpus model's export can fail (transformers' DistilBERT under torch's exporter: aten::diff);
+    that is this model's failure, not the bundle's."""
+    from packager.tools import gpu_suite
+
+    def export_fails(name, tmp, targets):
+        raise RuntimeError("Exporting the operator 'aten::diff' to ONNX opset version 17 is not supported")
+
+    monkeypatch.setattr(gpu_suite, "_corpus_spec", export_fails)
+    suite = gpu_suite.build_bundle(tmp_path / "b", ["corpus:distilbert", "mlp"], ["x86-64"], log=lambda m: None)
+    assert [m["name"] for m in suite["models"]] == ["mlp"]
+    assert suite["not_built"][0]["name"] == "corpus:distilbert" and "aten::diff" in suite["not_built"][0]["error"]
