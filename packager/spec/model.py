@@ -78,7 +78,7 @@ class OptimizeSpec:
     top_k: int = 6                     # candidates measured per kernel
     seconds: float = 0.0               # measured tuning's budget per model in wall time (0: none)
     budget: float = 0.0                # seconds of candidate timing per build (0: no cap; not when tuning); past it, one repeat each
-    precision: dict[str, str] = field(default_factory=dict)   # target name ("*": every target) -> fp32|fp16|bf16
+    precision: dict[str, str] = field(default_factory=dict)   # target ("*": every one) -> fp32|fp16|bf16
     keep_fp32: tuple[str, ...] = DEFAULT_KEEP_FP32             # ONNX op types a reduced-precision build keeps fp32
 
     def precision_of(self, target: str) -> str:

@@ -57,7 +57,8 @@ def reference(pkg: Path, target: str = "") -> list[dict]:
     doc = json.loads((pkg / m["reference"]).read_text())
     tol = doc.get("targets", {}).get(target, doc)
     return [{"name": p["name"], "inputs": {k: np.load(pkg / v) for k, v in p["inputs"].items()},
-             "outputs": {k: np.load(pkg / v) for k, v in p["outputs"].items()}, "rtol": tol["rtol"], "atol": tol["atol"]}
+             "outputs": {k: np.load(pkg / v) for k, v in p["outputs"].items()},
+             "rtol": tol["rtol"], "atol": tol["atol"]}
             for p in doc["profiles"]]
 
 
@@ -76,6 +77,20 @@ def within(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple
     diff = np.abs(a - b)
     ok = bool(np.all(diff <= max(atol, rtol * scale) + rtol * np.abs(b)))
     return ok, float(diff.max(initial=0))
+
+
+def accuracy(ours: np.ndarray, ref: np.ndarray) -> dict:
+    """A reduced-precision output against onnxruntime's fp32 one: max and mean error relative to the
+    tensor's max |value|, and the share of rows (last axis) whose argmax agrees (pack verify's
+    error_statistics; this half imports nothing of the packager)."""
+    a, b = ours.astype(np.float64), ref.astype(np.float64)
+    scale = float(np.abs(b[np.isfinite(b)]).max(initial=0)) or 1.0
+    err = np.abs(a - b)
+    out = {"max_err_over_scale": float(err.max(initial=0) / scale), "mean_err_over_scale": float(err.mean() / scale)}
+    if b.ndim >= 1 and b.shape[-1] >= 2:
+        rows_a, rows_b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+        out["argmax_agreement"] = float((rows_a.argmax(-1) == rows_b.argmax(-1)).mean())
+    return out
 
 
 def packrt_run(bundle: Path, args: list, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -246,6 +261,8 @@ def run_target(bundle: Path, entry: dict, target: str, kind: str, work: Path, ar
     cuda = kind == "cuda"
     try:
         plain = run_outputs(bundle, pkg, target, prof, work / f"{entry['name']}-{target}-plain", graph=False)
+        if row["precision"] != "fp32":
+            row["accuracy"] = {k: accuracy(plain[_file(k)], v) for k, v in prof["outputs"].items()}
         if cuda:
             graph = run_outputs(bundle, pkg, target, prof, work / f"{entry['name']}-{target}-graph", graph=True)
             row["graph_equals_plain"] = all(np.array_equal(plain[k], graph[k]) for k in plain)
@@ -291,8 +308,12 @@ def table(rows: list[dict]) -> str:
         ratio = f"{pt['eager_ms'] / best:.2f}" if "eager_ms" in pt and isinstance(best, float) else "-"
         coop = (f"{r['cooperative']} cooperative kernel(s), sanitizer {r.get('barriers', 'not run')}"
                 if r.get("cooperative") else "")
+        acc = "; ".join(f"{k}: mean err/scale {v['mean_err_over_scale']:.2g}"
+                        + (f", argmax {v['argmax_agreement']:.1%}" if "argmax_agreement" in v else "")
+                        for k, v in r.get("accuracy", {}).items())
         notes = "; ".join(x for x in (r.get("error", ""), pt.get("error", ""), pt.get("compile_error", ""),
-                                      "" if pt.get("same_weights", True) else "PyTorch weights differ", coop) if x)
+                                      "" if pt.get("same_weights", True) else "PyTorch weights differ", coop, acc)
+                          if x)
         target = r["target"] + ("" if r.get("precision", "fp32") == "fp32" else f" {r['precision']}")
         lines.append(f"| {r['model']} | {target} | {r['check']} | {r.get('graph_equals_plain', '-')} | "
                      f"{r.get('c_api_equals_cli', '-')} | {ms(r.get('ms'))} | {ms(r.get('graph_ms'))} | "

@@ -39,6 +39,9 @@ class OutputCheck:
     max_rel: float
     ok: bool
     outside: float = 0.0           # share of elements outside the bound (tolerated rounding flips)
+    precision: str = "fp32"        # the target's (optimize.precision); reduced ones get the statistics below
+    mean_rel: float | None = None  # mean |error| / the tensor's max |value|
+    argmax: float | None = None    # share of rows (last axis) whose argmax agrees: a classifier's top-1
 
 
 @dataclass
@@ -221,8 +224,30 @@ def _checks(run: _Run, ours: dict, ref: dict, outs: list[str], target: dict) -> 
     allowances; a reduced-precision target at the wider tolerance its manifest entry names."""
     tol = target.get("verify", {})
     rtol, atol = max(run.rtol, tol.get("rtol", 0.0)), max(run.atol, tol.get("atol", 0.0))
-    return [OutputCheck(n, *compare(ours[n], ref[n], rtol, atol, run.flips, run.steps.get(n, 0.0),
-                                    run.spread.get(n, 0.0))) for n in outs]
+    checks = [OutputCheck(n, *compare(ours[n], ref[n], rtol, atol, run.flips, run.steps.get(n, 0.0),
+                                      run.spread.get(n, 0.0))) for n in outs]
+    precision = target.get("precision", "fp32")
+    if precision != "fp32":
+        for c in checks:
+            c.precision = precision
+            c.mean_rel, c.argmax = error_statistics(ours[c.name], ref[c.name])
+    return checks
+
+
+def error_statistics(ours: np.ndarray, ref: np.ndarray) -> tuple[float | None, float | None]:
+    """What a reduced-precision build costs in accuracy, beyond the pass/fail bound: the mean error
+    relative to the tensor's scale, and for outputs with rows (last axis >= 2) the share of rows
+    whose argmax agrees (a classifier's top-1 agreement on the verify inputs)."""
+    if ours.shape != ref.shape or ref.dtype.kind != "f" or not ref.size:
+        return None, None
+    a, b = ours.astype(np.float64), ref.astype(np.float64)
+    finite = np.isfinite(a) & np.isfinite(b)
+    scale = float(np.abs(b[finite]).max(initial=0)) or 1.0
+    mean_rel = float(np.abs(a - b)[finite].mean() / scale) if finite.any() else None
+    rows = ref.ndim >= 1 and ref.shape[-1] >= 2
+    argmax = float((a.reshape(-1, a.shape[-1]).argmax(-1) == b.reshape(-1, b.shape[-1]).argmax(-1)).mean()) \
+        if rows else None
+    return mean_rel, argmax
 
 
 def _check_emulated(run: _Run, unit, t: dict, part: str, profile: str, inputs: dict,
@@ -293,8 +318,11 @@ def _print(log, name: str, rtol: float, atol: float, flips: float, gpu_ref: bool
             log(f"  {label:14s} {r.profile:10s} SKIPPED  {r.reason}")
             continue
         for c in r.outputs:
+            reduced = c.precision != "fp32"
             log(f"  {label:14s} {r.profile:10s} {'ok  ' if c.ok else 'FAIL'}    {c.name}: "
                 f"max abs err {c.max_abs:.3g}, max err / tensor scale {c.max_rel:.3g}"
-                + (f", {c.outside * 100:.2g}% of elements outside" if c.outside else ""))
+                + (f", {c.outside * 100:.2g}% of elements outside" if c.outside or reduced else "")
+                + (f"; {c.precision}: mean err / scale {c.mean_rel:.3g}" if reduced and c.mean_rel is not None else "")
+                + (f", argmax agrees in {c.argmax:.1%} of rows" if reduced and c.argmax is not None else ""))
     if any(r.emulated for r in results):
         log(f"  on PoCL: {EMULATION_BLIND_SPOTS}")

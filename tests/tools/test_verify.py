@@ -110,3 +110,22 @@ def test_weights_off_by_a_tenth_of_a_percent_fail_end_to_end(packages, tmp_path)
     resign(pkg, "targets/x86-64/weights.bin")
     r = run_pack("verify", pkg, "--target", "x86-64")
     assert r.returncode == 1 and "FAIL" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_reduced_precision_target_is_checked_at_its_tolerance_with_error_statistics(tmp_path):
+    """An fp16 target's outputs pass at fp16's tolerance (its manifest entry), where the spec's fp32
+    tolerance would fail them, and verify states what fp16 cost: mean error, argmax agreement."""
+    from packager.tools.verify import TargetResult, _checks, _print, _Run
+
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((8, 10)).astype(np.float32)
+    ours = ref.astype(np.float16).astype(np.float32)            # what fp16 storage does to it
+    run = _Run(None, [], tmp_path, RTOL, ATOL, 0.0, {}, [], False, tmp_path)
+    fp32 = _checks(run, {"y": ours}, {"y": ref}, ["y"], {"name": "x86-64"})
+    assert not fp32[0].ok and fp32[0].mean_rel is None
+    (c,) = _checks(run, {"y": ours}, {"y": ref}, ["y"],
+                   {"name": "h100", "precision": "fp16", "verify": {"rtol": 1e-2, "atol": 1e-3}})
+    assert c.ok and c.precision == "fp16" and c.argmax == 1.0 and 0 < c.mean_rel < 1e-3
+    lines = []
+    _print(lines.append, "m", RTOL, ATOL, 0.0, False, [TargetResult("h100", "default", "pass", outputs=[c])])
+    assert "fp16: mean err / scale" in lines[-1] and "argmax agrees in 100.0% of rows" in lines[-1]
