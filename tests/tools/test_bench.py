@@ -94,3 +94,27 @@ def test_kernel_cost_counts_matmul_work_and_traffic():
     assert cost.flops == 2 * m * n * k + m * n                    # multiply-accumulate + bias add
     assert cost.bytes == 4 * (m * k + k * n + n + m * n)
     onnx.checker.check_model(model)
+
+
+def test_the_precision_ablation_rebuilds_every_target_at_fp32(tmp_path, monkeypatch):
+    """`--ablate precision`: the same spec with optimize.precision fp32, beside the fp16 package."""
+    from types import SimpleNamespace
+
+    import packager.build
+    from packager.tools.bench import _ablated
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    seen = {}
+
+    def build(spec, log=print):
+        seen["spec"] = spec
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(packager.build, "build", build)
+    raw = {"name": "m", "model": "m.onnx", "inputs": {"x": {"dtype": "float32", "shape": [1, 4]}},
+           "targets": ["h100"], "optimize": {"precision": {"h100": "fp16"}}}
+    pkg = SimpleNamespace(manifest={"spec": raw, "source_model": {"path": str(model)}})
+    with pytest.raises(RuntimeError, match="stop here"):
+        _ablated(pkg, "precision", tmp_path / "ablate")
+    assert seen["spec"].optimize.precision_of("h100") == "fp32" and not seen["spec"].optimize.reduced()
