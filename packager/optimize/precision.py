@@ -6,7 +6,7 @@ TVM's ToMixedPrecision does the rewriting: an op it always converts (conv, matmu
 operands and an fp32 accumulator (`out_dtype`), an op that follows computes in the type of its
 inputs, an op it never converts (softmax, reductions) gets fp32. Numerically sensitive ops that
 would follow are pinned to fp32 here for the duration of the pass: the spec's keep list
-(`optimize.keep_fp32`, ONNX op types; spec.model.DEFAULT_KEEP_FP32 without one). The casts it inserts on
+(`optimize.keep_fp32`, ONNX op types; DEFAULT_KEEP_FP32 without one). The casts it inserts on
 constant weights fold to fp16 constants (constfold.py), and the other casts fuse into the
 kernels around them (FuseOps). Which devices can run which precision is the target's
 (Target.precisions); this pass only rewrites the graph it is given.
