@@ -9,7 +9,9 @@ would follow are pinned to fp32 here for the duration of the pass: the spec's ke
 (`optimize.keep_fp32`, ONNX op types; DEFAULT_KEEP_FP32 without one). The casts it inserts on
 constant weights fold to fp16 constants (constfold.py), and the other casts fuse into the
 kernels around them (FuseOps). Which devices can run which precision is the target's
-(Target.precisions); this pass only rewrites the graph it is given.
+(Target.precisions); this pass only rewrites the graph it is given. TVM's rewrite takes tensor
+operands only: call_tir calls are wrapped for it (below) and Clip with scalar bounds becomes
+maximum/minimum first (layout/clip.py, as legalization does anyway).
 """
 from __future__ import annotations
 
@@ -20,8 +22,10 @@ from typing import Iterator
 import tvm
 from tvm import relax
 
+from ..errors import UserError
 from ..spec.model import KEEP_FP32_OPS
 from .base import PassReport
+from .layout.clip import clip_as_ops
 from .relax_util import rewrite_functions
 
 # The ONNX op types the keep list may name (spec.model.KEEP_FP32_OPS) -> the Relax ops they import
@@ -70,9 +74,15 @@ def to_precision(mod: tvm.IRModule, precision: str, keep: tuple[str, ...]) -> tu
     if precision != "fp16":
         raise ValueError(f"precision {precision!r}: only fp16 is rewritten by this pass")
     pinned = [name for op_type in keep for name in KEEPABLE[op_type] if _registered(name)]
-    hidden, calls = _hide_tir_calls(relax.transform.ConvertToDataflow()(mod))
+    hidden, calls = _hide_tir_calls(relax.transform.ConvertToDataflow()(clip_as_ops(mod)[0]))
     with _pinned(pinned):
-        out = _restore_tir_calls(relax.transform.ToMixedPrecision(out_dtype="float32")(hidden), calls)
+        try:
+            rewritten = relax.transform.ToMixedPrecision(out_dtype="float32")(hidden)
+        except Exception as e:  # noqa: BLE001 - TVM's pass raises internal errors of many kinds
+            raise UserError(f"optimize.precision {precision}: TVM's mixed-precision rewrite failed on this model "
+                            f"({str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}); build "
+                            "this target at fp32 (optimize.precision: {<target>: fp32})") from None
+        out = _restore_tir_calls(rewritten, calls)
     counts = _op_dtypes(out)
     low = sum(n for (op, dt), n in counts.items() if op in _COMPUTE and dt == "float16")
     high = sum(n for (op, dt), n in counts.items() if op in _COMPUTE and dt != "float16")

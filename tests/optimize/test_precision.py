@@ -13,6 +13,7 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
+from packager.errors import UserError
 from packager.frontend import import_relax, load_model
 from packager.optimize.constfold import fold_constants
 from packager.optimize.precision import to_precision
@@ -112,7 +113,7 @@ def test_tvms_op_table_is_restored(tmp_path, monkeypatch):
     to_precision(mod, "fp16", ("LayerNormalization",))
     assert op.get_attr("TMixedPrecisionPolicy") == before
     monkeypatch.setattr(relax.transform, "ToMixedPrecision", lambda **kw: (_ for _ in ()).throw(RuntimeError("x")))
-    with pytest.raises(RuntimeError):
+    with pytest.raises(UserError):
         to_precision(mod, "fp16", ("LayerNormalization",))
     assert op.get_attr("TMixedPrecisionPolicy") == before
 
@@ -146,3 +147,25 @@ def test_kernels_the_importer_lowered_stay_fp32_and_in_place(tmp_path):
     assert sorted(gv.name_hint for gv in half.functions) == sorted(gv.name_hint for gv in mod.functions)
     (got,) = _run(half, x)
     assert compare(got, ort_run(path, {"x": x})["y"], *PRECISION_TOLERANCE["fp16"])[2]
+
+
+def test_clip_with_scalar_bounds_and_a_failing_rewrite(tmp_path, monkeypatch):
+    """The importer's HardSigmoid is relax.clip with int64 scalar bounds, which TVM's rewrite
+    rejects (PP-OCR's classifier): it becomes maximum/minimum first. A model the rewrite still
+    fails on is one clear line naming the switch, not an internal error."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("HardSigmoid", ["c"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info("y", F, [1, 8, 8, 8])],
+                          [numpy_helper.from_array(np.full((8, 4, 1, 1), 0.1, np.float32), "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    path = save_model(m, tmp_path / "hs.onnx")
+    mod = import_relax(load_model(Path(path)), {"x": (1, 4, 8, 8)}, {"x": "float32"})
+    mod = mod[0] if isinstance(mod, tuple) else mod
+    assert "relax.clip" in _ops(mod)
+    half = to_precision(mod, "fp16", DEFAULT_KEEP_FP32)[0]
+    assert _ops(half)["relax.nn.conv2d"] == ["float16"] and "relax.clip" not in _ops(half)
+    monkeypatch.setattr(relax.transform, "ToMixedPrecision",
+                        lambda **kw: lambda m: (_ for _ in ()).throw(tvm.error.InternalError("Check failed: x")))
+    with pytest.raises(UserError, match="optimize.precision fp16: TVM's mixed-precision rewrite failed"):
+        to_precision(mod, "fp16", DEFAULT_KEEP_FP32)
