@@ -82,7 +82,8 @@ _VIT = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermed
 
 def _tf(name: str, model_class: str, config_class: str, config: dict, inputs, fast: bool = False,
         part: str = "", ones_mask: bool = False, note: str = "") -> Entry:
-    return Entry(name, "transformers", inputs, fast, model_class, config_class, config, part, ones_mask, note=note)
+    return Entry(name, "transformers", inputs, fast, model_class=model_class, config_class=config_class, config=config,
+                 part=part, ones_mask=ones_mask, note=note)
 
 
 TRANSFORMERS: list[Entry] = [

@@ -52,6 +52,16 @@ def test_transformers_entries_name_real_classes():
             assert hasattr(transformers, e.model_class) and hasattr(transformers, e.config_class), e.name
 
 
+def test_transformers_entries_keep_their_part_and_mask():
+    """Entry gained `factory` before `part`, and the transformers entries, built positionally, put
+    "encoder" in `factory` and the mask flag in `part`: Whisper and BART exported whole (the
+    decoder then asked for ids), GPT-2 and Llama without their mask (aten::diff, no export)."""
+    entries = {e.name: e for e in cp.select()}
+    assert entries["whisper_encoder"].part == "encoder" and entries["bart_encoder"].part == "encoder"
+    assert entries["gpt2"].ones_mask and entries["llama"].ones_mask and entries["gpt2"].part == ""
+    assert all(e.factory == "" for e in entries.values() if e.source == "transformers")
+
+
 def test_fast_subset_is_small_and_mixes_sources():
     fast = cp.select(fast=True)
     assert 2 <= len(fast) <= 4
