@@ -110,9 +110,11 @@ class CudaTarget:
 
     @property
     def precisions(self) -> tuple[str, ...]:
-        """What `optimize.precision` may ask of this target: fp16 tensor cores from Volta (sm_70)
-        on. bf16 (sm_80+) is not built by this version: TVM's CUDA tensor-core rule takes fp16."""
-        return ("fp32", "fp16") if self.sm_number >= 70 else ("fp32",)
+        """What `optimize.precision` may ask of this target: fp16 (tensor cores) from sm_75, the
+        architectures nvcc builds. Volta (sm_70/72) compiles through CUDA 12's NVRTC, whose wheels
+        lack the crt/mma.h the wmma kernels include. bf16 (sm_80+) is not built by this version:
+        TVM's CUDA tensor-core rule takes fp16."""
+        return ("fp32", "fp16") if self.sm_number >= 75 else ("fp32",)
 
     def tvm_target(self) -> dict[str, Any]:
         """TVM's CUDA target. Shared memory stays at the portable 48 KB static limit, and is said

@@ -207,6 +207,10 @@ def test_a_precision_the_target_cannot_compute_in_names_the_field(spec_dir):
     gpu = load_spec(write_spec(spec_dir, GOOD.replace("  - x86-64\n", "  - h100\n").replace(
         "level: 1", "level: 1\n  precision: {h100: fp16}")))
     assert [t.precisions for t in resolve_all(gpu)][0] == ("fp32", "fp16")
+    v100 = load_spec(write_spec(spec_dir, GOOD.replace("  - x86-64\n", "  - v100\n").replace(
+        "level: 1", "level: 1\n  precision: fp16")))
+    with pytest.raises(UserError, match="target 'v100' cannot compute in fp16"):
+        resolve_all(v100)
     bf16 = load_spec(write_spec(spec_dir, GOOD.replace("  - x86-64\n", "  - h100\n").replace(
         "level: 1", "level: 1\n  precision: {h100: bf16}")))
     with pytest.raises(UserError, match="cannot compute in bf16"):
