@@ -117,7 +117,8 @@ def write_reference(w, ref: UnitReference, verify: VerifySpec, precisions: dict[
            "profiles": profiles}
     reduced = {t: p for t, p in precisions.items() if p != "fp32"}
     if reduced:
-        doc["targets"] = {t: dict(zip(("rtol", "atol"), verify.tolerance(p)), precision=p) for t, p in reduced.items()}
+        doc["targets"] = {t: dict(zip(("rtol", "atol"), verify.tolerance(p)), precision=p)
+                          for t, p in reduced.items()}
     w.write_text(_under(ref.rel, REFERENCE_FILE), json.dumps(doc, indent=1) + "\n")
 
 

@@ -56,9 +56,8 @@ def _agree(got: np.ndarray, ref: np.ndarray) -> bool:
         return np.array_equal(got, ref)
     finite = np.abs(ref[np.isfinite(ref)].astype(np.float64))
     scale = float(finite.max()) if finite.size else 0.0
-    rtol = RTOL_BY_DTYPE.get(str(ref.dtype), RTOL)
-    return bool(np.allclose(got.astype(np.float64), ref.astype(np.float64), rtol=0.0, atol=rtol * (scale or 1.0) + 1e-6,
-                            equal_nan=True))
+    atol = RTOL_BY_DTYPE.get(str(ref.dtype), RTOL) * (scale or 1.0) + 1e-6
+    return bool(np.allclose(got.astype(np.float64), ref.astype(np.float64), rtol=0.0, atol=atol, equal_nan=True))
 
 
 def disagreements(pairs: dict[str, tuple[tirx.PrimFunc, tirx.PrimFunc]]) -> dict[str, bool | str]:

@@ -4,8 +4,9 @@ A kernel whose reduction multiplies fp16 operands into an fp16 or fp32 accumulat
 dlight's Matmul rule first, which on sm_70+ tensorizes it with TVM's wmma intrinsics (16x16x16
 fragments staged through shared memory) when every matmul extent exceeds 64. The schedule is
 taken only if it is tensorized: the rule's CUDA-core fallback is what Gensor already does better.
-Convolutions are not matmuls to dlight (their input index is a sum of two loops), so an fp16
-conv runs on CUDA cores; the schedule report counts both.
+A 3x3 conv is not a matmul to dlight (its input index is a sum of two loops), so it runs in fp16
+on CUDA cores; a 1x1 conv is one. The schedule report counts the kernels on tensor cores, and a
+schedule is kept only where TVM lowers it (_lowers).
 """
 from __future__ import annotations
 
