@@ -109,6 +109,13 @@ class CudaTarget:
         return int(self.sm.split("_")[1])
 
     @property
+    def max_shared_bytes(self) -> int:
+        """Shared memory one block may use with the opt-in attribute (the runtime sets it for a
+        launch over 48 KB): the table row's, else the architecture's (SHARED_OPTIN_KB)."""
+        kb = self.facts.get("smem_per_block_kb") or SHARED_OPTIN_KB.get(self.sm_number, 48)
+        return int(kb) * 1024
+
+    @property
     def precisions(self) -> tuple[str, ...]:
         """What `optimize.precision` may ask of this target: fp16 (tensor cores) from sm_75, the
         architectures nvcc builds. Volta (sm_70/72) compiles through CUDA 12's NVRTC, whose wheels
@@ -157,6 +164,10 @@ CUDA_TABLE = {
                                                                    threads_sm=1536, blocks_sm=16)),
     "h100": CudaTarget("h100", "sm_90", facts=_gpu(132, 227, 228, 65536, 50, 3350, 67, 989, 1980)),
 }
+# Shared memory per block with the opt-in attribute, KB, by compute capability (CUDA C++
+# Programming Guide, technical specifications): what a custom target (no table row) may use.
+SHARED_OPTIN_KB = {70: 96, 72: 96, 75: 64, 80: 163, 86: 99, 87: 163, 89: 99, 90: 227, 100: 227, 103: 227,
+                   120: 99}
 # Architectures the offline compilers can target: nvcc (CUDA 13) from sm_75; NVRTC (CUDA 12
 # wheels) for Volta sm_70/sm_72.
 CUDA_SM_RANGE = (70, 120)

@@ -95,7 +95,8 @@ def schedule_kernels_gpu(kernels: dict[str, tvm.tirx.PrimFunc], target: Target,
     out, chosen, plans = {}, {}, {}
     construct = GensorGpu(target, TuningDatabase(database)) if full and gensor else None
     def one(name: str, f: tvm.tirx.PrimFunc, threads: int | None = None) -> tuple[tvm.tirx.PrimFunc, str, str]:
-        mma = tensor_core_matmul(f, tvm_target, STATIC_SHARED_BYTES) if full and threads is None else None
+        mma = (tensor_core_matmul(f, tvm_target, STATIC_SHARED_BYTES, target.max_shared_bytes)
+               if full and threads is None else None)
         if mma is not None:
             return mma, "tensor-core", "tensor-core"
         made = gensor_phase(construct, f, threads) if construct else None

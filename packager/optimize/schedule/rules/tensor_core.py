@@ -6,7 +6,8 @@ fragments staged through shared memory) when every matmul extent exceeds 64. The
 taken only if it is tensorized: the rule's CUDA-core fallback is what Gensor already does better.
 A 3x3 conv is not a matmul to dlight (its input index is a sum of two loops), so it runs in fp16
 on CUDA cores; a 1x1 conv is one. The schedule report counts the kernels on tensor cores, and a
-schedule is kept only where TVM lowers it (_lowers).
+schedule is kept only where TVM lowers it and its launch fits the block's shared memory
+(_launch_shared).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tvm.s_tir import dlight as dl
 
 from ..tir_util import gpu_kernel_fault
 
+DYN_SMEM_TAG = "tirx.use_dyn_shared_memory"      # TVM's launch parameter for dynamic shared memory
 _MMA_MARKS = ("tvm_load_matrix_sync", "tvm_mma_sync", "tvm_store_matrix_sync")
 
 
@@ -61,9 +63,11 @@ def uses_tensor_cores(func: tirx.PrimFunc) -> bool:
     return all(mark in text for mark in _MMA_MARKS)
 
 
-def tensor_core_matmul(func: tirx.PrimFunc, target: tvm.target.Target, shared_limit: int) -> tirx.PrimFunc | None:
+def tensor_core_matmul(func: tirx.PrimFunc, target: tvm.target.Target, shared_limit: int,
+                       dynamic_limit: int) -> tirx.PrimFunc | None:
     """`func` scheduled on tensor cores, or None when it is not an fp16 matmul dlight tensorizes
-    for `target` (or the result would not fit the static shared memory limit)."""
+    for `target`, or the result would not fit the static (`shared_limit`) or the opt-in dynamic
+    shared memory of a block (`dynamic_limit`: dlight stages 72 KB, over a Turing GPU's 64)."""
     if not fp16_reduction(func):
         return None
     load_intrinsics()
@@ -74,19 +78,44 @@ def tensor_core_matmul(func: tirx.PrimFunc, target: tvm.target.Target, shared_li
     if not isinstance(sch, s_tir.Schedule):
         return None
     out = sch.mod["main"]
-    if not uses_tensor_cores(out) or gpu_kernel_fault(out, shared_limit) or not _lowers(out, target):
+    if not uses_tensor_cores(out) or gpu_kernel_fault(out, shared_limit):
+        return None
+    dynamic = _launch_shared(out, target)
+    if dynamic is None or dynamic > dynamic_limit:
         return None
     return out.with_attr("tirx.is_scheduled", True)
 
 
-def _lowers(func: tirx.PrimFunc, target: tvm.target.Target) -> bool:
-    """Whether TVM lowers the schedule to CUDA source (about 0.1 s). dlight's rule pads a 1x1 conv
-    it reads as a matmul, and on some shapes (YOLO11n's) the padded copy is read before the
-    lowering defines it: the whole target's code generation failed."""
+def _launch_shared(func: tirx.PrimFunc, target: tvm.target.Target) -> int | None:
+    """The dynamic shared memory (bytes) of the kernel's largest launch once TVM lowers it to CUDA
+    source (about 0.1 s), or None when it does not lower: dlight's rule pads a 1x1 conv it reads
+    as a matmul, and on some shapes (YOLO11n's) the padded copy was read before the lowering
+    defined it, which failed the whole target's code generation."""
     tgt = tvm.target.Target(target, host=tvm.target.Target({"kind": "llvm"}))
+    captured: dict = {}
+
+    @tvm.instrument.pass_instrument
+    class Host:
+        def run_before_pass(self, mod, info):
+            if info.name == "tirx.MakePackedAPI":
+                captured["mod"] = mod
+
     try:
-        tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main").with_attr("target", tgt)}),
-                       target=tgt)
+        with tvm.transform.PassContext(opt_level=3, instruments=[Host()]):
+            tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main").with_attr("target", tgt)}),
+                           target=tgt)
     except Exception:  # noqa: BLE001 - TVM raises many error kinds from lowering/codegen
-        return False
-    return True
+        return None
+    sizes = [0]
+
+    def visit(n) -> None:
+        if isinstance(n, tvm.ir.Call) and getattr(n.op, "name", "") == "tirx.call_ffi_kernel":
+            tags = [str(t) for t in n.attrs.launch_params]
+            for tag, v in zip(tags, list(n.args[1:])[len(n.args) - 1 - len(tags):]):
+                if tag == DYN_SMEM_TAG and isinstance(v, tvm.tirx.IntImm):
+                    sizes.append(int(v.value))
+
+    for f in captured.get("mod", tvm.IRModule()).functions.values():
+        if isinstance(f, tirx.PrimFunc):
+            tvm_ffi.structural_walk(f.body, (tvm.ir.Call, visit), order="pre")
+    return max(sizes)
