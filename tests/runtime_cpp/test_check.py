@@ -127,3 +127,24 @@ def test_a_dequantized_output_may_be_one_step_off_but_not_two(qdq_cnn, tmp_path)
     resign(pkg, rel)
     r = run([*cli(pkg), pkg, "--check"])
     assert r.returncode == 1 and "MISMATCH" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_reduced_precision_target_is_checked_at_its_own_tolerance(cnn):
+    """reference.json's `targets` entry (written for fp16 targets) widens that target's bound: an
+    output 0.5% of the tensor's scale off fails at the spec's tolerance and passes at fp16's, and
+    the line says which tolerance held."""
+    rel = "reference/default/out-0.npy"
+    out = np.load(cnn / rel)
+    out.flat[0] += 0.005 * np.abs(out).max()
+    np.save(cnn / rel, out)
+    resign(cnn, rel)
+    assert run([*cli(cnn), cnn, "--check"]).returncode == 1
+    m = json.loads((cnn / "manifest.json").read_text())
+    ref_rel = m["reference"]
+    ref = json.loads((cnn / ref_rel).read_text())
+    ref["targets"] = {"x86-64": {"rtol": 1e-2, "atol": 1e-3, "precision": "fp16"}}
+    (cnn / ref_rel).write_text(json.dumps(ref))
+    resign(cnn, ref_rel)
+    r = run([*cli(cnn), cnn, "--check"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "  x86-64  default  ok" in r.stdout and "(rtol 0.01, atol 0.001: reduced precision)" in r.stdout, r.stdout
