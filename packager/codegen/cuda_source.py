@@ -17,6 +17,7 @@ from tvm import tirx
 from tvm.ir import expr as ir
 
 from ..errors import InternalError, UserError
+from ..optimize.schedule.measure.compile import build_with_host
 from ..targets import Target
 
 LAUNCH_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -143,22 +144,12 @@ def device_module(kernels: dict[str, tvm.tirx.PrimFunc], device: tvm.target.Targ
     tgt = tvm.target.Target(device, host=tvm.target.Target({"kind": "llvm"}))
     mod = tvm.IRModule({n: f.with_attr("global_symbol", n).with_attr("target", tgt) if retarget
                         else f.with_attr("global_symbol", n) for n, f in kernels.items()})
-    captured: dict = {}
-
-    @tvm.instrument.pass_instrument
-    class CaptureHost:
-        def run_before_pass(self, m, info):
-            if info.name == "tirx.MakePackedAPI":
-                captured["mod"] = m
-
     try:
-        with tvm.transform.PassContext(opt_level=3, instruments=[CaptureHost()]):
-            lib = tvm.tirx.build(mod, target=tgt)
+        lib, host = build_with_host(mod, tgt)
     except Exception as e:  # noqa: BLE001 - TVM raises many error kinds from lowering/codegen
         lines = str(e).strip().splitlines()
         raise InternalError(f"{device.kind.name} code generation for {what} failed: "
                             f"{lines[-1] if lines else type(e).__name__}") from None
-    host = captured["mod"]
     launches = {gv.name_hint: _host_launches(gv.name_hint, f) for gv, f in host.functions_items()
                 if gv.name_hint in kernels}
     missing = set(kernels) - set(launches)

@@ -237,3 +237,4 @@ def _shared_bytes(stmt) -> int:
 
     tvm_ffi.structural_walk(stmt, (tirx.stmt.AllocBuffer, visit), order="post")
     return sum(sizes)
+

@@ -6,7 +6,8 @@ so the functions are split into one module per core, each built and finished on 
 a candidate module is JIT-compiled there (the first function lookup compiles an LLVM module), a
 package's part is written as an object file (codegen/cpu.py links the parts). Nothing is timed
 while this runs: timing starts once every module is compiled. An RPC target's candidates stay
-one module (one upload).
+one module (one upload). `build_with_host` is the one-module build the CUDA backend and the
+tensor-core rule read launches from.
 """
 from __future__ import annotations
 
@@ -76,3 +77,20 @@ def _jit(lib, _index: int, names: list[str]):
     RPC export)."""
     lib[names[0]]
     return lib
+
+
+def build_with_host(mod: tvm.IRModule, target: tvm.target.Target) -> tuple[tvm.runtime.Module, tvm.IRModule]:
+    """tvm.tirx.build of `mod` for `target` (with an LLVM host), and the host module as it was
+    before MakePackedAPI: where each kernel's launches (grid, block, dynamic shared memory) are
+    still plain calls to read. Raises whatever TVM raises."""
+    captured: dict = {}
+
+    @tvm.instrument.pass_instrument
+    class CaptureHost:
+        def run_before_pass(self, m, info):
+            if info.name == "tirx.MakePackedAPI":
+                captured["mod"] = m
+
+    with tvm.transform.PassContext(opt_level=3, instruments=[CaptureHost()]):
+        lib = tvm.tirx.build(mod, target=target)
+    return lib, captured["mod"]

@@ -20,6 +20,7 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 
+from ..measure.compile import build_with_host
 from ..tir_util import gpu_kernel_fault
 
 DYN_SMEM_TAG = "tirx.use_dyn_shared_memory"      # TVM's launch parameter for dynamic shared memory
@@ -92,18 +93,9 @@ def _launch_shared(func: tirx.PrimFunc, target: tvm.target.Target) -> int | None
     as a matmul, and on some shapes (YOLO11n's) the padded copy was read before the lowering
     defined it, which failed the whole target's code generation."""
     tgt = tvm.target.Target(target, host=tvm.target.Target({"kind": "llvm"}))
-    captured: dict = {}
-
-    @tvm.instrument.pass_instrument
-    class Host:
-        def run_before_pass(self, mod, info):
-            if info.name == "tirx.MakePackedAPI":
-                captured["mod"] = mod
-
     try:
-        with tvm.transform.PassContext(opt_level=3, instruments=[Host()]):
-            tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main").with_attr("target", tgt)}),
-                           target=tgt)
+        _, host = build_with_host(
+            tvm.IRModule({"main": func.with_attr("global_symbol", "main").with_attr("target", tgt)}), tgt)
     except Exception:  # noqa: BLE001 - TVM raises many error kinds from lowering/codegen
         return None
     sizes = [0]
@@ -115,7 +107,7 @@ def _launch_shared(func: tirx.PrimFunc, target: tvm.target.Target) -> int | None
                 if tag == DYN_SMEM_TAG and isinstance(v, tvm.tirx.IntImm):
                     sizes.append(int(v.value))
 
-    for f in captured.get("mod", tvm.IRModule()).functions.values():
+    for f in host.functions.values():
         if isinstance(f, tirx.PrimFunc):
             tvm_ffi.structural_walk(f.body, (tvm.ir.Call, visit), order="pre")
     return max(sizes)
