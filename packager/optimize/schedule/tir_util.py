@@ -237,4 +237,3 @@ def _shared_bytes(stmt) -> int:
 
     tvm_ffi.structural_walk(stmt, (tirx.stmt.AllocBuffer, visit), order="post")
     return sum(sizes)
-
