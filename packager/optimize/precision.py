@@ -73,7 +73,7 @@ def to_precision(mod: tvm.IRModule, precision: str, keep: tuple[str, ...]) -> tu
                                {"precision": "fp32"})
     if precision != "fp16":
         raise ValueError(f"precision {precision!r}: only fp16 is rewritten by this pass")
-    pinned = [name for op_type in keep for name in KEEPABLE[op_type] if _registered(name)]
+    pinned = [name for op_type in keep for name in KEEPABLE[op_type]]
     hidden, calls = _hide_tir_calls(relax.transform.ConvertToDataflow()(clip_as_ops(mod)[0]))
     with _pinned(pinned):
         try:
@@ -166,14 +166,6 @@ def _restore_tir_calls(mod: tvm.IRModule, calls: dict[str, relax.Call]) -> tvm.I
 
     out = rewrite_functions(Restore(mod), mod)
     return tvm.IRModule({gv: f for gv, f in out.functions.items() if gv.name_hint not in calls}, attrs=out.attrs)
-
-
-def _registered(name: str) -> bool:
-    try:
-        tvm.ir.Op.get(name)
-    except Exception:  # noqa: BLE001 - an op this TVM does not have cannot be in the graph
-        return False
-    return True
 
 
 def _op_dtypes(mod: tvm.IRModule) -> Counter:
