@@ -2,7 +2,8 @@
 
 FLOPs: for every block, the iteration-domain size times the floating-point arithmetic nodes in
 the value it stores (a multiply-accumulate counts 2; exp, tanh, ... count 1; index arithmetic is
-integer and not counted); a kernel written as plain loops (a recurrent layer's time loop) counts
+integer and not counted, but an integer reduction's multiply-accumulate, an int8 matmul's, counts
+2); a kernel written as plain loops (a recurrent layer's time loop) counts
 every store times the extents of the loops around it. Bytes: every parameter buffer read or
 written once, the minimum traffic to memory (plus a write and a read of every tensor a phased
 GPU kernel passes between its phases). Together they place a kernel on the roofline.
@@ -60,12 +61,17 @@ def kernel_cost(func: tirx.PrimFunc) -> KernelCost:
                 break
             domain *= int(ext)
         else:
-            flops += domain * float_ops(blk.body.value)
+            flops += domain * (2 if _integer_reduction(blk) else float_ops(blk.body.value))
     nbytes = sum(_nbytes(p) for p in func.params)
     sizes = phase_sizes(func)
     if sizes is not None:                 # a phased GPU kernel passes tensors on through memory
         nbytes += 2 * sum(_nbytes(b) for b in split_phases(func, sizes)[1])
     return KernelCost(flops, nbytes)
+
+
+def _integer_reduction(blk) -> bool:
+    return str(blk.body.buffer.dtype).startswith(("int", "uint")) and \
+        any(iv.iter_type == tirx.IterVar.CommReduce for iv in blk.iter_vars)
 
 
 def _loop_flops(stmt, times: int = 1) -> int:

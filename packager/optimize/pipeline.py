@@ -22,6 +22,7 @@ from .base import PassReport
 from .constfold import fold_constants
 from .fastmath import LEGALIZATIONS as FAST_OPS, fastmath
 from .fusion import fuse
+from .int8 import integer_matmuls
 from .globalfuse import combine_siblings, global_fusion
 from .layout.clip import clip_as_ops
 from .layout.conv import legalize_conv2d
@@ -86,6 +87,13 @@ PRECISION = Pass("precision", lambda mod, ctx: to_precision(mod, ctx.opt.precisi
                                                              ctx.opt.keep_fp32),
                  off="fp32 everywhere (optimize.precision)", switch=lambda opt: opt.reduced(), needs_target=True,
                  per_target=True)
+
+# Before simplify, which folds the weights' dequantize into float constants. Per target: CUDA
+# targets keep the float path (no integer GEMM is built for them yet).
+INT8 = Pass("int8", lambda mod, ctx: integer_matmuls(mod), off="off in the spec: QDQ matmuls in float32",
+            needs_target=True, per_target=True)
+INT8_NOT_CUDA = replace(INT8, run=lambda mod, ctx: (mod, PassReport(
+    "int8", "disabled", "CUDA targets: QDQ matmuls in float32 (dp4a / integer tensor cores not built)")))
 
 
 def _legalize(mod: tvm.IRModule, fast: bool) -> tvm.IRModule:
@@ -177,16 +185,16 @@ SCHEDULE_CPU = Pass("schedule", lambda kernels, ctx: ctx.scheduler.schedule_pass
 SCHEDULE_GPU = replace(SCHEDULE_CPU, off="", switch=lambda opt: True)   # reads the switch itself
 
 
-def graph_pipeline(layout: Pass) -> list[Pass]:
-    """The graph passes every target kind runs, with its own layout pass."""
-    return [SIMPLIFY, PRECISION, FASTMATH, GLOBAL_FUSION_SIBLINGS, DERIVE, layout, LEGALIZE, FUSION, GLOBAL_FUSION,
+def graph_pipeline(layout: Pass, int8: Pass) -> list[Pass]:
+    """The graph passes every target kind runs, with its own layout and int8 passes."""
+    return [int8, SIMPLIFY, PRECISION, FASTMATH, GLOBAL_FUSION_SIBLINGS, DERIVE, layout, LEGALIZE, FUSION, GLOBAL_FUSION,
             REUSE, REUSE_SAME]
 
 
 # Per target kind (a backend's `kind`): its graph passes and its kernel passes, in order.
 PIPELINES: dict[str, tuple[list[Pass], list[Pass]]] = {
-    "cpu": (graph_pipeline(LAYOUT), [TUNING, SCHEDULE_CPU]),
-    "cuda": (graph_pipeline(LAYOUT_KEEP_NCHW), [TUNING, SCHEDULE_GPU]),
+    "cpu": (graph_pipeline(LAYOUT, INT8), [TUNING, SCHEDULE_CPU]),
+    "cuda": (graph_pipeline(LAYOUT_KEEP_NCHW, INT8_NOT_CUDA), [TUNING, SCHEDULE_GPU]),
 }
 
 

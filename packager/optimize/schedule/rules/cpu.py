@@ -18,6 +18,7 @@ construction-based scheduler (gensor.py) improves on:
   chunks and vector lanes; a kernel that selects an input by position (a fused concat, a pad)
   is first cut apart where the selection changes (partition.py).
 * ``fallback``: outer loops in parallel, nothing else.
+* ``int-dot``: a QDQ model's integer matmul (int_dot.py: vpmaddwd on x86); it takes no other rule.
 * ``recurrence``: a recurrent layer's loop kernel, regenerated with vector lanes and a parallel
   matrix-vector product (recurrence.py); it takes no other rule.
 
@@ -35,6 +36,7 @@ from tvm import s_tir, tirx
 from ....targets import Target
 from ...base import PassReport
 from . import padding, recurrence
+from .int_dot import find_int_matmul, int_dot
 from .partition import partition_selects
 from .reduction_order import contiguous_reduction_last, unroll_contiguous
 from .transpose import tile_transposed_copy
@@ -73,6 +75,12 @@ class CpuRules:
         if looped is not None:                    # a recurrent loop: regenerated, not scheduled
             yield looped
             yield func, KernelSchedule("naive", note="recurrence: the plain loops")
+            return
+        if find_int_matmul(s_tir.Schedule(func)) is not None:
+            sch = s_tir.Schedule(func)
+            info = int_dot(self, sch)
+            yield sch.mod["main"], info
+            yield func, KernelSchedule("naive", note="int-dot: the plain loops")
             return
         reasons = []
         for rule in (self.tiled_reduction, self.reduction_epilogue, self.row_region, self.column_reduction,

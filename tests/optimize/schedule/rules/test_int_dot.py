@@ -1,0 +1,88 @@
+"""The int-dot CPU rule (rules/int_dot.py): the integer matmul of a QDQ model is tiled, its k pairs
+tensorized into vpmaddwd on x86 (vectorized loops on arm64), the epilogue computed per tile, the
+result exact; Gensor leaves the kernel to it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+
+from packager.optimize.int8 import PANEL, int_matmul, pack_pairs
+from packager.optimize.schedule.gensor.cpu import GensorCpu
+from packager.optimize.schedule.measure.database import TuningDatabase
+from packager.optimize.schedule.rules.cpu import CpuRules
+from packager.optimize.schedule.tir_util import RuleMismatch
+from packager.spec import TargetSpec
+from packager.targets import resolve
+from support.kernel_cases import host_target, run_kernel
+
+
+def _kernel(m: int = 12, k: int = 64, n: int = 48, lanes: int = PANEL):
+    """int16 activations x int8 pair panels -> int32 -> float scale per column (an epilogue)."""
+    a = te.placeholder((1, m, k), "int16", "a")
+    panels = te.placeholder((n // lanes, k // 2, lanes, 2), "int8", "w")
+    scale = te.placeholder((n,), "float32", "s")
+    if lanes == PANEL:
+        acc = int_matmul(a, panels)
+    else:
+        ko, ki = te.reduce_axis((0, k // 2), "ko"), te.reduce_axis((0, 2), "ki")
+        acc = te.compute((1, m, n), lambda b, i, j: te.sum(
+            a[b, i, 2 * ko + ki].astype("int32") * panels[j // lanes, ko, j % lanes, ki].astype("int32"),
+            axis=[ko, ki]), name="matmul_int8")
+    y = te.compute((1, m, n), lambda b, i, j: acc[b, i, j].astype("float32") * scale[j], name="scaled")
+    return te.create_prim_func([a, panels, scale, y])
+
+
+def test_the_kernel_is_exact_and_uses_vpmaddwd():
+    target = host_target()
+    func = _kernel()
+    scheduled, info = CpuRules(target).schedule(func)
+    assert info.rule == "int-dot" and info.note == "vpmaddwd" and info.register_tile == 12
+    assert "llvm.x86.avx2.pmadd.wd" in scheduled.script()
+    rng = np.random.default_rng(0)
+    a = rng.integers(-255, 256, (1, 12, 64)).astype(np.int16)
+    w = rng.integers(-128, 128, (64, 48)).astype(np.int8)
+    s = rng.uniform(0.5, 2, 48).astype(np.float32)
+    got = run_kernel(scheduled, target, [a, pack_pairs(w), s, np.zeros((1, 12, 48), np.float32)])
+    want = (a[0].astype(np.int64) @ w.astype(np.int64)).astype(np.float32) * s
+    np.testing.assert_array_equal(got[0], want)
+
+
+def test_rows_and_panels_that_do_not_divide_by_the_tile():
+    """7 rows and 5 panels (primes): the tile takes divisors (1 row, 1 vector), never a tail."""
+    target = host_target()
+    func = _kernel(m=7, k=16, n=40)
+    scheduled, info = CpuRules(target).schedule(func)
+    assert info.rule == "int-dot" and info.register_tile == 1
+    rng = np.random.default_rng(1)
+    a = rng.integers(-255, 256, (1, 7, 16)).astype(np.int16)
+    w = rng.integers(-128, 128, (16, 40)).astype(np.int8)
+    s = np.ones(40, np.float32)
+    got = run_kernel(scheduled, target, [a, pack_pairs(w), s, np.zeros((1, 7, 40), np.float32)])
+    np.testing.assert_array_equal(got[0], (a[0].astype(np.int64) @ w.astype(np.int64)).astype(np.float32))
+
+
+def test_arm64_vectorizes_the_same_loops():
+    arm = resolve(TargetSpec("arm64", {}, "test"))
+    scheduled, info = CpuRules(arm).schedule(_kernel())
+    assert info.rule == "int-dot" and info.note == "vectorized"
+    assert "pmadd" not in scheduled.script()
+    lib = tvm.tirx.build(tvm.IRModule({"main": scheduled.with_attr("global_symbol", "main")}),
+                         target=tvm.target.Target(arm.llvm_target()))
+    assert "smlal" in lib.inspect_source("asm") or "mla" in lib.inspect_source("asm")
+
+
+def test_other_panel_widths_are_refused():
+    from tvm import s_tir
+
+    from packager.optimize.schedule.rules.int_dot import int_dot
+
+    with pytest.raises(RuleMismatch, match="8-lane panels"):
+        int_dot(CpuRules(resolve(TargetSpec("x86-64", {}, "test"))), s_tir.Schedule(_kernel(lanes=4)))
+
+
+def test_gensor_leaves_the_kernel_to_the_rule(tmp_path):
+    g = GensorCpu(resolve(TargetSpec("x86-64", {}, "test")), TuningDatabase(tmp_path / "db.json"), measure=False,
+                  top_k=1)
+    assert g.workload(_kernel()) is None

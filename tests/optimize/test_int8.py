@@ -1,0 +1,136 @@
+"""int8 QDQ matmuls (optimize/int8.py): which matmuls go to integers and which stay in float (by
+reason), the packed int8 weights, and that the integer module computes what the float one does
+(exact int32 sums: at most a requantize rounding flip, one quantization step)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import tvm
+import tvm_ffi
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax, te
+
+from packager.frontend import import_relax, load_model
+from packager.optimize.constfold import fold_constants
+from packager.optimize.int8 import PANEL, int_matmul, integer_matmuls, pack_pairs
+from packager.optimize.relax_util import legalize
+from support.helpers import save_model
+
+M, K, N = 12, 32, 24
+Y_SCALE = 0.05
+
+
+def _dq_pair(nodes, inits, name: str, x: str, scale: float, zp: int, dtype=np.uint8) -> str:
+    """x -> QuantizeLinear -> DequantizeLinear (an activation edge of a QDQ model)."""
+    inits += [numpy_helper.from_array(np.array(scale, np.float32), f"{name}_s"),
+              numpy_helper.from_array(np.array(zp, dtype), f"{name}_z")]
+    nodes += [helper.make_node("QuantizeLinear", [x, f"{name}_s", f"{name}_z"], [f"{name}_q"]),
+              helper.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [f"{name}_dq"])]
+    return f"{name}_dq"
+
+
+def _dq_weight(nodes, inits, name: str, q: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int) -> str:
+    inits += [numpy_helper.from_array(q, f"{name}_q"), numpy_helper.from_array(scale, f"{name}_s"),
+              numpy_helper.from_array(zp, f"{name}_z")]
+    nodes.append(helper.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [name], axis=axis))
+    return name
+
+
+def _model() -> onnx.ModelProto:
+    """Four matmuls of a QDQ model: int8 weights per column (MatMul), uint8 weights with a zero
+    point per output row (Gemm, transB), a matmul of two activations, a weight of 4 columns."""
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    x = _dq_pair(nodes, inits, "x", "x", 0.04, 128)
+    w1 = _dq_weight(nodes, inits, "w1", rng.integers(-127, 128, (K, N)).astype(np.int8),
+                    rng.uniform(0.005, 0.02, N).astype(np.float32), np.zeros(N, np.int8), axis=1)
+    nodes.append(helper.make_node("MatMul", [x, w1], ["m1"]))
+    h = _dq_pair(nodes, inits, "h", "m1", 0.1, 100)
+    w2 = _dq_weight(nodes, inits, "w2", rng.integers(0, 256, (K, N)).astype(np.uint8),
+                    np.full(K, 0.01, np.float32), np.full(K, 128, np.uint8), axis=0)
+    inits.append(numpy_helper.from_array(rng.normal(0, 0.1, K).astype(np.float32), "b2"))
+    nodes.append(helper.make_node("Gemm", [h, w2, "b2"], ["g"], transB=1))
+    g = _dq_pair(nodes, inits, "g", "g", 0.1, 128)
+    nodes.append(helper.make_node("Transpose", [x], ["xt"], perm=[1, 0]))
+    nodes.append(helper.make_node("MatMul", [x, "xt"], ["aa"]))                       # two activations
+    w3 = _dq_weight(nodes, inits, "w3", rng.integers(-127, 128, (K, 4)).astype(np.int8),
+                    np.array(0.01, np.float32), np.array(0, np.int8), axis=1)
+    nodes.append(helper.make_node("MatMul", [g, w3], ["narrow"]))                     # 4 columns
+    y = _dq_pair(nodes, inits, "y", "g", Y_SCALE, 128)
+    nodes.append(helper.make_node("Identity", [y], ["out"]))
+    outs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, [M, K]),
+            helper.make_tensor_value_info("aa", TensorProto.FLOAT, [M, M]),
+            helper.make_tensor_value_info("narrow", TensorProto.FLOAT, [M, 4])]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [M, K])], outs,
+                              inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
+def _imported(tmp_path) -> tvm.IRModule:
+    path = save_model(_model(), tmp_path / "qdq.onnx")
+    return import_relax(load_model(Path(path)), {"x": (M, K)}, {"x": "float32"})[0]
+
+
+def _run(mod: tvm.IRModule, x: np.ndarray) -> list[np.ndarray]:
+    vm = relax.VirtualMachine(tvm.compile(legalize(fold_constants(mod)[0]), target="llvm"), tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x))
+    return [o.numpy() for o in out]
+
+
+def test_weight_matmuls_go_to_integers_and_the_rest_is_reported(tmp_path):
+    mod, report = integer_matmuls(_imported(tmp_path))
+    assert report.details["integer"] == 2
+    assert report.details["kept"] == {"two activations": 1, f"N not a multiple of {PANEL}": 1}
+    assert "2 matmul(s) in int8" in report.summary and "kept in float" in report.summary
+    calls = [f for gv, f in mod.functions.items() if gv.name_hint.startswith("matmul_int8")]
+    assert len(calls) == 2
+
+
+def test_the_integer_module_computes_what_the_float_one_does(tmp_path):
+    mod = _imported(tmp_path)
+    x = np.random.default_rng(1).normal(0, 2, (M, K)).astype(np.float32)
+    want, got = _run(mod, x), _run(integer_matmuls(mod)[0], x)
+    for w, g in zip(want, got):
+        assert w.shape == g.shape
+    # the requantized output: a flip of one step where the float path's rounding crossed a boundary
+    steps = np.abs(want[0] - got[0]) / Y_SCALE
+    assert steps.max() <= 1.0 + 1e-4 and (steps > 0.5).mean() <= 0.02
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5)          # kept in float: the same kernel
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-6)
+
+
+def test_weights_are_int8_pair_panels():
+    w = np.arange(4 * 16, dtype=np.int64).reshape(4, 16).astype(np.int8)
+    p = pack_pairs(w)
+    assert p.shape == (16 // PANEL, 2, PANEL, 2) and p.dtype == np.int8
+    assert p[1, 1, 3, 0] == w[2, PANEL + 3] and p[1, 1, 3, 1] == w[3, PANEL + 3]
+
+
+def test_the_compute_sums_exactly_in_int32():
+    a = te.placeholder((3, 8), "int16", "a")
+    panels = te.placeholder((2, 4, PANEL, 2), "int8", "w")
+    lib = tvm.compile(te.create_prim_func([a, panels, int_matmul(a, panels)]), target="llvm")
+    rng = np.random.default_rng(2)
+    an = rng.integers(-255, 256, (3, 8)).astype(np.int16)
+    wn = rng.integers(-128, 128, (8, 16)).astype(np.int8)
+    out = tvm.runtime.tensor(np.zeros((3, 16), np.int32))
+    lib(tvm.runtime.tensor(an), tvm.runtime.tensor(pack_pairs(wn)), out)
+    np.testing.assert_array_equal(out.numpy(), an.astype(np.int64) @ wn.astype(np.int64))
+
+
+def test_a_model_without_qdq_is_left_alone(tmp_path):
+    rng = np.random.default_rng(0)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "f",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+                          [numpy_helper.from_array(rng.normal(size=(8, 8)).astype(np.float32), "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    mod = import_relax(load_model(save_model(m, tmp_path / "f.onnx")), {"x": (2, 8)}, {"x": "float32"})[0]
+    out, report = integer_matmuls(mod)
+    assert report.details == {"integer": 0} and "no dequantized matmul" in report.summary
+    assert tvm_ffi.structural_equal(out, mod)
