@@ -76,11 +76,13 @@ class CpuRules:
             yield looped
             yield func, KernelSchedule("naive", note="recurrence: the plain loops")
             return
-        if find_int_matmul(s_tir.Schedule(func)) is not None:
-            sch = s_tir.Schedule(func)
-            info = int_dot(self, sch)
-            yield sch.mod["main"], info
-            yield func, KernelSchedule("naive", note="int-dot: the plain loops")
+        if find_int_matmul(s_tir.Schedule(func)) is not None:      # an integer matmul: int-dot or nothing
+            try:
+                yield int_dot(self, func)
+                why = "int-dot: the plain loops"
+            except Exception as e:  # noqa: BLE001 - schedule primitives raise many error kinds
+                why = f"int_dot: {str(e).strip().splitlines()[-1][:100] if str(e).strip() else type(e).__name__}"
+            yield func, KernelSchedule("naive", note=why)
             return
         reasons = []
         for rule in (self.tiled_reduction, self.reduction_epilogue, self.row_region, self.column_reduction,

@@ -77,9 +77,40 @@ def _panel_lanes(sch: s_tir.Schedule, block) -> int:
     return int(panel.shape[-2]) if len(panel.shape) == 4 else 0
 
 
-def int_dot(rules, sch: s_tir.Schedule) -> KernelSchedule:
-    """Schedule a kernel around its integer matmul (rules: the target's CpuRules) or raise
-    RuleMismatch. Producers stay their own stages; consumers are computed per row tile."""
+def int_dot(rules, func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, KernelSchedule]:
+    """The kernel scheduled around its integer matmul (rules: the target's CpuRules), or raise
+    RuleMismatch. Producers stay their own stages; consumers are computed per row tile where their
+    loops follow the tile's (element-wise epilogues), else each after the matmul, over the whole
+    tensor (a reshape or transpose into attention heads)."""
+    try:
+        sch = s_tir.Schedule(func)
+        info = _tiled(rules, sch, per_tile=True)
+    except Exception:  # noqa: BLE001 - a consumer that cannot follow the tile (or no fit: raised again below)
+        sch = s_tir.Schedule(func)
+        info = _tiled(rules, sch, per_tile=False)
+    return sch.mod["main"], info
+
+
+def _epilogue(sch: s_tir.Schedule, tile, after: list) -> list:
+    """The blocks after the matmul that read its result (directly or through each other); the
+    others (a residual input's dequantize) are inlined into their readers first: reverse_compute_at
+    places a block that reads nothing of the tile without complaint, over a region its readers do
+    not get (QDQ BERT's residual adds read unwritten memory)."""
+    chain = {sch.get(tile).writes[0].source.name}
+    epilogue, independent = [], []
+    for b in after:
+        stmt = sch.get(b)
+        if chain & {r.source.name for r in stmt.reads}:
+            chain |= {w.source.name for w in stmt.writes}
+            epilogue.append(b)
+        else:
+            independent.append(b)
+    for b in independent:
+        sch.compute_inline(b)
+    return epilogue
+
+
+def _tiled(rules, sch: s_tir.Schedule, per_tile: bool) -> KernelSchedule:
     block = find_int_matmul(sch)
     if block is None:
         raise RuleMismatch("no integer pair matmul")
@@ -98,14 +129,15 @@ def int_dot(rules, sch: s_tir.Schedule) -> KernelSchedule:
     sch.reorder(*lead, nob, mo, ko, mi, ni, nv, ki)
     tile = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(tile, mo)
-    for c in consumers:
+    at_tile = _epilogue(sch, tile, consumers) if per_tile else []
+    for c in at_tile:
         sch.reverse_compute_at(c, mo)
     outer = sch.fuse(*lead, nob, mo)
     tasks = loop_extent(sch, outer)
     work = rows * cols * loop_extent(sch, ko) * 2
     if work >= PARALLEL_MIN_WORK and tasks > 1:
         sch.parallel(outer)
-    for c in [tile, *consumers]:
+    for c in [tile, *at_tile]:
         inner = sch.get_loops(c)[-1]
         if loop_extent(sch, inner) % INT_LANES == 0:
             sch.vectorize(sch.split(inner, [None, INT_LANES])[1])
@@ -118,8 +150,8 @@ def int_dot(rules, sch: s_tir.Schedule) -> KernelSchedule:
     sch.vectorize(sch.get_loops(init)[-1])
     if rules.target.arch == "x86_64":
         sch.tensorize(nv, PAIR_DOT)
-    for p in producers:
-        rules._flat_parallel_vector(sch, p)
+    for b in producers + ([] if per_tile else consumers):
+        rules._flat_parallel_vector(sch, b)
     return KernelSchedule("int-dot", parallel=tasks if work >= PARALLEL_MIN_WORK else 1, vector=INT_LANES,
-                          register_tile=mr * nr,
-                          note="vpmaddwd" if rules.target.arch == "x86_64" else "vectorized")
+                          register_tile=mr * nr, note=("vpmaddwd" if rules.target.arch == "x86_64" else "vectorized")
+                          + ("" if per_tile else ", epilogue after the matmul"))
