@@ -3,6 +3,7 @@ reason), the packed int8 weights, and that the integer module computes what the 
 (exact int32 sums: at most a requantize rounding flip, one quantization step)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,9 @@ from packager.frontend import import_relax, load_model
 from packager.optimize.constfold import fold_constants
 from packager.optimize.int8 import PANEL, int_matmul, integer_matmuls, pack_pairs
 from packager.optimize.relax_util import legalize
-from support.helpers import save_model
+from support import packrt
+from support.helpers import run_pack, save_model, write_spec
+from support.kernel_cases import host_target
 
 M, K, N = 12, 32, 24
 Y_SCALE = 0.05
@@ -134,3 +137,30 @@ def test_a_model_without_qdq_is_left_alone(tmp_path):
     out, report = integer_matmuls(mod)
     assert report.details == {"integer": 0} and "no dequantized matmul" in report.summary
     assert tvm_ffi.structural_equal(out, mod)
+
+
+def _build(tmp_path, model: Path, int8: bool) -> Path:
+    out = tmp_path / f"pkg_{int8}"
+    spec = write_spec(tmp_path, f"name: qdq\nmodel: {model}\noutput: {out}\ninputs:\n  x: {{dtype: float32, shape: [{M}, {K}]}}\n"
+                      f"targets: [x86-64]\noptimize:\n  passes: {{int8: {str(int8).lower()}}}\n", f"spec_{int8}.yaml")
+    r = run_pack("build", spec)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_a_qdq_package_stores_int8_weights_and_passes_its_check(tmp_path):
+    """pack build as a user runs it: the report line, int8 weight panels in weights.bin (a quarter
+    of their float32 bytes), vpmaddwd in the kernels, and packrt-run --check against onnxruntime."""
+    host_target()
+    model = save_model(_model(), tmp_path / "qdq.onnx")
+    pkg, plain = _build(tmp_path, model, True), _build(tmp_path, model, False)
+    report = json.loads((pkg / "build_report.json").read_text())
+    int8 = next(p for p in report["targets"][0]["kernel_passes"] if p["pass"] == "int8")
+    assert int8["details"]["integer"] == 2 and int8["status"] == "applied"
+    weights = (pkg / "targets/x86-64/weights.bin").stat().st_size
+    float_weights = (plain / "targets/x86-64/weights.bin").stat().st_size
+    assert float_weights - weights >= 0.7 * 4 * 2 * K * N          # two K x N matrices: 4 bytes -> 1
+    asm = packrt.run(["objdump", "-d", pkg / "targets/x86-64/kernels.so"]).stdout
+    assert "vpmaddwd" in asm and "vpmaddwd" not in packrt.run(["objdump", "-d", plain / "targets/x86-64/kernels.so"]).stdout
+    check = packrt.run(packrt.cli(pkg) + [pkg, "--check"])
+    assert check.returncode == 0 and " ok " in check.stdout, check.stdout + check.stderr
