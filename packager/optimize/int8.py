@@ -66,7 +66,8 @@ class _IntegerMatmuls(relax.PyExprMutator):
     def _weight(self, e) -> tuple[np.ndarray, np.ndarray] | str:
         """(w_q - w_zp as int8 K x N, per-column scale) of a dequantized constant, or why not."""
         v, transposed = self._bound(e), False
-        if isinstance(v, relax.Call) and getattr(v.op, "name", None) == "relax.permute_dims" and v.ty.ndim == 2:
+        if isinstance(v, relax.Call) and getattr(v.op, "name", None) == "relax.permute_dims" and v.ty.ndim == 2 \
+                and (v.attrs.axes is None or [int(a) for a in v.attrs.axes] == [1, 0]):
             v, transposed = v.args[0], True
         dq = self._dequantized(v)
         if dq is None:
@@ -114,6 +115,8 @@ class _IntegerMatmuls(relax.PyExprMutator):
         x_scale, x_zp = _scalar(x.args[1]), _scalar(x.args[2])
         if x_scale is None or x_zp is None or str(x.args[0].ty.dtype) not in QUANTIZED:
             return "activation not per-tensor 8-bit"
+        if x.args[0].ty.ndim < 2:
+            return "activation not a matrix"
         k, n = w.shape
         return "K odd" if k % 2 else f"N not a multiple of {PANEL}" if n % PANEL else ""
 

@@ -64,9 +64,10 @@ def find_int_matmul(sch: s_tir.Schedule):
     for b in sch.get_child_blocks(sch.get_sblock("root")):
         blk = sch.get(b)
         reduce = [iv for iv in blk.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
+        if len(blk.writes) != 1 or len(reduce) != 2 or not isinstance(reduce[1].dom.extent, tirx.IntImm):
+            continue
         dtypes = sorted(str(r.source.dtype) for r in blk.reads if r.source.name != blk.writes[0].source.name)
-        if len(reduce) == 2 and int(reduce[1].dom.extent) == 2 and dtypes == ["int16", "int8"] \
-                and str(blk.writes[0].source.dtype) == "int32":
+        if int(reduce[1].dom.extent) == 2 and dtypes == ["int16", "int8"] and str(blk.writes[0].source.dtype) == "int32":
             return b
     return None
 
