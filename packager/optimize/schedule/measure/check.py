@@ -23,6 +23,7 @@ from .timing import _args
 RTOL = 1e-4            # of the reference tensor's largest finite |value|: blocked fp32 sums reorder
 # A reordered fp32 sum rounded to fp16 can land one fp16 step (2^-11 of the value) away.
 RTOL_BY_DTYPE = {"float16": 2e-3}
+STEP_FLIPS = 0.01      # of an 8-bit output's elements that may be one quantization step off
 
 
 @dataclass
@@ -53,10 +54,16 @@ def _host_build(funcs: dict[str, tirx.PrimFunc]) -> Library:
 
 
 def _agree(got: np.ndarray, ref: np.ndarray) -> bool:
-    """Equal for integers; for floats within RTOL (fp16: RTOL_BY_DTYPE) of the reference's largest
-    finite |value|, with NaN where it has NaN and the same infinities."""
+    """Equal for integers, except that an 8-bit output (a QuantizeLinear's) may be one step off in
+    up to STEP_FLIPS of its elements: a reordered float sum just below a rounding boundary lands
+    one step over (QDQ BERT's softmax and layer-norm kernels fell back to slower schedules on it).
+    For floats within RTOL (fp16: RTOL_BY_DTYPE) of the reference's largest finite |value|, with
+    NaN where it has NaN and the same infinities."""
     if got.dtype.kind != "f":
-        return np.array_equal(got, ref)
+        if got.dtype.itemsize != 1 or got.dtype == np.bool_:
+            return np.array_equal(got, ref)
+        off = np.abs(got.astype(np.int16) - ref.astype(np.int16))
+        return bool(off.max(initial=0) <= 1 and np.count_nonzero(off) <= STEP_FLIPS * off.size)
     finite = np.abs(ref[np.isfinite(ref)].astype(np.float64))
     scale = float(finite.max()) if finite.size else 0.0
     atol = RTOL_BY_DTYPE.get(str(ref.dtype), RTOL) * (scale or 1.0) + 1e-6
