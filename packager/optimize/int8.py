@@ -28,6 +28,7 @@ from .relax_util import is_const, rewrite_functions
 
 PANEL = 8          # weight columns per panel: the int32 lanes of the CPU int-dot rule's vector
 QUANTIZED = ("uint8", "int8")
+CONVS = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d", "relax.nn.conv2d_transpose")
 
 
 def pack_pairs(w: np.ndarray) -> np.ndarray:
@@ -94,7 +95,10 @@ class _IntegerMatmuls(relax.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        if getattr(call.op, "name", None) != "relax.matmul" or str(call.ty.dtype) != "float32":
+        op = getattr(call.op, "name", None)
+        if op in CONVS and self._dequantized(call.args[0]) is not None:
+            self.kept["convolutions"] += 1
+        if op != "relax.matmul" or str(call.ty.dtype) != "float32":
             return call
         x, w = self._dequantized(call.args[0]), self._weight(call.args[1])
         if x is None:
@@ -139,7 +143,7 @@ def integer_matmuls(mod: tvm.IRModule) -> tuple[tvm.IRModule, PassReport]:
     out = rewrite_functions(m, mod)
     kept = ", ".join(f"{n} {why}" for why, n in sorted(m.kept.items()))
     if not m.integer and not kept:
-        return out, PassReport("int8", "applied", "no dequantized matmul in the model", {"integer": 0})
+        return out, PassReport("int8", "applied", "no dequantized matmul or conv in the model", {"integer": 0})
     return out, PassReport("int8", "applied", f"{m.integer} matmul(s) in int8 (int32 sums, int8 weights)"
                            + (f"; kept in float: {kept}" if kept else ""),
                            {"integer": m.integer, "kept": dict(m.kept)})

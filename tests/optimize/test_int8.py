@@ -93,6 +93,22 @@ def test_weight_matmuls_go_to_integers_and_the_rest_is_reported(tmp_path):
     assert len(calls) == 2
 
 
+def test_a_dequantized_conv_is_reported_as_kept_in_float(tmp_path):
+    nodes, inits = [], []
+    x = _dq_pair(nodes, inits, "x", "x", 0.04, 128)
+    w = _dq_weight(nodes, inits, "w", np.ones((4, 3, 3, 3), np.int8), np.full(4, 0.01, np.float32),
+                   np.zeros(4, np.int8), axis=0)
+    nodes.append(helper.make_node("Conv", [x, w], ["y"], pads=[1, 1, 1, 1]))
+    graph = helper.make_graph(nodes, "qconv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    mod = import_relax(load_model(save_model(m, tmp_path / "c.onnx")), {"x": (1, 3, 8, 8)}, {"x": "float32"})[0]
+    _, report = integer_matmuls(mod)
+    assert report.details == {"integer": 0, "kept": {"convolutions": 1}}
+    assert "kept in float: 1 convolutions" in report.summary
+
+
 def test_the_integer_module_computes_what_the_float_one_does(tmp_path):
     mod = _imported(tmp_path)
     x = np.random.default_rng(1).normal(0, 2, (M, K)).astype(np.float32)
@@ -135,7 +151,7 @@ def test_a_model_without_qdq_is_left_alone(tmp_path):
     m.ir_version = 9
     mod = import_relax(load_model(save_model(m, tmp_path / "f.onnx")), {"x": (2, 8)}, {"x": "float32"})[0]
     out, report = integer_matmuls(mod)
-    assert report.details == {"integer": 0} and "no dequantized matmul" in report.summary
+    assert report.details == {"integer": 0} and "no dequantized matmul or conv" in report.summary
     assert tvm_ffi.structural_equal(out, mod)
 
 
