@@ -61,7 +61,11 @@ TensorIntrin.register(PAIR_DOT, _pair_dot_desc, _pair_dot_avx2, override=True)
 def find_int_matmul(sch: s_tir.Schedule):
     """The kernel's integer pair matmul block (a reduction over k pairs of an int16 operand and
     an int8 panel operand into int32), None if it has none."""
-    for b in sch.get_child_blocks(sch.get_sblock("root")):
+    try:
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except Exception:  # noqa: BLE001 - a kernel of plain loops (a recurrent layer's): no blocks
+        return None
+    for b in blocks:
         blk = sch.get(b)
         reduce = [iv for iv in blk.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
         if len(blk.writes) != 1 or len(reduce) != 2 or not isinstance(reduce[1].dom.extent, tirx.IntImm):
