@@ -99,8 +99,8 @@ def int_dot(rules, func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, KernelSchedule]:
 def _epilogue(sch: s_tir.Schedule, tile, after: list) -> list:
     """The blocks after the matmul that read its result (directly or through each other); the
     others (a residual input's dequantize) are inlined into their readers first: reverse_compute_at
-    places a block that reads nothing of the tile without complaint, over a region its readers do
-    not get (QDQ BERT's residual adds read unwritten memory)."""
+    accepts a block that reads nothing of the tile and computes it whole in every tile, into a
+    per-task buffer (QDQ BERT's residual adds came out wrong by up to 1.87)."""
     chain = {sch.get(tile).writes[0].source.name}
     epilogue, independent = [], []
     for b in after:
