@@ -118,7 +118,7 @@ def test_build_measures_on_the_rpc_device_and_records_it(rpc_device, sample_root
     from packager.spec import load_spec
 
     folder = tmp_path / "mlp"
-    shutil.copytree(sample_root / "mlp", folder)
+    shutil.copytree(sample_root / "mlp", folder, ignore=shutil.ignore_patterns("dist"))   # not what other tests built
     spec_text = (folder / "spec.yaml").read_text().replace(
         "targets: [x86-64, arm64]",
         f"targets: [{{name: x86-64, rpc: {{tracker: '127.0.0.1:{rpc_device.port}', key: {KEY}}}}}]\n"
