@@ -58,7 +58,8 @@ class _IntegerMatmuls(relax.PyExprMutator):
         self.kept: Counter = Counter()          # why a dequantized matmul stayed in float
 
     def _bound(self, e):
-        return self.lookup_binding(e) if isinstance(e, relax.Var) and self.lookup_binding(e) is not None else e
+        bound = self.lookup_binding(e) if isinstance(e, relax.Var) else None
+        return e if bound is None else bound
 
     def _dequantized(self, e) -> relax.Call | None:
         v = self._bound(e)

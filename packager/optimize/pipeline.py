@@ -88,12 +88,14 @@ PRECISION = Pass("precision", lambda mod, ctx: to_precision(mod, ctx.opt.precisi
                  off="fp32 everywhere (optimize.precision)", switch=lambda opt: opt.reduced(), needs_target=True,
                  per_target=True)
 
-# Before simplify, which folds the weights' dequantize into float constants. Per target: CUDA
-# targets keep the float path (no integer GEMM is built for them yet).
-INT8 = Pass("int8", lambda mod, ctx: integer_matmuls(mod), off="off in the spec: QDQ matmuls in float32",
-            needs_target=True, per_target=True)
-INT8_NOT_CUDA = replace(INT8, run=lambda mod, ctx: (mod, PassReport(
-    "int8", "disabled", "CUDA targets: QDQ matmuls in float32 (dp4a / integer tensor cores not built)")))
+def _int8(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
+    """QDQ matmuls in integers where the target's scheduler has an integer matmul (int8.py)."""
+    why = ctx.scheduler.lacks("int8")
+    return (mod, PassReport("int8", "disabled", why)) if why else integer_matmuls(mod)
+
+
+# Before simplify, which folds the weights' dequantize into float constants.
+INT8 = Pass("int8", _int8, off="off in the spec: QDQ matmuls in float32", needs_target=True, per_target=True)
 
 
 def _legalize(mod: tvm.IRModule, fast: bool) -> tvm.IRModule:
@@ -185,16 +187,16 @@ SCHEDULE_CPU = Pass("schedule", lambda kernels, ctx: ctx.scheduler.schedule_pass
 SCHEDULE_GPU = replace(SCHEDULE_CPU, off="", switch=lambda opt: True)   # reads the switch itself
 
 
-def graph_pipeline(layout: Pass, int8: Pass) -> list[Pass]:
-    """The graph passes every target kind runs, with its own layout and int8 passes."""
-    return [int8, SIMPLIFY, PRECISION, FASTMATH, GLOBAL_FUSION_SIBLINGS, DERIVE, layout, LEGALIZE, FUSION, GLOBAL_FUSION,
+def graph_pipeline(layout: Pass) -> list[Pass]:
+    """The graph passes every target kind runs, with its own layout pass."""
+    return [INT8, SIMPLIFY, PRECISION, FASTMATH, GLOBAL_FUSION_SIBLINGS, DERIVE, layout, LEGALIZE, FUSION, GLOBAL_FUSION,
             REUSE, REUSE_SAME]
 
 
 # Per target kind (a backend's `kind`): its graph passes and its kernel passes, in order.
 PIPELINES: dict[str, tuple[list[Pass], list[Pass]]] = {
-    "cpu": (graph_pipeline(LAYOUT, INT8), [TUNING, SCHEDULE_CPU]),
-    "cuda": (graph_pipeline(LAYOUT_KEEP_NCHW, INT8_NOT_CUDA), [TUNING, SCHEDULE_GPU]),
+    "cpu": (graph_pipeline(LAYOUT), [TUNING, SCHEDULE_CPU]),
+    "cuda": (graph_pipeline(LAYOUT_KEEP_NCHW), [TUNING, SCHEDULE_GPU]),
 }
 
 
