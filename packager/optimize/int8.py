@@ -1,6 +1,6 @@
-"""int8 execution of QDQ models (issue 47): a MatMul or Gemm whose activation is dequantized
-from an 8-bit tensor (one scale and zero point) and whose weight is a dequantized constant
-(8-bit, per-tensor or per-output-column scales) computes in integers:
+"""int8 execution of QDQ models (issue 47): a MatMul, Gemm or 1-D/2-D Conv whose activation is
+dequantized from an 8-bit tensor (one scale and zero point) and whose weight is a dequantized
+constant (8-bit, per-tensor or per-output-channel scales) computes in integers:
 
     y = float(sum_k (x_q - x_zp) * (w_q - w_zp)) * (x_scale * w_scale)
 
@@ -11,9 +11,14 @@ This is the formula onnxruntime's int8 kernels compute; the float path computed 
 dequantized values with float32 rounding in every partial sum. The CPU int-dot rule
 (schedule/rules/int_dot.py) schedules the kernel.
 
+A convolution's activation is first laid out N[H]WC (channels in pairs, padded to even, the
+spatial padding written as zeros) so a pair of channels is one 32-bit load; its weights are
+panels [OC/8, *K, C/2, 8, 2]. The kernel's output stays NC[H]W, as the float graph around it.
+
 Not (yet) in integers, and counted in the report line by reason: matmuls of two activations
-(attention), convolutions, weights whose zero point leaves int8 range, K odd or N not whole
-panels. CUDA targets keep the float path (dp4a / integer tensor cores are not built).
+(attention), grouped/depthwise, 3-D and transposed convolutions, weights whose zero point
+leaves int8 range, K odd or N (output channels) not whole panels. CUDA targets keep the float
+path (dp4a / integer tensor cores are not built).
 """
 from __future__ import annotations
 
@@ -21,20 +26,61 @@ from collections import Counter
 
 import numpy as np
 import tvm
-from tvm import relax, te
+from tvm import relax, te, tirx
 
 from .base import PassReport
 from .relax_util import is_const, rewrite_functions
 
 PANEL = 8          # weight columns per panel: the int32 lanes of the CPU int-dot rule's vector
 QUANTIZED = ("uint8", "int8")
-CONVS = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d", "relax.nn.conv2d_transpose")
+LAYOUTS = {"relax.nn.conv1d": ("NCW", "OIW", "NCW"), "relax.nn.conv2d": ("NCHW", "OIHW", "NCHW")}
+CONVS = {"relax.nn.conv3d": "3-D convolutions",
+         "relax.nn.conv1d_transpose": "transposed convolutions", "relax.nn.conv2d_transpose": "transposed convolutions"}
 
 
 def pack_pairs(w: np.ndarray) -> np.ndarray:
     """K x N int8 -> [N/PANEL, K/2, PANEL, 2]: a panel's columns, k in pairs innermost."""
     k, n = w.shape
     return np.ascontiguousarray(w.reshape(k // 2, 2, n // PANEL, PANEL).transpose(2, 0, 3, 1))
+
+
+def pack_conv(w: np.ndarray) -> np.ndarray:
+    """OC x C x *K int8 (1-D or 2-D kernel) -> [OC/PANEL, *K, C2, PANEL, 2], C zero-padded to 2 * C2."""
+    oc, c, *k = w.shape
+    w = np.pad(w, [(0, 0), (0, c % 2)] + [(0, 0)] * len(k))
+    order = (0, *range(4, 4 + len(k)), 2, 1, 3)
+    return np.ascontiguousarray(w.reshape(oc // PANEL, PANEL, -1, 2, *k).transpose(order))
+
+
+def pair_pad(x: te.Tensor, before: list[int], after: list[int]) -> te.Tensor:
+    """NC[H]W -> N[H]WC with C rounded up to even and the spatial padding (before, after each
+    spatial axis) as zeros, so a pair of channels at one position is one contiguous load."""
+    n, c, *space = (int(d) for d in x.shape)
+
+    def value(i, *pos):
+        *where, ch = pos
+        inside = [tirx.all(p >= lo, p < d + lo) for p, lo, d in zip(where, before, space)]
+        return te.if_then_else(tirx.all(*inside, ch < c),
+                               x[(i, tirx.min(ch, c - 1), *(p - lo for p, lo in zip(where, before)))],
+                               tirx.const(0, x.dtype))
+    return te.compute((n, *(d + lo + hi for d, lo, hi in zip(space, before, after)), c + c % 2), value,
+                      name="pair_pad")
+
+
+def int_conv(xp: te.Tensor, panels: te.Tensor, out_space: list[int], strides: list[int],
+             dilation: list[int]) -> te.Tensor:
+    """C[n, o, *pos] = sum over (kernel taps, channel pairs) of int32(xp) * int32(W): NC[H]W
+    int32 out of an N[H]WC input and [O/PANEL, *K, C/2, PANEL, 2] panels (1-D or 2-D)."""
+    *taps, c2 = (int(d) for d in panels.shape[1:-2])
+    k = [te.reduce_axis((0, t), name=f"k{i}") for i, t in enumerate(taps)]
+    ko, ki = te.reduce_axis((0, c2), name="ko"), te.reduce_axis((0, 2), name="ki")
+
+    def value(i, o, *pos):
+        at = [p * s + t * d for p, s, t, d in zip(pos, strides, k, dilation)]
+        return te.sum(xp[(i, *at, 2 * ko + ki)].astype("int32")
+                      * panels[(o // PANEL, *k, ko, o % PANEL, ki)].astype("int32"), axis=[*k, ko, ki])
+    return te.compute((xp.shape[0], int(panels.shape[0]) * PANEL, *out_space), value,
+                      name=f"conv{len(taps)}d_int8")
 
 
 def int_matmul(a: te.Tensor, panels: te.Tensor) -> te.Tensor:
@@ -51,10 +97,11 @@ def _scalar(e) -> np.ndarray | None:
 
 
 @relax.expr_functor.mutator
-class _IntegerMatmuls(relax.PyExprMutator):
+class _IntegerKernels(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
-        self.integer = 0
+        self.integer = 0                        # matmuls and convs in integers
+        self.convs = 0
         self.kept: Counter = Counter()          # why a dequantized matmul stayed in float
 
     def _bound(self, e):
@@ -65,13 +112,10 @@ class _IntegerMatmuls(relax.PyExprMutator):
         v = self._bound(e)
         return v if isinstance(v, relax.Call) and getattr(v.op, "name", None) == "relax.dequantize" else None
 
-    def _weight(self, e) -> tuple[np.ndarray, np.ndarray] | str:
-        """(w_q - w_zp as int8 K x N, per-column scale) of a dequantized constant, or why not."""
-        v, transposed = self._bound(e), False
-        if isinstance(v, relax.Call) and getattr(v.op, "name", None) == "relax.permute_dims" and v.ty.ndim == 2 \
-                and (v.attrs.axes is None or [int(a) for a in v.attrs.axes] == [1, 0]):
-            v, transposed = v.args[0], True
-        dq = self._dequantized(v)
+    def _constant(self, e, ndim: int, out_axis: int) -> tuple[np.ndarray, np.ndarray] | str:
+        """(w_q - w_zp as int8, its scale per index of out_axis) of a dequantized constant, or why
+        not (the scale must be one per output channel, or one)."""
+        dq = self._dequantized(e)
         if dq is None:
             return "weight not dequantized"
         if not is_const(dq.args[0]):
@@ -79,26 +123,35 @@ class _IntegerMatmuls(relax.PyExprMutator):
         if not all(is_const(x) for x in dq.args[1:3]):
             return "weight scale computed at run time"
         q, scale, zp = (x.value.numpy() for x in dq.args[:3])
-        if q.ndim != 2 or str(q.dtype) not in QUANTIZED:
-            return "weight not a 2-D 8-bit constant"
-        axis = int(dq.attrs.axis) % 2
-        shape = [1, 1]
-        shape[axis] = -1
+        if q.ndim != ndim or str(q.dtype) not in QUANTIZED:
+            return f"weight not a {ndim}-D 8-bit constant"
+        shape = [1] * ndim
+        shape[int(dq.attrs.axis) % ndim] = -1
         w = q.astype(np.int16) - zp.astype(np.int16).reshape(shape if zp.size > 1 else ())
         s = np.broadcast_to(scale.astype(np.float32).reshape(shape if scale.size > 1 else ()), q.shape)
-        if transposed:
-            w, s = w.T, s.T
-        if not (s == s[:1]).all():
+        s = np.moveaxis(s, out_axis, 0).reshape(q.shape[out_axis], -1)
+        if not (s == s[:, :1]).all():
             return "weight scale varies along K"
         if w.min() < -128 or w.max() > 127:
             return "weight minus zero point leaves int8"
-        return w.astype(np.int8), np.ascontiguousarray(s[0])
+        return w.astype(np.int8), np.ascontiguousarray(s[:, 0])
+
+    def _weight(self, e) -> tuple[np.ndarray, np.ndarray] | str:
+        """A matmul's K x N weight (Gemm's transposed one too) and its per-column scale, or why not."""
+        v = self._bound(e)
+        if isinstance(v, relax.Call) and getattr(v.op, "name", None) == "relax.permute_dims" and v.ty.ndim == 2 \
+                and (v.attrs.axes is None or [int(a) for a in v.attrs.axes] == [1, 0]):
+            w = self._constant(v.args[0], 2, 0)
+            return w if isinstance(w, str) else (np.ascontiguousarray(w[0].T), w[1])
+        return self._constant(v, 2, 1)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
         op = getattr(call.op, "name", None)
         if op in CONVS and self._dequantized(call.args[0]) is not None:
-            self.kept["convolutions"] += 1
+            self.kept[CONVS[op]] += 1
+        if op in LAYOUTS and str(call.ty.dtype) == "float32":
+            return self._conv(call)
         if op != "relax.matmul" or str(call.ty.dtype) != "float32":
             return call
         x, w = self._dequantized(call.args[0]), self._weight(call.args[1])
@@ -114,37 +167,67 @@ class _IntegerMatmuls(relax.PyExprMutator):
             self.kept[why] += 1
             return call
         self.integer += 1
-        return self._integer(x, *w)
+        xi = self._int16(x)
+        acc = self.builder_.emit_te(int_matmul, xi, relax.const(pack_pairs(w[0])), primfunc_name_hint="matmul_int8")
+        return self._scaled(acc, x, w[1], 1)
 
-    def _unfit(self, x: relax.Call, w: np.ndarray) -> str:
+    def _conv(self, call: relax.Call) -> relax.Expr:
+        """A dequantized NC[H]W conv1d/conv2d in integers, or the call with its reason counted."""
+        x = self._dequantized(call.args[0])
+        if x is None:
+            return call
+        a, ndim = call.attrs, call.ty.ndim
+        w = self._constant(self._bound(call.args[1]), ndim, 0)
+        why = "grouped and depthwise convolutions" if int(a.groups) != 1 else \
+            "convolution layout not NC[H]W" if (a.data_layout, a.kernel_layout, a.out_layout) != LAYOUTS[call.op.name] else \
+            "convolution shape not static" if not all(isinstance(d, tirx.IntImm) for d in call.ty.shape.values) else \
+            w if isinstance(w, str) else self._unfit(x, w[0].reshape(w[0].shape[0], -1).T, conv=True)
+        if why:
+            self.kept[why] += 1
+            return call
+        self.integer += 1
+        self.convs += 1
+        pad = [int(p) for p in a.padding]
+        xp = self.builder_.emit_te(pair_pad, self._int16(x), pad[:ndim - 2], pad[ndim - 2:], primfunc_name_hint="pair_pad")
+        acc = self.builder_.emit_te(int_conv, xp, relax.const(pack_conv(w[0])), [int(d) for d in call.ty.shape.values[2:]],
+                                    [int(v) for v in a.strides], [int(v) for v in a.dilation],
+                                    primfunc_name_hint=f"conv{ndim - 2}d_int8")
+        return self._scaled(acc, x, w[1], ndim)
+
+    def _unfit(self, x: relax.Call, w: np.ndarray, conv: bool = False) -> str:
         x_scale, x_zp = _scalar(x.args[1]), _scalar(x.args[2])
         if x_scale is None or x_zp is None or str(x.args[0].ty.dtype) not in QUANTIZED:
             return "activation not per-tensor 8-bit"
         if x.args[0].ty.ndim < 2:
             return "activation not a matrix"
         k, n = w.shape
-        return "K odd" if k % 2 else f"N not a multiple of {PANEL}" if n % PANEL else ""
+        return f"{'output channels' if conv else 'N'} not a multiple of {PANEL}" if n % PANEL else \
+            "K odd" if k % 2 and not conv else ""
 
-    def _integer(self, x: relax.Call, w: np.ndarray, w_scale: np.ndarray) -> relax.Expr:
-        bb = self.builder_
-        xq, x_scale, x_zp = x.args[0], _scalar(x.args[1]), _scalar(x.args[2])
-        xi = bb.emit(relax.op.astype(xq, "int16"))
-        if int(x_zp.flat[0]):
-            xi = bb.emit(relax.op.subtract(xi, relax.const(np.int16(x_zp.flat[0]), "int16")))
-        acc = bb.emit_te(int_matmul, xi, relax.const(pack_pairs(w)), primfunc_name_hint="matmul_int8")
-        scale = (np.float32(x_scale.flat[0]) * w_scale).astype(np.float32)
-        return relax.op.multiply(bb.emit(relax.op.astype(acc, "float32")),
-                                 relax.const(scale if scale.size > 1 and (scale != scale[0]).any()
-                                             else np.float32(scale[0]), "float32"))
+    def _int16(self, x: relax.Call) -> relax.Expr:
+        """x_q - x_zp as int16 (the quantizing kernel writes it)."""
+        xi = self.builder_.emit(relax.op.astype(x.args[0], "int16"))
+        zp = int(_scalar(x.args[2]).flat[0])
+        return self.builder_.emit(relax.op.subtract(xi, relax.const(np.int16(zp), "int16"))) if zp else xi
+
+    def _scaled(self, acc: relax.Expr, x: relax.Call, w_scale: np.ndarray, ndim: int) -> relax.Expr:
+        """float(acc) * x_scale * w_scale, the scale per output channel (axis 1 of a conv's NC[H]W,
+        the last of a matmul's: ndim 1) unless it is one."""
+        scale = (np.float32(_scalar(x.args[1]).flat[0]) * w_scale).astype(np.float32)
+        if scale.size > 1 and (scale != scale[0]).any():
+            scale = scale.reshape(-1, *[1] * (ndim - 2)) if ndim > 2 else scale
+        else:
+            scale = np.float32(scale[0])
+        return relax.op.multiply(self.builder_.emit(relax.op.astype(acc, "float32")), relax.const(scale, "float32"))
 
 
-def integer_matmuls(mod: tvm.IRModule) -> tuple[tvm.IRModule, PassReport]:
+def integer_kernels(mod: tvm.IRModule) -> tuple[tvm.IRModule, PassReport]:
     """The module with its QDQ matmuls in integers; the report counts them and the ones kept."""
-    m = _IntegerMatmuls(mod)
+    m = _IntegerKernels(mod)
     out = rewrite_functions(m, mod)
     kept = ", ".join(f"{n} {why}" for why, n in sorted(m.kept.items()))
     if not m.integer and not kept:
         return out, PassReport("int8", "applied", "no dequantized matmul or conv in the model", {"integer": 0})
-    return out, PassReport("int8", "applied", f"{m.integer} matmul(s) in int8 (int32 sums, int8 weights)"
-                           + (f"; kept in float: {kept}" if kept else ""),
-                           {"integer": m.integer, "kept": dict(m.kept)})
+    done = " and ".join(f"{n} {what}(s)" for n, what in ((m.integer - m.convs, "matmul"), (m.convs, "conv")) if n)
+    return out, PassReport("int8", "applied", f"{done or 'nothing'} in int8 (int32 sums, int8 weights)" + (f"; kept in float: {kept}" if kept else ""),
+                           {"integer": m.integer, "convs": m.convs, "kept": dict(m.kept)})

@@ -22,7 +22,7 @@ from .base import PassReport
 from .constfold import fold_constants
 from .fastmath import LEGALIZATIONS as FAST_OPS, fastmath
 from .fusion import fuse
-from .int8 import integer_matmuls
+from .int8 import integer_kernels
 from .globalfuse import combine_siblings, global_fusion
 from .layout.clip import clip_as_ops
 from .layout.conv import legalize_conv2d
@@ -89,13 +89,13 @@ PRECISION = Pass("precision", lambda mod, ctx: to_precision(mod, ctx.opt.precisi
                  per_target=True)
 
 def _int8(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
-    """QDQ matmuls in integers where the target's scheduler has an integer matmul (int8.py)."""
+    """QDQ matmuls and convs in integers where the target's scheduler has integer kernels (int8.py)."""
     why = ctx.scheduler.lacks("int8")
-    return (mod, PassReport("int8", "disabled", why)) if why else integer_matmuls(mod)
+    return (mod, PassReport("int8", "disabled", why)) if why else integer_kernels(mod)
 
 
 # Before simplify, which folds the weights' dequantize into float constants.
-INT8 = Pass("int8", _int8, off="off in the spec: QDQ matmuls in float32", needs_target=True, per_target=True)
+INT8 = Pass("int8", _int8, off="off in the spec: QDQ matmuls and convs in float32", needs_target=True, per_target=True)
 
 
 def _legalize(mod: tvm.IRModule, fast: bool) -> tvm.IRModule:

@@ -19,7 +19,7 @@ PASS_NAMES = ("simplify", "fastmath", "fusion", "global_fusion", "schedule", "de
 # pad_channels (level 2 on, part of `layout`): a conv may compute its output channels padded to
 # whole vector blocks (layout/pad.py). concat_in_place (level 1 on: it moves no value): a concat's
 # producers write their slices of its output, and the copy kernel is dropped (emit/in_place.py).
-# int8 (level 2 on): a QDQ model's matmuls with 8-bit weights sum in int32 (optimize/int8.py),
+# int8 (level 2 on): a QDQ model's matmuls and convs with 8-bit weights sum in int32 (optimize/int8.py),
 # which is what onnxruntime computes; the float path rounds every partial sum.
 LEVEL_PASSES = {
     0: set(),

@@ -1,4 +1,4 @@
-"""int8 QDQ matmuls (optimize/int8.py): which matmuls go to integers and which stay in float (by
+"""int8 QDQ matmuls and convs (optimize/int8.py): which go to integers and which stay in float (by
 reason), the packed int8 weights, and that the integer module computes what the float one does
 (exact int32 sums: at most a requantize rounding flip, one quantization step)."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tvm import relax, te
 
 from packager.frontend import import_relax, load_model
 from packager.optimize.constfold import fold_constants
-from packager.optimize.int8 import PANEL, int_matmul, integer_matmuls, pack_pairs
+from packager.optimize.int8 import PANEL, int_matmul, integer_kernels, pack_conv, pack_pairs
 from packager.optimize.relax_util import legalize
 from support import packrt
 from support.helpers import run_pack, save_model, write_spec
@@ -81,11 +81,11 @@ def _imported(tmp_path) -> tvm.IRModule:
 def _run(mod: tvm.IRModule, x: np.ndarray) -> list[np.ndarray]:
     vm = relax.VirtualMachine(tvm.compile(legalize(fold_constants(mod)[0]), target="llvm"), tvm.cpu())
     out = vm["main"](tvm.runtime.tensor(x))
-    return [o.numpy() for o in out]
+    return [out.numpy()] if isinstance(out, tvm.runtime.Tensor) else [o.numpy() for o in out]
 
 
 def test_weight_matmuls_go_to_integers_and_the_rest_is_reported(tmp_path):
-    mod, report = integer_matmuls(_imported(tmp_path))
+    mod, report = integer_kernels(_imported(tmp_path))
     assert report.details["integer"] == 2
     assert report.details["kept"] == {"two activations": 1, f"N not a multiple of {PANEL}": 1}
     assert "2 matmul(s) in int8" in report.summary and "kept in float" in report.summary
@@ -93,26 +93,84 @@ def test_weight_matmuls_go_to_integers_and_the_rest_is_reported(tmp_path):
     assert len(calls) == 2
 
 
-def test_a_dequantized_conv_is_reported_as_kept_in_float(tmp_path):
+def _conv_model() -> onnx.ModelProto:
+    """Three convs of a QDQ model: 3 input channels at stride 2 (C odd: a zero channel pads the
+    pairs), a dilated 3x3 with padding 2, and a depthwise one (kept in float)."""
+    rng = np.random.default_rng(4)
     nodes, inits = [], []
     x = _dq_pair(nodes, inits, "x", "x", 0.04, 128)
-    w = _dq_weight(nodes, inits, "w", np.ones((4, 3, 3, 3), np.int8), np.full(4, 0.01, np.float32),
-                   np.zeros(4, np.int8), axis=0)
-    nodes.append(helper.make_node("Conv", [x, w], ["y"], pads=[1, 1, 1, 1]))
-    graph = helper.make_graph(nodes, "qconv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    w1 = _dq_weight(nodes, inits, "w1", rng.integers(-127, 128, (16, 3, 3, 3)).astype(np.int8),
+                    rng.uniform(0.005, 0.02, 16).astype(np.float32), np.zeros(16, np.int8), axis=0)
+    inits.append(numpy_helper.from_array(rng.normal(0, 0.1, 16).astype(np.float32), "b1"))
+    nodes.append(helper.make_node("Conv", [x, w1, "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]))
+    h = _dq_pair(nodes, inits, "h", "c1", 0.1, 100)
+    w2 = _dq_weight(nodes, inits, "w2", rng.integers(-127, 128, (24, 16, 3, 3)).astype(np.int8),
+                    np.array(0.01, np.float32), np.array(0, np.int8), axis=0)
+    nodes.append(helper.make_node("Conv", [h, w2], ["c2"], pads=[2, 2, 2, 2], dilations=[2, 2]))
+    g = _dq_pair(nodes, inits, "g", "c2", 0.1, 128)
+    w3 = _dq_weight(nodes, inits, "w3", rng.integers(-127, 128, (24, 1, 3, 3)).astype(np.int8),
+                    np.full(24, 0.01, np.float32), np.zeros(24, np.int8), axis=0)
+    nodes.append(helper.make_node("Conv", [g, w3], ["c3"], pads=[1, 1, 1, 1], group=24))
+    y = _dq_pair(nodes, inits, "y", "c3", Y_SCALE, 128)
+    nodes.append(helper.make_node("Identity", [y], ["out"]))
+    graph = helper.make_graph(nodes, "qconv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, CONV_IN)],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 24, 8, 8])], inits)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 9
-    mod = import_relax(load_model(save_model(m, tmp_path / "c.onnx")), {"x": (1, 3, 8, 8)}, {"x": "float32"})[0]
-    _, report = integer_matmuls(mod)
-    assert report.details == {"integer": 0, "kept": {"convolutions": 1}}
-    assert "kept in float: 1 convolutions" in report.summary
+    return m
+
+
+CONV_IN = [1, 3, 15, 15]
+
+
+def test_convs_go_to_integers_and_depthwise_ones_are_reported(tmp_path):
+    mod = import_relax(load_model(save_model(_conv_model(), tmp_path / "c.onnx")), {"x": tuple(CONV_IN)},
+                       {"x": "float32"})[0]
+    out, report = integer_kernels(mod)
+    assert report.details == {"integer": 2, "convs": 2, "kept": {"grouped and depthwise convolutions": 1}}
+    assert "2 conv(s) in int8" in report.summary
+    assert sorted(gv.name_hint for gv in out.functions if "int8" in gv.name_hint) == ["conv2d_int8", "conv2d_int81"]
+    x = np.random.default_rng(5).normal(0, 2, CONV_IN).astype(np.float32)
+    want, got = _run(mod, x)[0], _run(out, x)[0]
+    steps = np.abs(want - got) / Y_SCALE
+    assert want.std() > 10 * Y_SCALE and steps.max() <= 1.0 + 1e-4 and (steps > 0.5).mean() <= 0.02
+
+
+def test_a_conv1d_goes_to_integers(tmp_path):
+    """NCW (an audio model's feature convs): stride 2, padding 1, 5 input channels."""
+    rng = np.random.default_rng(9)
+    nodes, inits = [], []
+    x = _dq_pair(nodes, inits, "x", "x", 0.04, 128)
+    w = _dq_weight(nodes, inits, "w", rng.integers(-127, 128, (16, 5, 3)).astype(np.int8),
+                   rng.uniform(0.005, 0.02, 16).astype(np.float32), np.zeros(16, np.int8), axis=0)
+    nodes.append(helper.make_node("Conv", [x, w], ["c"], pads=[1, 1], strides=[2]))
+    y = _dq_pair(nodes, inits, "y", "c", Y_SCALE, 128)
+    nodes.append(helper.make_node("Identity", [y], ["out"]))
+    graph = helper.make_graph(nodes, "qconv1d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 20])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 16, 10])], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    mod = import_relax(load_model(save_model(m, tmp_path / "c1.onnx")), {"x": (1, 5, 20)}, {"x": "float32"})[0]
+    out, report = integer_kernels(mod)
+    assert report.details["convs"] == 1 and [gv.name_hint for gv in out.functions if "int8" in gv.name_hint] == ["conv1d_int8"]
+    xv = rng.normal(0, 2, (1, 5, 20)).astype(np.float32)
+    want, got = _run(mod, xv)[0], _run(out, xv)[0]
+    steps = np.abs(want - got) / Y_SCALE
+    assert want.std() > 10 * Y_SCALE and steps.max() <= 1.0 + 1e-4 and (steps > 0.5).mean() <= 0.02
+
+
+def test_conv_weights_are_pair_panels_with_a_zero_channel_for_odd_c():
+    w = np.random.default_rng(6).integers(-128, 128, (16, 3, 2, 3)).astype(np.int8)
+    p = pack_conv(w)
+    assert p.shape == (2, 2, 3, 2, PANEL, 2) and p.dtype == np.int8
+    assert p[1, 1, 2, 0, 5, 1] == w[PANEL + 5, 1, 1, 2] and p[1, 1, 2, 1, 5, 0] == w[PANEL + 5, 2, 1, 2]
+    assert (p[:, :, :, 1, :, 1] == 0).all()                            # channel 3 of 4: the zero pad
 
 
 def test_the_integer_module_computes_what_the_float_one_does(tmp_path):
     mod = _imported(tmp_path)
     x = np.random.default_rng(1).normal(0, 2, (M, K)).astype(np.float32)
-    want, got = _run(mod, x), _run(integer_matmuls(mod)[0], x)
+    want, got = _run(mod, x), _run(integer_kernels(mod)[0], x)
     for w, g in zip(want, got):
         assert w.shape == g.shape
     # the requantized output: a flip of one step where the float path's rounding crossed a boundary
@@ -150,7 +208,7 @@ def test_a_model_without_qdq_is_left_alone(tmp_path):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 9
     mod = import_relax(load_model(save_model(m, tmp_path / "f.onnx")), {"x": (2, 8)}, {"x": "float32"})[0]
-    out, report = integer_matmuls(mod)
+    out, report = integer_kernels(mod)
     assert report.details == {"integer": 0} and "no dequantized matmul or conv" in report.summary
     assert tvm_ffi.structural_equal(out, mod)
 

@@ -28,7 +28,7 @@ class CudaScheduler(KernelScheduler):
     LACKS = {
         "row_regions": f"{CPU_ONLY}: a GPU row region needs a block-level rule of its own",
         "reduction_epilogues": CPU_ONLY,
-        "int8": f"{CPU_ONLY}: QDQ matmuls in float32 (dp4a / integer tensor cores not built)",
+        "int8": f"{CPU_ONLY}: QDQ matmuls and convs in float32 (dp4a / integer tensor cores not built)",
     }
 
     def __init__(self, target, opt=None, tally=None):

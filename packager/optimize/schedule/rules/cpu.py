@@ -18,7 +18,7 @@ construction-based scheduler (gensor.py) improves on:
   chunks and vector lanes; a kernel that selects an input by position (a fused concat, a pad)
   is first cut apart where the selection changes (partition.py).
 * ``fallback``: outer loops in parallel, nothing else.
-* ``int-dot``: a QDQ model's integer matmul (int_dot.py: vpmaddwd on x86); it takes no other rule.
+* ``int-dot``: a QDQ model's integer matmul or convolution (int_dot.py: vpmaddwd on x86); it takes no other rule.
 * ``recurrence``: a recurrent layer's loop kernel, regenerated with vector lanes and a parallel
   matrix-vector product (recurrence.py); it takes no other rule.
 
@@ -36,7 +36,7 @@ from tvm import s_tir, tirx
 from ....targets import Target
 from ...base import PassReport
 from . import padding, recurrence
-from .int_dot import find_int_matmul, int_dot
+from .int_dot import find_int_dot, int_dot
 from .partition import partition_selects
 from .reduction_order import contiguous_reduction_last, unroll_contiguous
 from .transpose import tile_transposed_copy
@@ -76,7 +76,7 @@ class CpuRules:
             yield looped
             yield func, KernelSchedule("naive", note="recurrence: the plain loops")
             return
-        if find_int_matmul(s_tir.Schedule(func)) is not None:      # an integer matmul: int-dot or nothing
+        if find_int_dot(s_tir.Schedule(func)) is not None:      # an integer matmul or conv: int-dot or nothing
             try:
                 yield int_dot(self, func)
                 why = "int-dot: the plain loops"

@@ -1,6 +1,9 @@
-"""The CPU rule for the integer matmuls of QDQ models (optimize/int8.py makes them):
+"""The CPU rule for the integer matmuls and convolutions of QDQ models (optimize/int8.py makes
+them):
 
     C[..., m, n] = sum_k int32(A[..., m, k]) * int32(B[n // L, k // 2, n % L, k % 2])
+    C[b, o, y, x] = sum_(ky, kx, k) int32(A[b, y*s + ky*d, x*s + kx*d, k]) * int32(B[o // L, ky, kx, k // 2, o % L, k % 2])
+    (and the same over x alone: a conv1d)
 
 A is int16 (a quantized activation minus its zero point), B the int8 weights packed in pairs of
 k (INT_LANES columns per panel), C exact int32. On x86 the step over L lanes x 2 k is one
@@ -14,9 +17,13 @@ TensorIntrin PAIR_DOT below, tensorized. Elsewhere (arm64) the same loops are ve
 
 Column panels run outside the row tiles so a panel (K x nr*L int8) stays in L1 while every row
 passes it. mr and nr divide M and N/L (tensorize takes no tail); 4 x 3 accumulators plus the
-broadcast pair and a panel vector fill AVX2's 16 registers.
+broadcast pair and a panel vector fill AVX2's 16 registers. A convolution is the same loops with
+output positions along x (or y, for a map 1-3 wide) as rows and output channels as columns; its
+int32 tile is laid out [channel panel][position][L] so each vector of L channels is contiguous.
 """
 from __future__ import annotations
+
+import math
 
 from tvm import s_tir, tirx
 from tvm.s_tir import TensorIntrin
@@ -27,6 +34,7 @@ from ..tir_util import PARALLEL_MIN_WORK, KernelSchedule, RuleMismatch, best_fac
 INT_LANES = 8                  # int32 accumulators per vector: 256-bit registers (AVX2; AVX-512 runs them too)
 PAIR_DOT = "packager_pair_dot_8x2_i16i8"
 MAX_ROWS, MAX_VECTORS = 4, 3
+CONV_ROWS, CONV_VECTORS, REGISTERS = 8, 4, 16    # AVX2's ymm: rows x vectors accumulators, the vectors' panels, a broadcast
 
 
 @T.prim_func(s_tir=True)
@@ -58,9 +66,10 @@ def _pair_dot_avx2(a: T.Buffer((2,), "int16", offset_factor=1), b: T.Buffer((8, 
 TensorIntrin.register(PAIR_DOT, _pair_dot_desc, _pair_dot_avx2, override=True)
 
 
-def find_int_matmul(sch: s_tir.Schedule):
-    """The kernel's integer pair matmul block (a reduction over k pairs of an int16 operand and
-    an int8 panel operand into int32), None if it has none."""
+def find_int_dot(sch: s_tir.Schedule):
+    """The kernel's integer pair dot block (a matmul or convolution: a reduction whose innermost
+    iterator is a pair of k, of an int16 operand and an int8 panel operand into int32), None if it
+    has none."""
     try:
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
     except Exception:  # noqa: BLE001 - a kernel of plain loops (a recurrent layer's): no blocks
@@ -68,18 +77,28 @@ def find_int_matmul(sch: s_tir.Schedule):
     for b in blocks:
         blk = sch.get(b)
         reduce = [iv for iv in blk.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
-        if len(blk.writes) != 1 or len(reduce) != 2 or not isinstance(reduce[1].dom.extent, tirx.IntImm):
+        if len(blk.writes) != 1 or len(reduce) < 2 or not isinstance(reduce[-1].dom.extent, tirx.IntImm):
             continue
         dtypes = sorted(str(r.source.dtype) for r in blk.reads if r.source.name != blk.writes[0].source.name)
-        if int(reduce[1].dom.extent) == 2 and dtypes == ["int16", "int8"] and str(blk.writes[0].source.dtype) == "int32":
+        if int(reduce[-1].dom.extent) == 2 and dtypes == ["int16", "int8"] and str(blk.writes[0].source.dtype) == "int32":
             return b
     return None
 
 
-def _panel_lanes(sch: s_tir.Schedule, block) -> int:
-    """L of the int8 operand's [N/L, K/2, L, 2] panels."""
-    panel = next(r.source for r in sch.get(block).reads if str(r.source.dtype) == "int8")
-    return int(panel.shape[-2]) if len(panel.shape) == 4 else 0
+def _panel(sch: s_tir.Schedule, block) -> tirx.Buffer:
+    """The int8 operand: a matmul's [N/L, K/2, L, 2] panels, a convolution's [O/L, KH, KW, C/2, L, 2]."""
+    return next(r.source for r in sch.get(block).reads if str(r.source.dtype) == "int8")
+
+
+def _conv_tile(positions: tuple[int, int], panels: int) -> tuple[int, int, int]:
+    """(axis, rows, vectors) of a convolution's register tile: rows along the output's x (axis 1)
+    or, where that gives more accumulators (a width of 1 to 3), along y (axis 0). The most
+    accumulators that leave no register to spill (a 7 x 2 tile spilled three accumulators to the
+    stack and ran 12-17% slower than 4 x 2 or 7 x 1 on Zen 3), then the squarest tile."""
+    vectors = [v for v in range(1, CONV_VECTORS + 1) if panels % v == 0]
+    return max(((axis, m, v) for axis in (1, 0) for m in range(1, CONV_ROWS + 1) for v in vectors
+                if positions[axis] % m == 0 and m * v + v + 1 <= REGISTERS),
+               key=lambda t: (t[1] * t[2], min(t[1], t[2]), t[1], t[0]))
 
 
 def int_dot(rules, func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, KernelSchedule]:
@@ -115,43 +134,93 @@ def _epilogue(sch: s_tir.Schedule, tile, after: list) -> list:
     return epilogue
 
 
+def _stages(sch: s_tir.Schedule, tile, epilogue: list) -> list:
+    """What runs per tile, as few stages as inlining allows: each epilogue block inlined into its
+    reader (one expression per element; a block that writes an output of the kernel stays), then
+    the write-back of the int32 tile into the first stage left (it reads the accumulators)."""
+    kept = []
+    for b in epilogue[:-1]:
+        try:
+            sch.compute_inline(b)
+        except Exception:  # noqa: BLE001 - an output of the kernel, or read by two stages
+            kept.append(b)
+    stages = kept + epilogue[-1:]
+    if stages:
+        try:
+            sch.compute_inline(tile)
+            return stages
+        except Exception:  # noqa: BLE001 - the tile has several readers: it stays a stage
+            pass
+    return [tile, *stages]
+
+
+def _vectorize_stage(sch: s_tir.Schedule, stage, conv: bool) -> None:
+    """A per-tile stage vectorized over L channels: a matmul's last loop (contiguous in its output),
+    a convolution's channel loop moved inside its positions (contiguous in the tile; the NCHW
+    stores are strided)."""
+    *_, first, last = sch.get_loops(stage)          # a conv's (channels, positions), a matmul's (rows, columns)
+    inner = first if conv else last
+    if loop_extent(sch, inner) % INT_LANES:
+        return
+    outer, lanes = sch.split(inner, [None, INT_LANES])
+    if conv:
+        sch.reorder(outer, last, lanes)
+    sch.vectorize(lanes)
+
+
+def _axes(sch: s_tir.Schedule, block, conv: int) -> tuple:
+    """(lead loops, row loop, column loop, outer reduction loops, pair loop, (rows, vectors) of the
+    register tile) of a matmul (conv 0) or a convolution over `conv` spatial axes."""
+    if conv == 0:
+        *lead, m, n, ko, ki = sch.get_loops(block)
+        panels = loop_extent(sch, n) // INT_LANES
+        return lead, m, n, [ko], ki, (best_factor(loop_extent(sch, m), MAX_ROWS), best_factor(panels, MAX_VECTORS))
+    batch, n, *space = sch.get_loops(block)
+    space, ko, ki = space[:conv], space[conv:-1], space[-1]
+    y, x = ([None] + space)[-2:]
+    axis, mr, nr = _conv_tile((loop_extent(sch, y) if y else 1, loop_extent(sch, x)), loop_extent(sch, n) // INT_LANES)
+    lead, m = ([batch, *([y] if y else [])], x) if axis else ([batch, x], y)
+    return lead, m, n, ko, ki, (mr, nr)
+
+
 def _tiled(rules, sch: s_tir.Schedule, per_tile: bool) -> KernelSchedule:
-    block = find_int_matmul(sch)
+    block = find_int_dot(sch)
     if block is None:
-        raise RuleMismatch("no integer pair matmul")
+        raise RuleMismatch("no integer pair dot")
     blocks = rules._blocks(sch)
     names = [sch.get(b).name_hint for b in blocks]
     at = names.index(sch.get(block).name_hint)
     producers, consumers = blocks[:at], blocks[at + 1:]
-    *lead, m, n, ko, ki = sch.get_loops(block)
+    conv = len(_panel(sch, block).shape) - 4          # spatial axes: a conv1d's 1, a conv2d's 2, a matmul's 0
+    lead, m, n, ko, ki, (mr, nr) = _axes(sch, block, conv)
     rows, cols = loop_extent(sch, m), loop_extent(sch, n)
-    if _panel_lanes(sch, block) != INT_LANES or cols % INT_LANES:
-        raise RuleMismatch(f"integer matmul: not {INT_LANES}-lane panels")
-    mr, nr = best_factor(rows, MAX_ROWS), best_factor(cols // INT_LANES, MAX_VECTORS)
+    if int(_panel(sch, block).shape[-2]) != INT_LANES or cols % INT_LANES:
+        raise RuleMismatch(f"integer pair dot: not {INT_LANES}-lane panels")
     no, nv = sch.split(n, [None, INT_LANES])
     nob, ni = sch.split(no, [None, nr])
     mo, mi = sch.split(m, [None, mr])
-    sch.reorder(*lead, nob, mo, ko, mi, ni, nv, ki)
+    sch.reorder(*lead, nob, mo, *ko, mi, ni, nv, ki)
     tile = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(tile, mo)
-    at_tile = _epilogue(sch, tile, consumers) if per_tile else []
-    for c in at_tile:
+    if conv == 2:        # the tile's L channels contiguous, as the pair dot writes them
+        sch.transform_layout(block, ("write", 0), lambda b, o, y, x: (b, o // INT_LANES, y, x, o % INT_LANES))
+    elif conv == 1:
+        sch.transform_layout(block, ("write", 0), lambda b, o, x: (b, o // INT_LANES, x, o % INT_LANES))
+    stages = _stages(sch, tile, _epilogue(sch, tile, consumers)) if per_tile else [tile]
+    for c in stages:
         sch.reverse_compute_at(c, mo)
     outer = sch.fuse(*lead, nob, mo)
     tasks = loop_extent(sch, outer)
-    work = rows * cols * loop_extent(sch, ko) * 2
+    work = rows * cols * 2 * math.prod(loop_extent(sch, k) for k in ko)
     if work >= PARALLEL_MIN_WORK and tasks > 1:
         sch.parallel(outer)
-    for c in [tile, *at_tile]:
-        inner = sch.get_loops(c)[-1]
-        if loop_extent(sch, inner) % INT_LANES == 0:
-            sch.vectorize(sch.split(inner, [None, INT_LANES])[1])
+    for c in stages:
+        _vectorize_stage(sch, c, conv > 0)
     if rules.target.arch != "x86_64":
         sch.vectorize(nv)
         sch.unroll(ki)
     sch.unroll(mi)
     sch.unroll(ni)
-    init = sch.decompose_reduction(block, ko)
+    init = sch.decompose_reduction(block, ko[0])
     sch.vectorize(sch.get_loops(init)[-1])
     if rules.target.arch == "x86_64":
         sch.tensorize(nv, PAIR_DOT)

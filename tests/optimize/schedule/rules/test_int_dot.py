@@ -1,6 +1,6 @@
-"""The int-dot CPU rule (rules/int_dot.py): the integer matmul of a QDQ model is tiled, its k pairs
-tensorized into vpmaddwd on x86 (vectorized loops on arm64), the epilogue computed per tile, the
-result exact; Gensor leaves the kernel to it."""
+"""The int-dot CPU rule (rules/int_dot.py): the integer matmul or conv of a QDQ model is tiled, its
+k pairs tensorized into vpmaddwd on x86 (vectorized loops on arm64), the epilogue computed per
+tile, the result exact; Gensor leaves the kernel to it."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ import pytest
 import tvm
 from tvm import te
 
-from packager.optimize.int8 import PANEL, int_matmul, pack_pairs
+from packager.optimize.int8 import PANEL, int_conv, int_matmul, pack_conv, pack_pairs
 from packager.optimize.schedule.gensor.cpu import GensorCpu
 from packager.optimize.schedule.measure.database import TuningDatabase
 from packager.optimize.schedule.rules.cpu import CpuRules
@@ -111,3 +111,73 @@ def test_gensor_leaves_the_kernel_to_the_rule(tmp_path):
     g = GensorCpu(resolve(TargetSpec("x86-64", {}, "test")), TuningDatabase(tmp_path / "db.json"), measure=False,
                   top_k=1)
     assert g.workload(_kernel()) is None
+
+
+def _conv_kernel(n: int, c: int, hw: tuple[int, int], oc: int, k: int, stride: int, pad: int, dil: int):
+    """A pair-padded NHWC int16 input x conv panels -> int32 -> float scale per output channel."""
+    h, w = hw
+    xp = te.placeholder((n, h + 2 * pad, w + 2 * pad, c + c % 2), "int16", "xp")
+    panels = te.placeholder((oc // PANEL, k, k, (c + 1) // 2, PANEL, 2), "int8", "w")
+    out_hw = tuple((d + 2 * pad - dil * (k - 1) - 1) // stride + 1 for d in hw)
+    acc = int_conv(xp, panels, list(out_hw), [stride, stride], [dil, dil])
+    scale = te.placeholder((oc, 1, 1), "float32", "s")
+    y = te.compute((n, oc, *out_hw), lambda b, o, i, j: acc[b, o, i, j].astype("float32") * scale[o, 0, 0],
+                   name="scaled")
+    return te.create_prim_func([xp, panels, scale, y]), out_hw
+
+
+def _conv_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dil: int, out_hw) -> np.ndarray:
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    out = np.zeros((x.shape[0], w.shape[0], *out_hw), np.int64)
+    for ky in range(w.shape[2]):
+        for kx in range(w.shape[3]):
+            win = xp[:, :, ky * dil::stride, kx * dil::stride][:, :, :out_hw[0], :out_hw[1]]
+            out += np.einsum("nchw,oc->nohw", win, w[:, :, ky, kx].astype(np.int64))
+    return out
+
+
+@pytest.mark.parametrize("n,c,hw,oc,k,stride,pad,dil,tile", [
+    (1, 16, (8, 8), 24, 3, 1, 1, 1, 12),      # 3 vectors x 4 positions along x
+    (1, 3, (15, 15), 16, 3, 2, 1, 1, 8),      # 3 channels: a zero channel completes the pairs
+    (2, 16, (8, 8), 24, 3, 1, 2, 2, 12),      # dilated, two images
+    (1, 8, (12, 1), 16, 1, 1, 0, 1, 12),      # a map one wide: 6 positions along y x 2 vectors
+])
+def test_a_conv_is_exact_and_uses_vpmaddwd(n, c, hw, oc, k, stride, pad, dil, tile):
+    target = host_target()
+    func, out_hw = _conv_kernel(n, c, hw, oc, k, stride, pad, dil)
+    scheduled, info = CpuRules(target).schedule(func)
+    assert info.rule == "int-dot" and info.note == "vpmaddwd" and info.register_tile == tile
+    assert "llvm.x86.avx2.pmadd.wd" in scheduled.script()
+    rng = np.random.default_rng(7)
+    x = rng.integers(-255, 256, (n, c, *hw)).astype(np.int16)
+    w = rng.integers(-128, 128, (oc, c, k, k)).astype(np.int8)
+    s = rng.uniform(0.5, 2, (oc, 1, 1)).astype(np.float32)
+    xp = np.zeros((n, hw[0] + 2 * pad, hw[1] + 2 * pad, c + c % 2), np.int16)
+    xp[:, pad:pad + hw[0], pad:pad + hw[1], :c] = x.transpose(0, 2, 3, 1)
+    got = run_kernel(scheduled, target, [xp, pack_conv(w), s, np.zeros((n, oc, *out_hw), np.float32)])
+    np.testing.assert_array_equal(got, _conv_reference(x, w, stride, pad, dil, out_hw).astype(np.float32) * s)
+
+
+def test_gensor_leaves_a_conv_to_the_rule(tmp_path):
+    g = GensorCpu(resolve(TargetSpec("x86-64", {}, "test")), TuningDatabase(tmp_path / "db.json"), measure=False,
+                  top_k=1)
+    assert g.workload(_conv_kernel(1, 16, (8, 8), 24, 3, 1, 1, 1)[0]) is None
+
+
+def test_a_conv1d_is_exact():
+    """NCW: positions along x, one spatial loop (an audio model's feature convs)."""
+    target = host_target()
+    xp = te.placeholder((1, 22, 6), "int16", "xp")                        # 20 samples, padding 1 each side
+    panels = te.placeholder((16 // PANEL, 3, 3, PANEL, 2), "int8", "w")
+    acc = int_conv(xp, panels, [10], [2], [1])
+    y = te.compute((1, 16, 10), lambda b, o, i: acc[b, o, i].astype("float32"), name="scaled")
+    scheduled, info = CpuRules(target).schedule(te.create_prim_func([xp, panels, y]))
+    assert info.rule == "int-dot" and info.note == "vpmaddwd" and info.register_tile == 10
+    rng = np.random.default_rng(8)
+    x = rng.integers(-255, 256, (1, 6, 20)).astype(np.int16)
+    w = rng.integers(-128, 128, (16, 6, 3)).astype(np.int8)
+    xpn = np.zeros((1, 22, 6), np.int16)
+    xpn[:, 1:21] = x.transpose(0, 2, 1)
+    got = run_kernel(scheduled, target, [xpn, pack_conv(w), np.zeros((1, 16, 10), np.float32)])
+    want = _conv_reference(np.pad(x, ((0, 0), (0, 0), (1, 1)))[:, :, None], w[:, :, None], 2, 0, 1, (1, 10))
+    np.testing.assert_array_equal(got, want[:, :, 0].astype(np.float32))
