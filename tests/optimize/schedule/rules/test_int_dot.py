@@ -137,8 +137,8 @@ def _conv_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dil: in
 
 
 @pytest.mark.parametrize("n,c,hw,oc,k,stride,pad,dil,tile", [
-    (1, 16, (8, 8), 24, 3, 1, 1, 1, 12),      # 3 vectors x 4 positions along x
-    (1, 3, (15, 15), 16, 3, 2, 1, 1, 8),      # 3 channels: a zero channel completes the pairs
+    (1, 16, (8, 8), 24, 3, 1, 1, 1, 12),      # 72 k-pair steps: 4 positions along x x 3 vectors, nothing spilled
+    (1, 3, (15, 15), 16, 3, 2, 1, 1, 16),     # 3 channels (a zero channel completes the pairs): 18 steps, 8 x 2
     (2, 16, (8, 8), 24, 3, 1, 2, 2, 12),      # dilated, two images
     (1, 8, (12, 1), 16, 1, 1, 0, 1, 12),      # a map one wide: 6 positions along y x 2 vectors
 ])
