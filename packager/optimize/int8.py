@@ -14,9 +14,10 @@ dequantized values with float32 rounding in every partial sum. The CPU int-dot r
 A convolution's activation is first laid out N[H]WC (channels in pairs, padded to even, the
 spatial padding written as zeros) so a pair of channels is one 32-bit load; its weights are
 panels [OC/8, *K, C/2, 8, 2]. The kernel's output stays NC[H]W, as the float graph around it.
+A depthwise conv keeps NC[H]W (its input padded with zeros) and its int8 weights [C, *K].
 
 Not (yet) in integers, and counted in the report line by reason: matmuls of two activations
-(attention), grouped/depthwise, 3-D and transposed convolutions, weights whose zero point
+(attention), grouped (not depthwise), 3-D and transposed convolutions, weights whose zero point
 leaves int8 range, K odd or N (output channels) not whole panels. CUDA targets keep the float
 path (dp4a / integer tensor cores are not built).
 """
@@ -26,7 +27,7 @@ from collections import Counter
 
 import numpy as np
 import tvm
-from tvm import relax, te, tirx
+from tvm import relax, te, tirx, topi
 
 from .base import PassReport
 from .relax_util import is_const, rewrite_functions
@@ -81,6 +82,19 @@ def int_conv(xp: te.Tensor, panels: te.Tensor, out_space: list[int], strides: li
                       * panels[(o // PANEL, *k, ko, o % PANEL, ki)].astype("int32"), axis=[*k, ko, ki])
     return te.compute((xp.shape[0], int(panels.shape[0]) * PANEL, *out_space), value,
                       name=f"conv{len(taps)}d_int8")
+
+
+def int_depthwise(xp: te.Tensor, w: te.Tensor, out_space: list[int], strides: list[int],
+                  dilation: list[int]) -> te.Tensor:
+    """C[n, c, *pos] = sum over kernel taps of int32(xp[n, c, ...]) * int32(W[c, *taps]): a
+    depthwise conv's NC[H]W int32 out of its padded NC[H]W int16 input (channels stay apart, so
+    there are no channel pairs; the CPU rules and Gensor schedule it as any reduction)."""
+    k = [te.reduce_axis((0, int(t)), name=f"k{i}") for i, t in enumerate(w.shape[1:])]
+
+    def value(i, c, *pos):
+        at = [p * s + t * d for p, s, t, d in zip(pos, strides, k, dilation)]
+        return te.sum(xp[(i, c, *at)].astype("int32") * w[(c, *k)].astype("int32"), axis=k)
+    return te.compute((xp.shape[0], xp.shape[1], *out_space), value, name=f"depthwise{len(k)}d_int8")
 
 
 def int_matmul(a: te.Tensor, panels: te.Tensor) -> te.Tensor:
@@ -178,29 +192,39 @@ class _IntegerKernels(relax.PyExprMutator):
             return call
         a, ndim = call.attrs, call.ty.ndim
         w = self._constant(self._bound(call.args[1]), ndim, 0)
-        why = "grouped and depthwise convolutions" if int(a.groups) != 1 else \
+        groups, shape = int(a.groups), call.ty.shape.values
+        depthwise = groups > 1 and groups == int(shape[1]) and not isinstance(w, str) and w[0].shape[1] == 1
+        why = "grouped convolutions" if groups != 1 and not depthwise else \
             "convolution layout not NC[H]W" if (a.data_layout, a.kernel_layout, a.out_layout) != LAYOUTS[call.op.name] else \
-            "convolution shape not static" if not all(isinstance(d, tirx.IntImm) for d in call.ty.shape.values) else \
-            w if isinstance(w, str) else self._unfit(x, w[0].reshape(w[0].shape[0], -1).T, conv=True)
+            "convolution shape not static" if not all(isinstance(d, tirx.IntImm) for d in shape) else \
+            w if isinstance(w, str) else self._unfit(x, w[0].reshape(w[0].shape[0], -1).T, conv="depthwise" if depthwise else "conv")
         if why:
             self.kept[why] += 1
             return call
         self.integer += 1
         self.convs += 1
-        pad = [int(p) for p in a.padding]
-        xp = self.builder_.emit_te(pair_pad, self._int16(x), pad[:ndim - 2], pad[ndim - 2:], primfunc_name_hint="pair_pad")
-        acc = self.builder_.emit_te(int_conv, xp, relax.const(pack_conv(w[0])), [int(d) for d in call.ty.shape.values[2:]],
-                                    [int(v) for v in a.strides], [int(v) for v in a.dilation],
-                                    primfunc_name_hint=f"conv{ndim - 2}d_int8")
+        pad, xi = [int(p) for p in a.padding], self._int16(x)
+        space, strides, dilation = [int(d) for d in shape[2:]], [int(v) for v in a.strides], [int(v) for v in a.dilation]
+        if depthwise:
+            xp = self.builder_.emit_te(topi.nn.pad, xi, [0, 0, *pad[:ndim - 2]], [0, 0, *pad[ndim - 2:]], 0,
+                                       primfunc_name_hint="pad")
+            acc = self.builder_.emit_te(int_depthwise, xp, relax.const(np.ascontiguousarray(w[0][:, 0])), space, strides,
+                                        dilation, primfunc_name_hint=f"depthwise{ndim - 2}d_int8")
+        else:
+            xp = self.builder_.emit_te(pair_pad, xi, pad[:ndim - 2], pad[ndim - 2:], primfunc_name_hint="pair_pad")
+            acc = self.builder_.emit_te(int_conv, xp, relax.const(pack_conv(w[0])), space, strides, dilation,
+                                        primfunc_name_hint=f"conv{ndim - 2}d_int8")
         return self._scaled(acc, x, w[1], ndim)
 
-    def _unfit(self, x: relax.Call, w: np.ndarray, conv: bool = False) -> str:
+    def _unfit(self, x: relax.Call, w: np.ndarray, conv: str = "") -> str:
         x_scale, x_zp = _scalar(x.args[1]), _scalar(x.args[2])
         if x_scale is None or x_zp is None or str(x.args[0].ty.dtype) not in QUANTIZED:
             return "activation not per-tensor 8-bit"
         if x.args[0].ty.ndim < 2:
             return "activation not a matrix"
         k, n = w.shape
+        if conv == "depthwise":                  # no panels: any channel count
+            return ""
         return f"{'output channels' if conv else 'N'} not a multiple of {PANEL}" if n % PANEL else \
             "K odd" if k % 2 and not conv else ""
 

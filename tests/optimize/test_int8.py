@@ -94,8 +94,8 @@ def test_weight_matmuls_go_to_integers_and_the_rest_is_reported(tmp_path):
 
 
 def _conv_model() -> onnx.ModelProto:
-    """Three convs of a QDQ model: 3 input channels at stride 2 (C odd: a zero channel pads the
-    pairs), a dilated 3x3 with padding 2, and a depthwise one (kept in float)."""
+    """Four convs of a QDQ model: 3 input channels at stride 2 (C odd: a zero channel pads the
+    pairs), a dilated 3x3 with padding 2, a depthwise one, and a grouped one (kept in float)."""
     rng = np.random.default_rng(4)
     nodes, inits = [], []
     x = _dq_pair(nodes, inits, "x", "x", 0.04, 128)
@@ -111,7 +111,11 @@ def _conv_model() -> onnx.ModelProto:
     w3 = _dq_weight(nodes, inits, "w3", rng.integers(-127, 128, (24, 1, 3, 3)).astype(np.int8),
                     np.full(24, 0.01, np.float32), np.zeros(24, np.int8), axis=0)
     nodes.append(helper.make_node("Conv", [g, w3], ["c3"], pads=[1, 1, 1, 1], group=24))
-    y = _dq_pair(nodes, inits, "y", "c3", Y_SCALE, 128)
+    d = _dq_pair(nodes, inits, "d", "c3", 0.1, 128)
+    w4 = _dq_weight(nodes, inits, "w4", rng.integers(-127, 128, (24, 12, 1, 1)).astype(np.int8),
+                    np.full(24, 0.0005, np.float32), np.zeros(24, np.int8), axis=0)
+    nodes.append(helper.make_node("Conv", [d, w4], ["c4"], group=2))
+    y = _dq_pair(nodes, inits, "y", "c4", Y_SCALE, 128)
     nodes.append(helper.make_node("Identity", [y], ["out"]))
     graph = helper.make_graph(nodes, "qconv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, CONV_IN)],
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 24, 8, 8])], inits)
@@ -123,16 +127,18 @@ def _conv_model() -> onnx.ModelProto:
 CONV_IN = [1, 3, 15, 15]
 
 
-def test_convs_go_to_integers_and_depthwise_ones_are_reported(tmp_path):
+def test_convs_go_to_integers_and_grouped_ones_are_reported(tmp_path):
     mod = import_relax(load_model(save_model(_conv_model(), tmp_path / "c.onnx")), {"x": tuple(CONV_IN)},
                        {"x": "float32"})[0]
     out, report = integer_kernels(mod)
-    assert report.details == {"integer": 2, "convs": 2, "kept": {"grouped and depthwise convolutions": 1}}
-    assert "2 conv(s) in int8" in report.summary
-    assert sorted(gv.name_hint for gv in out.functions if "int8" in gv.name_hint) == ["conv2d_int8", "conv2d_int81"]
+    assert report.details == {"integer": 3, "convs": 3, "kept": {"grouped convolutions": 1}}
+    assert "3 conv(s) in int8" in report.summary
+    assert sorted(gv.name_hint for gv in out.functions if "int8" in gv.name_hint) == \
+        ["conv2d_int8", "conv2d_int81", "depthwise2d_int8"]
     x = np.random.default_rng(5).normal(0, 2, CONV_IN).astype(np.float32)
     want, got = _run(mod, x)[0], _run(out, x)[0]
     steps = np.abs(want - got) / Y_SCALE
+    assert (np.abs(want) >= 6.35).mean() < 0.01                     # not saturated
     assert want.std() > 10 * Y_SCALE and steps.max() <= 1.0 + 1e-4 and (steps > 0.5).mean() <= 0.02
 
 
@@ -213,9 +219,9 @@ def test_a_model_without_qdq_is_left_alone(tmp_path):
     assert tvm_ffi.structural_equal(out, mod)
 
 
-def _build(tmp_path, model: Path, int8: bool) -> Path:
+def _build(tmp_path, model: Path, int8: bool, shape: list[int] = (M, K)) -> Path:
     out = tmp_path / f"pkg_{int8}"
-    spec = write_spec(tmp_path, f"name: qdq\nmodel: {model}\noutput: {out}\ninputs:\n  x: {{dtype: float32, shape: [{M}, {K}]}}\n"
+    spec = write_spec(tmp_path, f"name: qdq\nmodel: {model}\noutput: {out}\ninputs:\n  x: {{dtype: float32, shape: {list(shape)}}}\n"
                       f"targets: [x86-64]\noptimize:\n  passes: {{int8: {str(int8).lower()}}}\n", f"spec_{int8}.yaml")
     r = run_pack("build", spec)
     assert r.returncode == 0, r.stderr
@@ -236,5 +242,18 @@ def test_a_qdq_package_stores_int8_weights_and_passes_its_check(tmp_path):
     assert float_weights - weights >= 0.7 * 4 * 2 * K * N          # two K x N matrices: 4 bytes -> 1
     asm = packrt.run(["objdump", "-d", pkg / "targets/x86-64/kernels.so"]).stdout
     assert "vpmaddwd" in asm and "vpmaddwd" not in packrt.run(["objdump", "-d", plain / "targets/x86-64/kernels.so"]).stdout
+    check = packrt.run(packrt.cli(pkg) + [pkg, "--check"])
+    assert check.returncode == 0 and " ok " in check.stdout, check.stdout + check.stderr
+
+
+def test_a_qdq_cnn_package_runs_its_convs_in_integers_and_passes_its_check(tmp_path):
+    """The conv model through the whole build: int-dot conv kernels and a depthwise integer kernel
+    the CPU rules schedule, the grouped conv in float, and packrt-run --check against onnxruntime."""
+    host_target()
+    pkg = _build(tmp_path, save_model(_conv_model(), tmp_path / "qconv.onnx"), True, CONV_IN)
+    report = json.loads((pkg / "build_report.json").read_text())
+    passes = {p["pass"]: p for p in report["targets"][0]["kernel_passes"]}
+    assert passes["int8"]["details"]["convs"] == 3
+    assert "2 int-dot" in passes["schedule"]["summary"]
     check = packrt.run(packrt.cli(pkg) + [pkg, "--check"])
     assert check.returncode == 0 and " ok " in check.stdout, check.stdout + check.stderr
