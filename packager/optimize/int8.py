@@ -116,7 +116,7 @@ class _IntegerKernels(relax.PyExprMutator):
         super().__init__(mod)
         self.integer = 0                        # matmuls and convs in integers
         self.convs = 0
-        self.kept: Counter = Counter()          # why a dequantized matmul stayed in float
+        self.kept: Counter = Counter()          # why a dequantized matmul or conv stayed in float
 
     def _bound(self, e):
         bound = self.lookup_binding(e) if isinstance(e, relax.Var) else None
@@ -190,31 +190,41 @@ class _IntegerKernels(relax.PyExprMutator):
         x = self._dequantized(call.args[0])
         if x is None:
             return call
-        a, ndim = call.attrs, call.ty.ndim
+        a, ndim, shape = call.attrs, call.ty.ndim, call.ty.shape.values
         w = self._constant(self._bound(call.args[1]), ndim, 0)
-        groups, shape = int(a.groups), call.ty.shape.values
-        depthwise = groups > 1 and groups == int(shape[1]) and not isinstance(w, str) and w[0].shape[1] == 1
-        why = "grouped convolutions" if groups != 1 and not depthwise else \
-            "convolution layout not NC[H]W" if (a.data_layout, a.kernel_layout, a.out_layout) != LAYOUTS[call.op.name] else \
-            "convolution shape not static" if not all(isinstance(d, tirx.IntImm) for d in shape) else \
-            w if isinstance(w, str) else self._unfit(x, w[0].reshape(w[0].shape[0], -1).T, conv="depthwise" if depthwise else "conv")
+        depthwise = 1 < int(a.groups) == int(shape[1]) and not isinstance(w, str) and w[0].shape[1] == 1
+        why = self._conv_unfit(call, x, w, depthwise)
         if why:
             self.kept[why] += 1
             return call
         self.integer += 1
         self.convs += 1
         pad, xi = [int(p) for p in a.padding], self._int16(x)
+        before, after = pad[:ndim - 2], pad[ndim - 2:]
         space, strides, dilation = [int(d) for d in shape[2:]], [int(v) for v in a.strides], [int(v) for v in a.dilation]
+        bb = self.builder_
         if depthwise:
-            xp = self.builder_.emit_te(topi.nn.pad, xi, [0, 0, *pad[:ndim - 2]], [0, 0, *pad[ndim - 2:]], 0,
-                                       primfunc_name_hint="pad")
-            acc = self.builder_.emit_te(int_depthwise, xp, relax.const(np.ascontiguousarray(w[0][:, 0])), space, strides,
-                                        dilation, primfunc_name_hint=f"depthwise{ndim - 2}d_int8")
+            xp = bb.emit_te(topi.nn.pad, xi, [0, 0, *before], [0, 0, *after], 0, primfunc_name_hint="pad")
+            acc = bb.emit_te(int_depthwise, xp, relax.const(np.ascontiguousarray(w[0][:, 0])), space, strides,
+                             dilation, primfunc_name_hint=f"depthwise{ndim - 2}d_int8")
         else:
-            xp = self.builder_.emit_te(pair_pad, xi, pad[:ndim - 2], pad[ndim - 2:], primfunc_name_hint="pair_pad")
-            acc = self.builder_.emit_te(int_conv, xp, relax.const(pack_conv(w[0])), space, strides, dilation,
-                                        primfunc_name_hint=f"conv{ndim - 2}d_int8")
+            xp = bb.emit_te(pair_pad, xi, before, after, primfunc_name_hint="pair_pad")
+            acc = bb.emit_te(int_conv, xp, relax.const(pack_conv(w[0])), space, strides, dilation,
+                             primfunc_name_hint=f"conv{ndim - 2}d_int8")
         return self._scaled(acc, x, w[1], ndim)
+
+    def _conv_unfit(self, call: relax.Call, x: relax.Call, w: tuple | str, depthwise: bool) -> str:
+        """Why a dequantized conv stays in float, "" if it computes in integers."""
+        a = call.attrs
+        if int(a.groups) != 1 and not depthwise:
+            return "grouped convolutions"
+        if (a.data_layout, a.kernel_layout, a.out_layout) != LAYOUTS[call.op.name]:
+            return "convolution layout not NC[H]W"
+        if not all(isinstance(d, tirx.IntImm) for d in call.ty.shape.values):
+            return "convolution shape not static"
+        if isinstance(w, str):
+            return w
+        return self._unfit(x, w[0].reshape(w[0].shape[0], -1).T, conv="depthwise" if depthwise else "conv")
 
     def _unfit(self, x: relax.Call, w: np.ndarray, conv: str = "") -> str:
         x_scale, x_zp = _scalar(x.args[1]), _scalar(x.args[2])
@@ -253,5 +263,6 @@ def integer_kernels(mod: tvm.IRModule) -> tuple[tvm.IRModule, PassReport]:
     if not m.integer and not kept:
         return out, PassReport("int8", "applied", "no dequantized matmul or conv in the model", {"integer": 0})
     done = " and ".join(f"{n} {what}(s)" for n, what in ((m.integer - m.convs, "matmul"), (m.convs, "conv")) if n)
-    return out, PassReport("int8", "applied", f"{done or 'nothing'} in int8 (int32 sums, int8 weights)" + (f"; kept in float: {kept}" if kept else ""),
+    return out, PassReport("int8", "applied", f"{done or 'nothing'} in int8 (int32 sums, int8 weights)"
+                           + (f"; kept in float: {kept}" if kept else ""),
                            {"integer": m.integer, "convs": m.convs, "kept": dict(m.kept)})
