@@ -6,6 +6,7 @@ import importlib.util
 import json
 import re
 import shutil
+import subprocess
 
 import numpy as np
 import onnx
@@ -197,6 +198,34 @@ def test_arm64_only_package_is_cross_built(tmp_path, sample_root):
     assert list(m["runtime"]) == ["aarch64"] and m["targets"][0]["mcpu"] == "cortex-a78ae"
     r = run_pack("verify", tmp_path / "dist" / "mlp")
     assert r.returncode == 0 and "a78" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("sample,inputs", [("cnn", "image: {shape: [1, 3, 64, 64]}"),
+                                           ("transformer", "tokens: {shape: [1, 32, 64]}")])
+def test_arm64_fp16_package_verifies_under_qemu(tmp_path, sample_root, sample, inputs):
+    """optimize.precision fp16 for an Arm CPU with the FP16 extension (Orin's Cortex-A78AE): fp16
+    weights, kernels with fp16 instructions, a runtime that checks the CPU has them, and outputs
+    within fp16's tolerance of onnxruntime (run under qemu)."""
+    if not HAS_QEMU:
+        pytest.skip("qemu-aarch64 not installed")
+    spec = write_spec(tmp_path, f"name: s\nmodel: {sample_root / sample / 'model.onnx'}\ninputs: {{{inputs}}}\n"
+                                "targets: [{name: a78, kind: cpu, arch: arm64, mcpu: cortex-a78ae}]\n"
+                                "optimize: {precision: fp16}\n")
+    r = run_pack("build", spec)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pkg = tmp_path / "dist" / "s"
+    target = json.loads((pkg / "manifest.json").read_text())["targets"][0]
+    assert target["precision"] == "fp16" and {"fphp", "asimdhp"} <= set(target["cpu_features"])
+    weights = (pkg / "targets" / "a78" / "weights.bin").stat().st_size
+    assert weights < 0.6 * sum(a.nbytes for a in _initializers(sample_root / sample / "model.onnx"))
+    dump = subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(pkg / "targets" / "a78" / "kernels.so")],
+                          capture_output=True, text=True, check=True).stdout
+    assert re.search(r"\tfcvtl\s|\tf(add|mul|mla|max)\s+v\d+\.[48]h", dump), "no fp16 instructions in the kernels"
+    r = run_pack("verify", pkg)
+    assert r.returncode == 0 and " a78 " in r.stdout and "fp16: mean err" in r.stdout, r.stdout + r.stderr
+    bad = write_spec(tmp_path / "generic", spec.read_text().replace(", mcpu: cortex-a78ae", ""))
+    r = run_pack("build", bad)
+    assert r.returncode == 2 and "mcpu: cortex-a78ae" in r.stderr and "+fullfp16" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("sample,opset", [("cnn", 11), ("mlp", 11), ("mlp", 21), ("transformer", 21)])

@@ -9,8 +9,8 @@ from typing import Any, Callable
 from ..errors import UserError
 from ..spec import Spec, TargetSpec, spec_error
 from .host import detected_x86_isa, host_arch, host_cpu_name
-from .table import (ARCH_ALIASES, ARCHES, ARM_ISA, CPU_NAMES, CUDA_SM_RANGE, CUDA_TABLE, X86_ISA, CpuTarget,
-                    CudaTarget, RpcDevice, Target)
+from .table import (ARCH_ALIASES, ARCHES, ARM_HWCAPS, ARM_ISA, CPU_NAMES, CUDA_SM_RANGE, CUDA_TABLE, X86_ISA, CpuTarget,
+                    CudaTarget, RpcDevice, Target, llvm_cpu_features)
 
 
 Fail = Callable[..., UserError]
@@ -132,8 +132,11 @@ def _arm(name: str, isa: str | None, mcpu: str | None, mattr: tuple[str, ...], f
     if not isinstance(isa, str) or isa not in ARM_ISA:     # a list or mapping is not hashable
         raise fail(f"unknown ARM ISA {isa!r}; expected neon", "isa")
     row = ARM_ISA[isa]
-    return CpuTarget(name, "aarch64", isa, mcpu or row["mcpu"], mattr or ("+neon",),
-                     row["vector_bits"], row["features"], row["flops_per_cycle"], row["dram_gbs_per_core"])
+    mcpu, mattr = mcpu or row["mcpu"], mattr or ("+neon",)
+    extra = [cap for feature, caps in ARM_HWCAPS.items() if feature in llvm_cpu_features(ARCHES["aarch64"], mcpu, mattr)
+             for cap in caps]
+    return CpuTarget(name, "aarch64", isa, mcpu, mattr, row["vector_bits"], (*row["features"], *extra),
+                     row["flops_per_cycle"], row["dram_gbs_per_core"])
 
 
 def _check_mcpu(mcpu: str, arch: str, fail) -> None:
@@ -155,13 +158,21 @@ def resolve_all(spec: Spec, only: list[str] | None = None) -> list[Target]:
     return targets
 
 
+def _precision_hint(t: Target, want: str) -> str:
+    """How an Arm target gets fp16: a CPU with the FP16 extension (LLVM decides from mcpu/mattr)."""
+    if isinstance(t, CpuTarget) and t.arch == "aarch64" and want == "fp16":
+        return (f"its CPU (mcpu {t.mcpu}) has no FP16 arithmetic: name one that has (e.g. mcpu: cortex-a78ae, "
+                "Jetson Orin's) or add mattr: ['+fullfp16'], or ")
+    return ""
+
+
 def _check_precision(t: Target, spec: Spec) -> None:
     """A precision the target cannot compute in is the spec's error, not a silent fp32 build."""
     want = spec.optimize.precision_of(t.name)
     if want not in t.precisions:
         field = "optimize.precision" + (f".{t.name}" if t.name in spec.optimize.precision else "")
         msg = (f"target '{t.name}' cannot compute in {want} in this version (it takes {', '.join(t.precisions)}); "
-               f"choose one of those for it, e.g. precision: {{{t.name}: fp32}}")
+               + _precision_hint(t, want) + f"choose one of those for it, e.g. precision: {{{t.name}: fp32}}")
         if spec.reader is not None:
             spec.reader.fail(field, msg)
         raise UserError(f"{spec.path}: {field}: {msg}")

@@ -9,6 +9,7 @@ offline (packager/codegen/cuda.py). Which backend serves a row is its `kind`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Union
 
 # Static __shared__ arrays are limited to 48 KB per block on every CUDA architecture (more needs
@@ -31,6 +32,19 @@ X86_ISA = {
 }
 ARM_ISA = {"neon": {"mcpu": "generic", "vector_bits": 128, "flops_per_cycle": 16, "dram_gbs_per_core": 6.0,
                     "features": ("asimd",)}}
+# LLVM features an Arm CPU (mcpu) or mattr turns on -> the Linux hwcaps (/proc/cpuinfo "Features")
+# the runtime then also checks: LLVM may use these instructions in any kernel once they are on.
+ARM_HWCAPS = {"fullfp16": ("fphp", "asimdhp"), "dotprod": ("asimddp",)}
+
+
+@lru_cache(maxsize=None)
+def llvm_cpu_features(triple: str, mcpu: str, mattr: tuple[str, ...]) -> frozenset[str]:
+    """The LLVM features code generation for this CPU and these attributes may use."""
+    import tvm
+    from tvm.target import codegen
+
+    target = {"kind": "llvm", "mtriple": triple, "mcpu": mcpu, **({"mattr": list(mattr)} if mattr else {})}
+    return frozenset(str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target(target)))
 
 
 @dataclass(frozen=True)
@@ -75,9 +89,16 @@ class CpuTarget:
         return self.vector_bits // 32
 
     @property
+    def llvm_features(self) -> frozenset[str]:
+        return llvm_cpu_features(self.triple, self.mcpu, self.mattr)
+
+    @property
     def precisions(self) -> tuple[str, ...]:
-        """What `optimize.precision` may ask of this target. fp16 and bf16 kernels for CPUs are
-        not built by this version (issue 47: AVX512-BF16/AMX, Arm FP16)."""
+        """What `optimize.precision` may ask of this target: fp16 on an Arm CPU with the FP16
+        arithmetic extension (LLVM's `fullfp16`: Cortex-A55/A75 on, Orin's A78AE, Neoverse; named by
+        mcpu or mattr '+fullfp16'). bf16 for CPUs is not built by this version."""
+        if self.arch == "aarch64" and "fullfp16" in self.llvm_features:
+            return ("fp32", "fp16")
         return ("fp32",)
 
     def llvm_target(self) -> dict[str, Any]:

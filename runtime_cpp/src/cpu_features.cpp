@@ -50,6 +50,7 @@ static bool has_feature(const std::string& f) {
   if (f == "asimd") return hw & HWCAP_ASIMD;
   if (f == "fp") return hw & HWCAP_FP;
   if (f == "asimddp") return hw & HWCAP_ASIMDDP;
+  if (f == "fphp") return hw & HWCAP_FPHP;
   if (f == "asimdhp") return hw & HWCAP_ASIMDHP;
   if (f == "sve") return hw & HWCAP_SVE;
   return false;

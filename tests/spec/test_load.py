@@ -196,7 +196,8 @@ def test_precision_is_per_target_with_a_default(spec_dir):
 
 
 def test_a_precision_the_target_cannot_compute_in_names_the_field(spec_dir):
-    """No CPU target computes in fp16 in this version: the spec's error, before anything is built."""
+    """No x86 target computes in fp16 in this version, nor an Arm CPU without FP16 arithmetic: the
+    spec's error, before anything is built."""
     from packager.targets import resolve_all
 
     spec = load_spec(write_spec(spec_dir, GOOD.replace("level: 1", "level: 1\n  precision: {x86-avx2: fp16}")))
@@ -211,6 +212,10 @@ def test_a_precision_the_target_cannot_compute_in_names_the_field(spec_dir):
         "level: 1", "level: 1\n  precision: fp16")))
     with pytest.raises(UserError, match="target 'v100' cannot compute in fp16"):
         resolve_all(v100)
+    arm = load_spec(write_spec(spec_dir, GOOD.replace("  - x86-64\n", "  - arm64\n").replace(
+        "level: 1", "level: 1\n  precision: fp16")))
+    with pytest.raises(UserError, match=r"target 'arm64' cannot compute in fp16.*mcpu generic\) has no FP16"):
+        resolve_all(arm)
     bf16 = load_spec(write_spec(spec_dir, GOOD.replace("  - x86-64\n", "  - h100\n").replace(
         "level: 1", "level: 1\n  precision: {h100: bf16}")))
     with pytest.raises(UserError, match="cannot compute in bf16"):

@@ -35,6 +35,20 @@ def test_x86_64_detects_the_build_hosts_isa(monkeypatch):
         r("x86-64")
 
 
+def test_an_arm_cpu_with_fp16_arithmetic_takes_fp16_and_its_runtime_checks_for_it():
+    """LLVM's features of the mcpu (or mattr) decide: Orin's A78AE has FP16 arithmetic and dot
+    products, so fp16 is offered and the runtime checks the hwcaps those instructions need; the
+    generic ARMv8.0 row has neither, and x86 computes in fp32 only."""
+    a78 = r("orin-cpu", kind="cpu", arch="arm64", mcpu="cortex-a78ae")
+    assert a78.precisions == ("fp32", "fp16")
+    assert {"asimd", "fphp", "asimdhp", "asimddp"} == set(a78.features)
+    generic = r("arm64")
+    assert generic.precisions == ("fp32",) and generic.features == ("asimd",)
+    plus = r("a", kind="cpu", arch="arm64", mattr=["+neon", "+fullfp16"])
+    assert plus.precisions == ("fp32", "fp16") and "asimddp" not in plus.features
+    assert r("x86-avx512").precisions == ("fp32",)
+
+
 def test_custom_targets_and_native_cpu():
     a78 = r("orin-cpu", kind="cpu", arch="arm64", mcpu="cortex-a78ae")
     assert a78.arch == "aarch64" and a78.mcpu == "cortex-a78ae"

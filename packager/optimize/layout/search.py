@@ -58,13 +58,16 @@ class ConvSite:
     groups: int
     dtype: str
     epilogue: str = ""        # "silu": a sigmoid/tanh/exp-like op follows (fused into the conv's kernel)
+    out_dtype: str = ""       # the accumulator's type where it is not `dtype` (fp16 operands, fp32 sums)
 
     @staticmethod
     def of(call: relax.Call) -> "ConvSite":
         a = call.attrs
+        dtype, out = str(call.args[0].ty.dtype), str(a.out_dtype) if a.out_dtype else ""
         return ConvSite(tuple(int(d) for d in call.args[0].ty.shape), tuple(int(d) for d in call.args[1].ty.shape),
                         tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding),
-                        tuple(int(d) for d in a.dilation), int(a.groups), str(call.args[0].ty.dtype))
+                        tuple(int(d) for d in a.dilation), int(a.groups), dtype,
+                        out_dtype="" if out in ("", "void", dtype) else out)
 
     @property
     def channels(self) -> int:
@@ -120,14 +123,14 @@ class ConvSite:
         o, cg, kh, kw = self.weight
         wt = te.placeholder((o // w_out, cg // w_in, kh, kw, w_in, w_out), self.dtype, "w")
         y = conv2d_packed(x, wt, ConvLayouts(data_block, w_in, w_out, out_block), c, o, self.strides, self.padding,
-                          self.dilation, self.groups, self.dtype)
+                          self.dilation, self.groups, self.out_dtype or self.dtype)
         if self.epilogue:
             y = fast_silu(y)
         return te.create_prim_func([x, wt, y])
 
     def _fields(self) -> list:
         return [self.data, self.weight, self.strides, self.padding, self.dilation, self.groups, self.dtype] + \
-            ([self.epilogue] if self.epilogue else [])
+            ([self.epilogue] if self.epilogue else []) + ([self.out_dtype] if self.out_dtype else [])
 
     def key(self) -> str:
         return json.dumps(self._fields())
@@ -142,7 +145,7 @@ class ConvSite:
         c = 1 << (self.channels - 1).bit_length()
         return json.dumps([(self.data[0], c, *self.data[2:]), (self.weight[0], c, *self.weight[2:]), self.strides,
                            self.padding, self.dilation, self.groups, self.dtype, "class"] +
-                          ([self.epilogue] if self.epilogue else []))
+                          ([self.epilogue] if self.epilogue else []) + ([self.out_dtype] if self.out_dtype else []))
 
 
 @dataclass(frozen=True)

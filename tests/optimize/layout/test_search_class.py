@@ -53,3 +53,26 @@ def test_a_shared_decision_is_kept_in_the_database_under_its_own_key(tmp_path):
     again = CountingSearch(tmp_path)
     d = again.decide(_site(192), 16)
     assert d.reused and d.shared_from and not again.scored
+
+
+def test_an_fp16_conv_is_scored_with_the_accumulator_it_ships_with():
+    """fp16 operands with an fp32 sum (optimize.precision): the candidates the search times sum
+    in fp32 as the built kernel does, and a site keyed apart from an fp16-summing one (they were
+    timed summing in fp16, and disagreed with each other by 15 fp16 steps)."""
+    from tvm import relax
+
+    from packager.optimize.schedule.measure.agree import rounds_through_half
+
+    x = relax.Var("x", relax.TensorType((1, 16, 8, 8), "float16"))
+    w = relax.Var("w", relax.TensorType((32, 16, 3, 3), "float16"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w]):
+        call = bb.normalize(relax.op.nn.conv2d(x, w, padding=1, out_dtype="float32"))
+        bb.emit_func_output(call)
+    site = ConvSite.of(call)
+    assert (site.dtype, site.out_dtype) == ("float16", "float32")
+    func = site.kernel(8, 8)
+    assert str(func.params[-1].dtype) == "float32" and rounds_through_half(func)
+    plain = ConvSite.of(bb.normalize(relax.op.nn.conv2d(x, w, padding=1)))
+    assert plain.out_dtype == "" and plain.key() != site.key() and plain.class_key() != site.class_key()
+    assert str(plain.kernel(8, 8).params[-1].dtype) == "float16"

@@ -17,14 +17,9 @@ import tvm
 from tvm import tirx
 
 from ....targets.host import host_cpu_name
+from .agree import agree, rounds_through_half
 from .compile import Library, build_library
 from .timing import _args
-
-RTOL = 1e-4            # of the reference tensor's largest finite |value|: blocked fp32 sums reorder
-# A reordered fp32 sum rounded to fp16 can land one fp16 step (2^-11 of the value) away.
-RTOL_BY_DTYPE = {"float16": 2e-3}
-STEP_FLIPS = 0.01      # of an 8-bit output's elements that may be one quantization step off
-
 
 @dataclass
 class CheckReport:
@@ -51,23 +46,6 @@ def _host_build(funcs: dict[str, tirx.PrimFunc]) -> Library:
     """For this CPU by name: an x86 kernel may call AVX2 intrinsics (rules/int_dot.py), which LLVM
     cannot lower for its generic x86-64 (it aborts the process)."""
     return build_library(funcs, tvm.target.Target({"kind": "llvm", "mcpu": host_cpu_name()}))
-
-
-def _agree(got: np.ndarray, ref: np.ndarray) -> bool:
-    """Equal for integers, except that an 8-bit output (a QuantizeLinear's) may be one step off in
-    up to STEP_FLIPS of its elements: a reordered float sum just below a rounding boundary lands
-    one step over (QDQ BERT's softmax and layer-norm kernels fell back to slower schedules on it).
-    For floats within RTOL (fp16: RTOL_BY_DTYPE) of the reference's largest finite |value|, with
-    NaN where it has NaN and the same infinities."""
-    if got.dtype.kind != "f":
-        if got.dtype.itemsize != 1 or got.dtype == np.bool_:
-            return np.array_equal(got, ref)
-        off = np.abs(got.astype(np.int16) - ref.astype(np.int16))
-        return bool(off.max(initial=0) <= 1 and np.count_nonzero(off) <= STEP_FLIPS * off.size)
-    finite = np.abs(ref[np.isfinite(ref)].astype(np.float64))
-    scale = float(finite.max()) if finite.size else 0.0
-    atol = RTOL_BY_DTYPE.get(str(ref.dtype), RTOL) * (scale or 1.0) + 1e-6
-    return bool(np.allclose(got.astype(np.float64), ref.astype(np.float64), rtol=0.0, atol=atol, equal_nan=True))
 
 
 def disagreements(pairs: dict[str, tuple[tirx.PrimFunc, tirx.PrimFunc]]) -> dict[str, bool | str]:
@@ -105,7 +83,8 @@ def _run_pair(lib, sched: str, ref_name: str, ref: tirx.PrimFunc) -> bool | str:
     except Exception as e:  # noqa: BLE001 - a kernel that fails to run here is reported, not trusted
         lines = str(e).strip().splitlines()
         return f"failed to run: {lines[-1][:120] if lines else type(e).__name__}"
-    return not all(_agree(g, w) for g, w in zip(got, want))
+    half = rounds_through_half(ref)
+    return not all(agree(g, w, half) for g, w in zip(got, want))
 
 
 Candidates = Callable[[str, tirx.PrimFunc], Iterator[tuple[tirx.PrimFunc, str]]]

@@ -24,6 +24,7 @@ import tvm
 from tvm import tirx
 
 from ....targets import Target, can_run_here
+from .agree import agree, rounds_through_half
 from .compile import Library, build_library
 
 MIN_SECONDS = 0.01            # each timing repeat runs the kernel at least this long
@@ -202,7 +203,7 @@ def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3,
     args = _args(funcs[0], rng, dev)
     inputs = [a.numpy() for a in args]
     preproc = _written_first(lib, tvm.runtime.tensor(inputs[0], device=dev), target) if local else None
-    ref = None
+    ref, half = None, rounds_through_half(funcs[0])
     correct: list[int] = []
     first: dict[int, float] = {}                  # each correctness run's wall time
     for i in range(len(funcs)):
@@ -218,7 +219,7 @@ def time_candidates(funcs: list[tirx.PrimFunc], target: Target, repeat: int = 3,
             ref = out
             if not time_first:
                 continue
-        elif not np.allclose(out, ref, rtol=1e-4, atol=1e-4):
+        elif not (agree(out, ref, half=True) if half else np.allclose(out, ref, rtol=1e-4, atol=1e-4)):
             continue
         correct.append(i)
     timed, screened, runs = screen({i: first[i] for i in correct})
