@@ -302,6 +302,13 @@ def _layernorm_with_stats(node, t: _Types, b: _Builder) -> list[onnx.NodeProto]:
 FOLD_MAX_ELEMENTS = 1 << 16          # larger results stay computed by kernels (no weight blow-up)
 NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
               "Bernoulli", "Dropout"}
+# A DequantizeLinear of an 8-bit constant stays a node: the int8 pass (optimize/int8.py) reads a QDQ
+# weight's values, scale and zero point from it, and `simplify` folds what that pass leaves.
+QDQ_WEIGHT_TYPES = (TensorProto.INT8, TensorProto.UINT8)
+
+
+def _qdq_weight(node: onnx.NodeProto, known: dict[str, onnx.TensorProto]) -> bool:
+    return node.op_type == "DequantizeLinear" and known[node.input[0]].data_type in QDQ_WEIGHT_TYPES
 
 
 def _fold(model: onnx.ModelProto) -> int:
@@ -314,7 +321,7 @@ def _fold(model: onnx.ModelProto) -> int:
     for node in g.node:
         ins = [i for i in node.input if i]
         if (node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLD or not all(i in known for i in ins)
-                or any(o in graph_outputs for o in node.output)):
+                or any(o in graph_outputs for o in node.output) or _qdq_weight(node, known)):
             kept.append(node)
             continue
         try:

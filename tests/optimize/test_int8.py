@@ -95,7 +95,7 @@ def test_weight_matmuls_go_to_integers_and_the_rest_is_reported(tmp_path):
 
 def _conv_model() -> onnx.ModelProto:
     """Four convs of a QDQ model: 3 input channels at stride 2 (C odd: a zero channel pads the
-    pairs), a dilated 3x3 with padding 2, a depthwise one, and a grouped one (kept in float)."""
+    pairs), a dilated 3x3 with padding 2, a depthwise one, and a grouped one (both exact in float32)."""
     rng = np.random.default_rng(4)
     nodes, inits = [], []
     x = _dq_pair(nodes, inits, "x", "x", 0.04, 128)
@@ -127,19 +127,56 @@ def _conv_model() -> onnx.ModelProto:
 CONV_IN = [1, 3, 15, 15]
 
 
-def test_convs_go_to_integers_and_grouped_ones_are_reported(tmp_path):
+def test_convs_go_to_integers_and_grouped_ones_to_exact_float_sums(tmp_path):
+    """The depthwise and the grouped conv sum 9 and 12 products per output: float32 convs of the
+    integers (x_q - x_zp, w_q - w_zp), exact, so their outputs are the int32 path's to the bit."""
     mod = import_relax(load_model(save_model(_conv_model(), tmp_path / "c.onnx")), {"x": tuple(CONV_IN)},
                        {"x": "float32"})[0]
     out, report = integer_kernels(mod)
-    assert report.details == {"integer": 3, "convs": 3, "kept": {"grouped convolutions": 1}}
-    assert "3 conv(s) in int8" in report.summary
-    assert sorted(gv.name_hint for gv in out.functions if "int8" in gv.name_hint) == \
-        ["conv2d_int8", "conv2d_int81", "depthwise2d_int8"]
+    assert report.details == {"integer": 4, "convs": 4, "exact": 2, "kept": {}}
+    assert "4 conv(s) in int8" in report.summary and "2 of the convs grouped/depthwise" in report.summary
+    assert sorted(gv.name_hint for gv in out.functions if "int8" in gv.name_hint) == ["conv2d_int8", "conv2d_int81"]
     x = np.random.default_rng(5).normal(0, 2, CONV_IN).astype(np.float32)
     want, got = _run(mod, x)[0], _run(out, x)[0]
     steps = np.abs(want - got) / Y_SCALE
     assert (np.abs(want) >= 6.35).mean() < 0.01                     # not saturated
     assert want.std() > 10 * Y_SCALE and steps.max() <= 1.0 + 1e-4 and (steps > 0.5).mean() <= 0.02
+
+
+def test_the_exact_float_conv_is_the_integer_sum_and_long_grouped_sums_stay_float(tmp_path):
+    """A depthwise 5x5 over 8-bit extremes sums to the int32 result exactly; a grouped conv of
+    64 channels per group over 3x3 taps (576 products, past EXACT_TERMS) keeps the float path."""
+    rng = np.random.default_rng(11)
+    nodes, inits = [], []
+    x = _dq_pair(nodes, inits, "x", "x", 1.0, 0)
+    wq = rng.choice(np.array([-128, 127], np.int8), (8, 1, 5, 5))
+    wq[0] = -128                                                      # channel 0: 25 x 255 x -128
+    w = _dq_weight(nodes, inits, "w", wq, np.ones(8, np.float32), np.zeros(8, np.int8), axis=0)
+    nodes.append(helper.make_node("Conv", [x, w], ["dw"], pads=[2, 2, 2, 2], group=8))
+    g = _dq_weight(nodes, inits, "g", rng.integers(-127, 128, (8, 64, 3, 3)).astype(np.int8),
+                   np.full(8, 0.01, np.float32), np.zeros(8, np.int8), axis=0)
+    x2 = _dq_pair(nodes, inits, "x2", "x2", 0.1, 128)
+    nodes.append(helper.make_node("Conv", [x2, g], ["grouped"], pads=[1, 1, 1, 1], group=2))
+    graph = helper.make_graph(nodes, "q", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6]),
+                                           helper.make_tensor_value_info("x2", TensorProto.FLOAT, [1, 128, 4, 4])],
+                              [helper.make_tensor_value_info("dw", TensorProto.FLOAT, [1, 8, 6, 6]),
+                               helper.make_tensor_value_info("grouped", TensorProto.FLOAT, [1, 8, 4, 4])], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    mod = import_relax(load_model(save_model(m, tmp_path / "e.onnx")), {"x": (1, 8, 6, 6), "x2": (1, 128, 4, 4)},
+                       {"x": "float32", "x2": "float32"})[0]
+    out, report = integer_kernels(mod)
+    assert report.details["exact"] == 1 and report.details["kept"] == {"grouped convolutions summing over 512 products": 1}
+    xq = rng.choice(np.array([0, 255], np.float32), (1, 8, 6, 6))      # u8 extremes; x_zp 0, scale 1
+    xq[0, 0] = 255
+    vm = relax.VirtualMachine(tvm.compile(legalize(fold_constants(out)[0]), target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(xq), tvm.runtime.tensor(np.zeros((1, 128, 4, 4), np.float32)))[0].numpy()
+    pad = np.pad(xq.astype(np.int64), ((0, 0), (0, 0), (2, 2), (2, 2)))
+    want = np.zeros((1, 8, 6, 6), np.int64)
+    for dy in range(5):
+        for dx in range(5):
+            want += pad[:, :, dy:dy + 6, dx:dx + 6] * wq[None, :, 0, dy, dx, None, None].astype(np.int64)
+    assert np.abs(want).max() > 2 ** 19 and np.array_equal(got.astype(np.int64), want)
 
 
 def test_a_conv1d_goes_to_integers(tmp_path):
@@ -247,13 +284,13 @@ def test_a_qdq_package_stores_int8_weights_and_passes_its_check(tmp_path):
 
 
 def test_a_qdq_cnn_package_runs_its_convs_in_integers_and_passes_its_check(tmp_path):
-    """The conv model through the whole build: int-dot conv kernels and a depthwise integer kernel
-    the CPU rules schedule, the grouped conv in float, and packrt-run --check against onnxruntime."""
+    """The conv model through the whole build: int-dot conv kernels, the depthwise and grouped
+    convs as exact float convs, and packrt-run --check against onnxruntime."""
     host_target()
     pkg = _build(tmp_path, save_model(_conv_model(), tmp_path / "qconv.onnx"), True, CONV_IN)
     report = json.loads((pkg / "build_report.json").read_text())
     passes = {p["pass"]: p for p in report["targets"][0]["kernel_passes"]}
-    assert passes["int8"]["details"]["convs"] == 3
+    assert passes["int8"]["details"]["convs"] == 4 and passes["int8"]["details"]["exact"] == 2
     assert "2 int-dot" in passes["schedule"]["summary"]
     check = packrt.run(packrt.cli(pkg) + [pkg, "--check"])
     assert check.returncode == 0 and " ok " in check.stdout, check.stdout + check.stderr
