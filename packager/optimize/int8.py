@@ -15,9 +15,10 @@ A convolution's activation is first laid out N[H]WC (channels in pairs, padded t
 spatial padding written as zeros) so a pair of channels is one 32-bit load; its weights are
 panels [OC/8, *K, C/2, 8, 2]. The kernel's output stays NC[H]W, as the float graph around it.
 
-Depthwise and grouped convs sum few products per output (C/groups x the kernel's taps): up to
-EXACT_TERMS of them, each |x_q - x_zp| * |w_q - w_zp| <= 255 * 128, stay below 2^24, so a float32
-sum of them is the exact integer in any order. Such a conv computes (x_q - x_zp) and (w_q - w_zp)
+Depthwise and grouped convs, and convs whose output channels are not whole panels, often sum
+few products per output (C/groups x the kernel's taps): up to EXACT_TERMS of them, each
+|x_q - x_zp| * |w_q - w_zp| <= 255 * 128, stay below 2^24, so a float32 sum of them is the exact
+integer in any order. Such a conv computes (x_q - x_zp) and (w_q - w_zp)
 as float32 integers with the float graph's conv, which the layout pass blocks and the schedulers
 take like any float conv: the int32 result, bit for bit, at float kernels' speed (an NC[H]W
 integer kernel for them ran 3.6x onnxruntime's time on a YOLO11n depthwise node).
@@ -25,7 +26,8 @@ integer kernel for them ran 3.6x onnxruntime's time on a YOLO11n depthwise node)
 Not (yet) in integers, and counted in the report line by reason: matmuls of two activations
 (attention), grouped convs summing more than EXACT_TERMS products, 3-D and transposed
 convolutions, weights whose zero point leaves int8 range, K odd or N (output channels) not whole
-panels. CUDA targets keep the float path (dp4a / integer tensor cores are not built).
+panels over more than EXACT_TERMS products. CUDA targets keep the float path (dp4a / integer tensor
+cores are not built).
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ import tvm
 from tvm import relax, te, tirx
 
 from .base import PassReport
+from .qdq_moves import EightBitMoves
 from .relax_util import is_const, rewrite_functions
 
 PANEL = 8          # weight columns per panel: the int32 lanes of the CPU int-dot rule's vector
@@ -187,13 +190,13 @@ class _IntegerKernels(relax.PyExprMutator):
             return call
         a, ndim, shape = call.attrs, call.ty.ndim, call.ty.shape.values
         w = self._constant(self._bound(call.args[1]), ndim, 0)
-        why = self._conv_unfit(call, x, w)
-        if why:
-            self.kept[why] += 1
+        form = self._conv_form(call, x, w)
+        if form not in ("int", "exact"):
+            self.kept[form] += 1
             return call
         self.integer += 1
         self.convs += 1
-        if int(a.groups) > 1:
+        if form == "exact":
             self.exact += 1
             return self._scaled(self._exact_float(call, x, w[0]), x, w[1], ndim)
         pad, xi = [int(p) for p in a.padding], self._int16(x)
@@ -212,8 +215,10 @@ class _IntegerKernels(relax.PyExprMutator):
             xf = bb.emit(relax.op.subtract(xf, relax.const(np.float32(zp), "float32")))
         return bb.emit(relax.Call(call.op, [xf, relax.const(w.astype(np.float32))], call.attrs))
 
-    def _conv_unfit(self, call: relax.Call, x: relax.Call, w: tuple | str) -> str:
-        """Why a dequantized conv stays in float, "" if it computes in integers."""
+    def _conv_form(self, call: relax.Call, x: relax.Call, w: tuple | str) -> str:
+        """"int" (int-dot panels), "exact" (float32 integers: a grouped conv, or one whose output
+        channels are not whole panels, summing at most EXACT_TERMS products), or why the conv
+        stays in float."""
         a = call.attrs
         if (a.data_layout, a.kernel_layout, a.out_layout) != LAYOUTS[call.op.name]:
             return "convolution layout not NC[H]W"
@@ -221,11 +226,14 @@ class _IntegerKernels(relax.PyExprMutator):
             return "convolution shape not static"
         if isinstance(w, str):
             return w
+        few = w[0][0].size <= EXACT_TERMS          # products per output: C/groups x the kernel's taps
+        why = self._unfit(x, w[0][:1].reshape(1, -1).T, conv="exact")
+        if why:
+            return why
         if int(a.groups) > 1:
-            why = self._unfit(x, w[0][:1].reshape(1, -1).T, conv="grouped")
-            terms = w[0][0].size                 # products per output: C/groups x the kernel's taps
-            return why or ("" if terms <= EXACT_TERMS else f"grouped convolutions summing over {EXACT_TERMS} products")
-        return self._unfit(x, w[0].reshape(w[0].shape[0], -1).T, conv="conv")
+            return "exact" if few else f"grouped convolutions summing over {EXACT_TERMS} products"
+        why = self._unfit(x, w[0].reshape(w[0].shape[0], -1).T, conv="conv")
+        return "int" if not why else "exact" if few else why
 
     def _unfit(self, x: relax.Call, w: np.ndarray, conv: str = "") -> str:
         x_scale, x_zp = _scalar(x.args[1]), _scalar(x.args[2])
@@ -234,7 +242,7 @@ class _IntegerKernels(relax.PyExprMutator):
         if x.args[0].ty.ndim < 2:
             return "activation not a matrix"
         k, n = w.shape
-        if conv == "grouped":                    # an exact float conv: no panels, any channel count
+        if conv == "exact":                      # an exact float conv: no panels, any channel count
             return ""
         return f"{'output channels' if conv else 'N'} not a multiple of {PANEL}" if n % PANEL else \
             "K odd" if k % 2 and not conv else ""
@@ -259,15 +267,23 @@ class _IntegerKernels(relax.PyExprMutator):
 
 
 def integer_kernels(mod: tvm.IRModule) -> tuple[tvm.IRModule, PassReport]:
-    """The module with its QDQ matmuls in integers; the report counts them and the ones kept."""
+    """The module with its QDQ data movement on 8-bit values (qdq_moves.py) and its QDQ matmuls
+    and convs in integers; the report counts them and the ones kept."""
+    moves = EightBitMoves(mod)
+    mod = rewrite_functions(moves, mod)
+    if moves.moved:
+        mod = relax.transform.DeadCodeElimination()(mod)
     m = _IntegerKernels(mod)
     out = rewrite_functions(m, mod)
     kept = ", ".join(f"{n} {why}" for why, n in sorted(m.kept.items()))
+    moved = (f"; {moves.ops} data movement op(s) on 8-bit values ({moves.moved} quantize/dequantize round trip(s) "
+             "removed)" if moves.moved else "")
+    details = {"integer": m.integer, "convs": m.convs, "exact": m.exact, "kept": dict(m.kept),
+               "moves": moves.ops, "round_trips": moves.moved}
     if not m.integer and not kept:
-        return out, PassReport("int8", "applied", "no dequantized matmul or conv in the model", {"integer": 0})
+        return out, PassReport("int8", "applied", "no dequantized matmul or conv in the model" + moved, details)
     done = " and ".join(f"{n} {what}(s)" for n, what in ((m.integer - m.convs, "matmul"), (m.convs, "conv")) if n)
-    exact = (f"; {m.exact} of the convs grouped/depthwise: exact integer sums in float32, their weights float32 "
-             "integers" if m.exact else "")
+    exact = (f"; {m.exact} of the convs (grouped, or output channels not whole panels): exact integer sums in "
+             "float32, their weights float32 integers" if m.exact else "")
     return out, PassReport("int8", "applied", f"{done or 'nothing'} in int8 (int32 sums, int8 weights{exact})"
-                           + (f"; kept in float: {kept}" if kept else ""),
-                           {"integer": m.integer, "convs": m.convs, "exact": m.exact, "kept": dict(m.kept)})
+                           + moved + (f"; kept in float: {kept}" if kept else ""), details)

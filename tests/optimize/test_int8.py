@@ -133,8 +133,9 @@ def test_convs_go_to_integers_and_grouped_ones_to_exact_float_sums(tmp_path):
     mod = import_relax(load_model(save_model(_conv_model(), tmp_path / "c.onnx")), {"x": tuple(CONV_IN)},
                        {"x": "float32"})[0]
     out, report = integer_kernels(mod)
-    assert report.details == {"integer": 4, "convs": 4, "exact": 2, "kept": {}}
-    assert "4 conv(s) in int8" in report.summary and "2 of the convs grouped/depthwise" in report.summary
+    assert {k: report.details[k] for k in ("integer", "convs", "exact", "kept")} == \
+        {"integer": 4, "convs": 4, "exact": 2, "kept": {}}
+    assert "4 conv(s) in int8" in report.summary and "2 of the convs (grouped, or output" in report.summary
     assert sorted(gv.name_hint for gv in out.functions if "int8" in gv.name_hint) == ["conv2d_int8", "conv2d_int81"]
     x = np.random.default_rng(5).normal(0, 2, CONV_IN).astype(np.float32)
     want, got = _run(mod, x)[0], _run(out, x)[0]
@@ -144,8 +145,9 @@ def test_convs_go_to_integers_and_grouped_ones_to_exact_float_sums(tmp_path):
 
 
 def test_the_exact_float_conv_is_the_integer_sum_and_long_grouped_sums_stay_float(tmp_path):
-    """A depthwise 5x5 over 8-bit extremes sums to the int32 result exactly; a grouped conv of
-    64 channels per group over 3x3 taps (576 products, past EXACT_TERMS) keeps the float path."""
+    """A depthwise 5x5 over 8-bit extremes sums to the int32 result exactly; a 1x1 conv to 6
+    channels (not a whole panel of 8) is exact in float32 too; a grouped conv of 64 channels per
+    group over 3x3 taps (576 products, past EXACT_TERMS) keeps the float path."""
     rng = np.random.default_rng(11)
     nodes, inits = [], []
     x = _dq_pair(nodes, inits, "x", "x", 1.0, 0)
@@ -157,20 +159,27 @@ def test_the_exact_float_conv_is_the_integer_sum_and_long_grouped_sums_stay_floa
                    np.full(8, 0.01, np.float32), np.zeros(8, np.int8), axis=0)
     x2 = _dq_pair(nodes, inits, "x2", "x2", 0.1, 128)
     nodes.append(helper.make_node("Conv", [x2, g], ["grouped"], pads=[1, 1, 1, 1], group=2))
+    six = _dq_weight(nodes, inits, "six", rng.integers(-127, 128, (6, 8, 1, 1)).astype(np.int8),
+                     np.full(6, 0.5, np.float32), np.zeros(6, np.int8), axis=0)
+    nodes.append(helper.make_node("Conv", [x, six], ["narrow"]))
     graph = helper.make_graph(nodes, "q", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6]),
                                            helper.make_tensor_value_info("x2", TensorProto.FLOAT, [1, 128, 4, 4])],
                               [helper.make_tensor_value_info("dw", TensorProto.FLOAT, [1, 8, 6, 6]),
-                               helper.make_tensor_value_info("grouped", TensorProto.FLOAT, [1, 8, 4, 4])], inits)
+                               helper.make_tensor_value_info("grouped", TensorProto.FLOAT, [1, 8, 4, 4]),
+                               helper.make_tensor_value_info("narrow", TensorProto.FLOAT, [1, 6, 6, 6])], inits)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 9
     mod = import_relax(load_model(save_model(m, tmp_path / "e.onnx")), {"x": (1, 8, 6, 6), "x2": (1, 128, 4, 4)},
                        {"x": "float32", "x2": "float32"})[0]
     out, report = integer_kernels(mod)
-    assert report.details["exact"] == 1 and report.details["kept"] == {"grouped convolutions summing over 512 products": 1}
+    assert report.details["exact"] == 2 and report.details["kept"] == {"grouped convolutions summing over 512 products": 1}
     xq = rng.choice(np.array([0, 255], np.float32), (1, 8, 6, 6))      # u8 extremes; x_zp 0, scale 1
     xq[0, 0] = 255
     vm = relax.VirtualMachine(tvm.compile(legalize(fold_constants(out)[0]), target="llvm"), tvm.cpu())
-    got = vm["main"](tvm.runtime.tensor(xq), tvm.runtime.tensor(np.zeros((1, 128, 4, 4), np.float32)))[0].numpy()
+    outs = vm["main"](tvm.runtime.tensor(xq), tvm.runtime.tensor(np.zeros((1, 128, 4, 4), np.float32)))
+    got, narrow = outs[0].numpy(), outs[2].numpy()
+    six_q = numpy_helper.to_array(next(i for i in inits if i.name == "six_q")).astype(np.int64)
+    assert np.array_equal(narrow, np.einsum("oc,nchw->nohw", six_q[:, :, 0, 0], xq.astype(np.int64)) * 0.5)
     pad = np.pad(xq.astype(np.int64), ((0, 0), (0, 0), (2, 2), (2, 2)))
     want = np.zeros((1, 8, 6, 6), np.int64)
     for dy in range(5):
@@ -252,7 +261,8 @@ def test_a_model_without_qdq_is_left_alone(tmp_path):
     m.ir_version = 9
     mod = import_relax(load_model(save_model(m, tmp_path / "f.onnx")), {"x": (2, 8)}, {"x": "float32"})[0]
     out, report = integer_kernels(mod)
-    assert report.details == {"integer": 0} and "no dequantized matmul or conv" in report.summary
+    assert report.details["integer"] == 0 and report.details["round_trips"] == 0
+    assert "no dequantized matmul or conv" in report.summary
     assert tvm_ffi.structural_equal(out, mod)
 
 
