@@ -15,19 +15,18 @@ A convolution's activation is first laid out N[H]WC (channels in pairs, padded t
 spatial padding written as zeros) so a pair of channels is one 32-bit load; its weights are
 panels [OC/8, *K, C/2, 8, 2]. The kernel's output stays NC[H]W, as the float graph around it.
 
-Depthwise and grouped convs, and convs whose output channels are not whole panels, often sum
-few products per output (C/groups x the kernel's taps): up to EXACT_TERMS of them, each
-|x_q - x_zp| * |w_q - w_zp| <= 255 * 128, stay below 2^24, so a float32 sum of them is the exact
-integer in any order. Such a conv computes (x_q - x_zp) and (w_q - w_zp)
-as float32 integers with the float graph's conv, which the layout pass blocks and the schedulers
-take like any float conv: the int32 result, bit for bit, at float kernels' speed (an NC[H]W
-integer kernel for them ran 3.6x onnxruntime's time on a YOLO11n depthwise node).
+A conv the panels do not take (grouped or depthwise, output channels not whole panels, a weight
+zero point that takes w_q - w_zp out of int8) is computed exactly in float32 when it can be:
+where the largest |x_q - x_zp| times the largest sum of |w_q - w_zp| over one output's products
+stays below 2^24, every partial sum in any order is an integer float32 holds, so a float32 conv
+of (x_q - x_zp) and (w_q - w_zp) is the int32 result to the bit. The layout pass blocks it and the
+schedulers take it like any float conv (an NC[H]W integer kernel for depthwise convs ran 3.6x
+onnxruntime's time on a YOLO11n node).
 
 Not (yet) in integers, and counted in the report line by reason: matmuls of two activations
-(attention), grouped convs summing more than EXACT_TERMS products, 3-D and transposed
-convolutions, weights whose zero point leaves int8 range, K odd or N (output channels) not whole
-panels over more than EXACT_TERMS products. CUDA targets keep the float path (dp4a / integer tensor
-cores are not built).
+(attention), convs the panels do not take whose sums could pass 2^24, 3-D and transposed
+convolutions, matmul weights whose zero point leaves int8 range, K odd or N not whole panels.
+CUDA targets keep the float path (dp4a / integer tensor cores are not built).
 """
 from __future__ import annotations
 
@@ -42,7 +41,7 @@ from .qdq_moves import EightBitMoves
 from .relax_util import is_const, rewrite_functions
 
 PANEL = 8          # weight columns per panel: the int32 lanes of the CPU int-dot rule's vector
-EXACT_TERMS = 512  # 512 * 255 * 128 < 2^24: a float32 sum of that many 8-bit products is exact
+EXACT = 1 << 24    # float32 holds every integer up to 2^24 exactly
 QUANTIZED = ("uint8", "int8")
 LAYOUTS = {"relax.nn.conv1d": ("NCW", "OIW", "NCW"), "relax.nn.conv2d": ("NCHW", "OIHW", "NCHW")}
 CONVS = {"relax.nn.conv3d": "3-D convolutions",
@@ -103,6 +102,16 @@ def int_matmul(a: te.Tensor, panels: te.Tensor) -> te.Tensor:
         axis=[ko, ki]), name="matmul_int8")
 
 
+def _exact_in_float32(x: relax.Call, w: np.ndarray) -> bool:
+    """Whether every partial sum of (x_q - x_zp) * w, in any order, stays below 2^24 for any
+    8-bit x_q: the largest |x_q - x_zp| times the largest sum of |w| over one output's products.
+    Then float32 adds integers exactly, and a float32 conv computes the int32 result."""
+    info = np.iinfo(str(x.args[0].ty.dtype))
+    zp = int(_scalar(x.args[2]).flat[0])
+    x_max = max(zp - int(info.min), int(info.max) - zp)
+    return x_max * int(np.abs(w.astype(np.int64)).reshape(w.shape[0], -1).sum(axis=1).max()) < EXACT
+
+
 def _scalar(e) -> np.ndarray | None:
     return e.value.numpy() if is_const(e) and e.value.numpy().size == 1 else None
 
@@ -125,7 +134,7 @@ class _IntegerKernels(relax.PyExprMutator):
         return v if isinstance(v, relax.Call) and getattr(v.op, "name", None) == "relax.dequantize" else None
 
     def _constant(self, e, ndim: int, out_axis: int) -> tuple[np.ndarray, np.ndarray] | str:
-        """(w_q - w_zp as int8, its scale per index of out_axis) of a dequantized constant, or why
+        """(w_q - w_zp as int16, its scale per index of out_axis) of a dequantized constant, or why
         not (the scale must be one per output channel, or one)."""
         dq = self._dequantized(e)
         if dq is None:
@@ -144,9 +153,7 @@ class _IntegerKernels(relax.PyExprMutator):
         s = np.moveaxis(s, out_axis, 0).reshape(q.shape[out_axis], -1)
         if not (s == s[:, :1]).all():
             return "weight scale varies along K"
-        if w.min() < -128 or w.max() > 127:
-            return "weight minus zero point leaves int8"
-        return w.astype(np.int8), np.ascontiguousarray(s[:, 0])
+        return w, np.ascontiguousarray(s[:, 0])
 
     def _weight(self, e) -> tuple[np.ndarray, np.ndarray] | str:
         """A matmul's K x N weight (Gemm's transposed one too) and its per-column scale, or why not."""
@@ -180,7 +187,8 @@ class _IntegerKernels(relax.PyExprMutator):
             return call
         self.integer += 1
         xi = self._int16(x)
-        acc = self.builder_.emit_te(int_matmul, xi, relax.const(pack_pairs(w[0])), primfunc_name_hint="matmul_int8")
+        acc = self.builder_.emit_te(int_matmul, xi, relax.const(pack_pairs(w[0].astype(np.int8))),
+                                    primfunc_name_hint="matmul_int8")
         return self._scaled(acc, x, w[1], 1)
 
     def _conv(self, call: relax.Call) -> relax.Expr:
@@ -202,12 +210,12 @@ class _IntegerKernels(relax.PyExprMutator):
         pad, xi = [int(p) for p in a.padding], self._int16(x)
         space, strides, dilation = [int(d) for d in shape[2:]], [int(v) for v in a.strides], [int(v) for v in a.dilation]
         xp = self.builder_.emit_te(pair_pad, xi, pad[:ndim - 2], pad[ndim - 2:], primfunc_name_hint="pair_pad")
-        acc = self.builder_.emit_te(int_conv, xp, relax.const(pack_conv(w[0])), space, strides, dilation,
+        acc = self.builder_.emit_te(int_conv, xp, relax.const(pack_conv(w[0].astype(np.int8))), space, strides, dilation,
                                     primfunc_name_hint=f"conv{ndim - 2}d_int8")
         return self._scaled(acc, x, w[1], ndim)
 
     def _exact_float(self, call: relax.Call, x: relax.Call, w: np.ndarray) -> relax.Expr:
-        """The conv of x_q - x_zp and w as float32 integers: the exact int32 sum (EXACT_TERMS)."""
+        """The conv of x_q - x_zp and w as float32 integers: the exact int32 sum (_exact_in_float32)."""
         bb = self.builder_
         xf = bb.emit(relax.op.astype(x.args[0], "float32"))
         zp = float(_scalar(x.args[2]).flat[0])
@@ -216,9 +224,8 @@ class _IntegerKernels(relax.PyExprMutator):
         return bb.emit(relax.Call(call.op, [xf, relax.const(w.astype(np.float32))], call.attrs))
 
     def _conv_form(self, call: relax.Call, x: relax.Call, w: tuple | str) -> str:
-        """"int" (int-dot panels), "exact" (float32 integers: a grouped conv, or one whose output
-        channels are not whole panels, summing at most EXACT_TERMS products), or why the conv
-        stays in float."""
+        """"int" (int-dot panels), "exact" (float32 integers: a grouped conv, or one the panels do
+        not take, whose sums stay exact: _exact_in_float32), or why the conv stays in float."""
         a = call.attrs
         if (a.data_layout, a.kernel_layout, a.out_layout) != LAYOUTS[call.op.name]:
             return "convolution layout not NC[H]W"
@@ -226,14 +233,14 @@ class _IntegerKernels(relax.PyExprMutator):
             return "convolution shape not static"
         if isinstance(w, str):
             return w
-        few = w[0][0].size <= EXACT_TERMS          # products per output: C/groups x the kernel's taps
+        exact = _exact_in_float32(x, w[0])
         why = self._unfit(x, w[0][:1].reshape(1, -1).T, conv="exact")
         if why:
             return why
         if int(a.groups) > 1:
-            return "exact" if few else f"grouped convolutions summing over {EXACT_TERMS} products"
+            return "exact" if exact else "grouped convolutions whose sums can pass 2^24"
         why = self._unfit(x, w[0].reshape(w[0].shape[0], -1).T, conv="conv")
-        return "int" if not why else "exact" if few else why
+        return "int" if not why else "exact" if exact else why
 
     def _unfit(self, x: relax.Call, w: np.ndarray, conv: str = "") -> str:
         x_scale, x_zp = _scalar(x.args[1]), _scalar(x.args[2])
@@ -244,6 +251,8 @@ class _IntegerKernels(relax.PyExprMutator):
         k, n = w.shape
         if conv == "exact":                      # an exact float conv: no panels, any channel count
             return ""
+        if w.min() < -128 or w.max() > 127:
+            return "weight minus zero point leaves int8"
         return f"{'output channels' if conv else 'N'} not a multiple of {PANEL}" if n % PANEL else \
             "K odd" if k % 2 and not conv else ""
 
@@ -283,7 +292,7 @@ def integer_kernels(mod: tvm.IRModule) -> tuple[tvm.IRModule, PassReport]:
     if not m.integer and not kept:
         return out, PassReport("int8", "applied", "no dequantized matmul or conv in the model" + moved, details)
     done = " and ".join(f"{n} {what}(s)" for n, what in ((m.integer - m.convs, "matmul"), (m.convs, "conv")) if n)
-    exact = (f"; {m.exact} of the convs (grouped, or output channels not whole panels): exact integer sums in "
-             "float32, their weights float32 integers" if m.exact else "")
+    exact = (f"; {m.exact} of the convs (grouped, or not fit for the panels): exact integer sums in float32, "
+             "their weights float32 integers" if m.exact else "")
     return out, PassReport("int8", "applied", f"{done or 'nothing'} in int8 (int32 sums, int8 weights{exact})"
                            + moved + (f"; kept in float: {kept}" if kept else ""), details)

@@ -135,7 +135,7 @@ def test_convs_go_to_integers_and_grouped_ones_to_exact_float_sums(tmp_path):
     out, report = integer_kernels(mod)
     assert {k: report.details[k] for k in ("integer", "convs", "exact", "kept")} == \
         {"integer": 4, "convs": 4, "exact": 2, "kept": {}}
-    assert "4 conv(s) in int8" in report.summary and "2 of the convs (grouped, or output" in report.summary
+    assert "4 conv(s) in int8" in report.summary and "2 of the convs (grouped, or not fit" in report.summary
     assert sorted(gv.name_hint for gv in out.functions if "int8" in gv.name_hint) == ["conv2d_int8", "conv2d_int81"]
     x = np.random.default_rng(5).normal(0, 2, CONV_IN).astype(np.float32)
     want, got = _run(mod, x)[0], _run(out, x)[0]
@@ -146,8 +146,10 @@ def test_convs_go_to_integers_and_grouped_ones_to_exact_float_sums(tmp_path):
 
 def test_the_exact_float_conv_is_the_integer_sum_and_long_grouped_sums_stay_float(tmp_path):
     """A depthwise 5x5 over 8-bit extremes sums to the int32 result exactly; a 1x1 conv to 6
-    channels (not a whole panel of 8) is exact in float32 too; a grouped conv of 64 channels per
-    group over 3x3 taps (576 products, past EXACT_TERMS) keeps the float path."""
+    channels (not a whole panel of 8) and one with u8 weights up to 255 (out of int8) are exact
+    in float32 too; a grouped conv of 128 channels per
+    group over 3x3 taps with weights at +-127 (sums up to 1152 x 127 x 128 > 2^24) keeps the float
+    path."""
     rng = np.random.default_rng(11)
     nodes, inits = [], []
     x = _dq_pair(nodes, inits, "x", "x", 1.0, 0)
@@ -155,31 +157,36 @@ def test_the_exact_float_conv_is_the_integer_sum_and_long_grouped_sums_stay_floa
     wq[0] = -128                                                      # channel 0: 25 x 255 x -128
     w = _dq_weight(nodes, inits, "w", wq, np.ones(8, np.float32), np.zeros(8, np.int8), axis=0)
     nodes.append(helper.make_node("Conv", [x, w], ["dw"], pads=[2, 2, 2, 2], group=8))
-    g = _dq_weight(nodes, inits, "g", rng.integers(-127, 128, (8, 64, 3, 3)).astype(np.int8),
+    g = _dq_weight(nodes, inits, "g", rng.choice(np.array([-127, 127], np.int8), (8, 128, 3, 3)),
                    np.full(8, 0.01, np.float32), np.zeros(8, np.int8), axis=0)
     x2 = _dq_pair(nodes, inits, "x2", "x2", 0.1, 128)
     nodes.append(helper.make_node("Conv", [x2, g], ["grouped"], pads=[1, 1, 1, 1], group=2))
     six = _dq_weight(nodes, inits, "six", rng.integers(-127, 128, (6, 8, 1, 1)).astype(np.int8),
                      np.full(6, 0.5, np.float32), np.zeros(6, np.int8), axis=0)
     nodes.append(helper.make_node("Conv", [x, six], ["narrow"]))
+    u8 = _dq_weight(nodes, inits, "u8", rng.integers(0, 256, (8, 8, 1, 1)).astype(np.uint8),
+                    np.full(8, 0.5, np.float32), np.zeros(8, np.uint8), axis=0)
+    nodes.append(helper.make_node("Conv", [x, u8], ["unsigned"]))
     graph = helper.make_graph(nodes, "q", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6]),
-                                           helper.make_tensor_value_info("x2", TensorProto.FLOAT, [1, 128, 4, 4])],
+                                           helper.make_tensor_value_info("x2", TensorProto.FLOAT, [1, 256, 4, 4])],
                               [helper.make_tensor_value_info("dw", TensorProto.FLOAT, [1, 8, 6, 6]),
                                helper.make_tensor_value_info("grouped", TensorProto.FLOAT, [1, 8, 4, 4]),
-                               helper.make_tensor_value_info("narrow", TensorProto.FLOAT, [1, 6, 6, 6])], inits)
+                               helper.make_tensor_value_info("narrow", TensorProto.FLOAT, [1, 6, 6, 6]),
+                               helper.make_tensor_value_info("unsigned", TensorProto.FLOAT, [1, 8, 6, 6])], inits)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 9
-    mod = import_relax(load_model(save_model(m, tmp_path / "e.onnx")), {"x": (1, 8, 6, 6), "x2": (1, 128, 4, 4)},
+    mod = import_relax(load_model(save_model(m, tmp_path / "e.onnx")), {"x": (1, 8, 6, 6), "x2": (1, 256, 4, 4)},
                        {"x": "float32", "x2": "float32"})[0]
     out, report = integer_kernels(mod)
-    assert report.details["exact"] == 2 and report.details["kept"] == {"grouped convolutions summing over 512 products": 1}
+    assert report.details["exact"] == 3 and report.details["kept"] == {"grouped convolutions whose sums can pass 2^24": 1}
     xq = rng.choice(np.array([0, 255], np.float32), (1, 8, 6, 6))      # u8 extremes; x_zp 0, scale 1
     xq[0, 0] = 255
     vm = relax.VirtualMachine(tvm.compile(legalize(fold_constants(out)[0]), target="llvm"), tvm.cpu())
-    outs = vm["main"](tvm.runtime.tensor(xq), tvm.runtime.tensor(np.zeros((1, 128, 4, 4), np.float32)))
-    got, narrow = outs[0].numpy(), outs[2].numpy()
-    six_q = numpy_helper.to_array(next(i for i in inits if i.name == "six_q")).astype(np.int64)
-    assert np.array_equal(narrow, np.einsum("oc,nchw->nohw", six_q[:, :, 0, 0], xq.astype(np.int64)) * 0.5)
+    outs = vm["main"](tvm.runtime.tensor(xq), tvm.runtime.tensor(np.zeros((1, 256, 4, 4), np.float32)))
+    got = outs[0].numpy()
+    for name, out in (("six_q", outs[2]), ("u8_q", outs[3])):      # 6 channels; u8 weights up to 255
+        wv = numpy_helper.to_array(next(i for i in inits if i.name == name)).astype(np.int64)
+        assert np.array_equal(out.numpy(), np.einsum("oc,nchw->nohw", wv[:, :, 0, 0], xq.astype(np.int64)) * 0.5)
     pad = np.pad(xq.astype(np.int64), ((0, 0), (0, 0), (2, 2), (2, 2)))
     want = np.zeros((1, 8, 6, 6), np.int64)
     for dy in range(5):
