@@ -122,7 +122,7 @@ class _IntegerKernels(relax.PyExprMutator):
         super().__init__(mod)
         self.integer = 0                        # matmuls and convs in integers
         self.convs = 0
-        self.exact = 0                          # of the convs: grouped/depthwise, exact integer sums in float32
+        self.exact = 0                          # of the convs: exact integer sums in float32
         self.kept: Counter = Counter()          # why a dequantized matmul or conv stayed in float
 
     def _bound(self, e):
@@ -233,10 +233,10 @@ class _IntegerKernels(relax.PyExprMutator):
             return "convolution shape not static"
         if isinstance(w, str):
             return w
-        exact = _exact_in_float32(x, w[0])
-        why = self._unfit(x, w[0][:1].reshape(1, -1).T, conv="exact")
+        why = self._unfit(x, w[0][:1].reshape(1, -1).T, conv="exact")    # the activation's checks
         if why:
             return why
+        exact = _exact_in_float32(x, w[0])
         if int(a.groups) > 1:
             return "exact" if exact else "grouped convolutions whose sums can pass 2^24"
         why = self._unfit(x, w[0].reshape(w[0].shape[0], -1).T, conv="conv")
