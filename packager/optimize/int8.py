@@ -38,7 +38,7 @@ from tvm import relax, te, tirx
 
 from .base import PassReport
 from .qdq_moves import EightBitMoves
-from .relax_util import is_const, rewrite_functions
+from .relax_util import bound_value, is_const, rewrite_functions
 
 PANEL = 8          # weight columns per panel: the int32 lanes of the CPU int-dot rule's vector
 EXACT = 1 << 24    # float32 holds every integer up to 2^24 exactly
@@ -125,12 +125,8 @@ class _IntegerKernels(relax.PyExprMutator):
         self.exact = 0                          # of the convs: exact integer sums in float32
         self.kept: Counter = Counter()          # why a dequantized matmul or conv stayed in float
 
-    def _bound(self, e):
-        bound = self.lookup_binding(e) if isinstance(e, relax.Var) else None
-        return e if bound is None else bound
-
     def _dequantized(self, e) -> relax.Call | None:
-        v = self._bound(e)
+        v = bound_value(self, e)
         return v if isinstance(v, relax.Call) and getattr(v.op, "name", None) == "relax.dequantize" else None
 
     def _constant(self, e, ndim: int, out_axis: int) -> tuple[np.ndarray, np.ndarray] | str:
@@ -157,7 +153,7 @@ class _IntegerKernels(relax.PyExprMutator):
 
     def _weight(self, e) -> tuple[np.ndarray, np.ndarray] | str:
         """A matmul's K x N weight (Gemm's transposed one too) and its per-column scale, or why not."""
-        v = self._bound(e)
+        v = bound_value(self, e)
         if isinstance(v, relax.Call) and getattr(v.op, "name", None) == "relax.permute_dims" and v.ty.ndim == 2 \
                 and (v.attrs.axes is None or [int(a) for a in v.attrs.axes] == [1, 0]):
             w = self._constant(v.args[0], 2, 0)
@@ -197,7 +193,7 @@ class _IntegerKernels(relax.PyExprMutator):
         if x is None:
             return call
         a, ndim, shape = call.attrs, call.ty.ndim, call.ty.shape.values
-        w = self._constant(self._bound(call.args[1]), ndim, 0)
+        w = self._constant(bound_value(self, call.args[1]), ndim, 0)
         form = self._conv_form(call, x, w)
         if form not in ("int", "exact"):
             self.kept[form] += 1
@@ -233,24 +229,29 @@ class _IntegerKernels(relax.PyExprMutator):
             return "convolution shape not static"
         if isinstance(w, str):
             return w
-        why = self._unfit(x, w[0][:1].reshape(1, -1).T, conv="exact")    # the activation's checks
+        why = self._activation_unfit(x)
         if why:
             return why
         exact = _exact_in_float32(x, w[0])
         if int(a.groups) > 1:
             return "exact" if exact else "grouped convolutions whose sums can pass 2^24"
-        why = self._unfit(x, w[0].reshape(w[0].shape[0], -1).T, conv="conv")
+        why = self._unfit(x, w[0].reshape(w[0].shape[0], -1).T, conv=True)
         return "int" if not why else "exact" if exact else why
 
-    def _unfit(self, x: relax.Call, w: np.ndarray, conv: str = "") -> str:
+    @staticmethod
+    def _activation_unfit(x: relax.Call) -> str:
+        """Why the dequantized activation cannot feed an integer kernel, "" if it can."""
         x_scale, x_zp = _scalar(x.args[1]), _scalar(x.args[2])
         if x_scale is None or x_zp is None or str(x.args[0].ty.dtype) not in QUANTIZED:
             return "activation not per-tensor 8-bit"
-        if x.args[0].ty.ndim < 2:
-            return "activation not a matrix"
+        return "activation not a matrix" if x.args[0].ty.ndim < 2 else ""
+
+    def _unfit(self, x: relax.Call, w: np.ndarray, conv: bool = False) -> str:
+        """Why the int-dot panels cannot take this activation and K x N weight, "" if they can."""
+        why = self._activation_unfit(x)
+        if why:
+            return why
         k, n = w.shape
-        if conv == "exact":                      # an exact float conv: no panels, any channel count
-            return ""
         if w.min() < -128 or w.max() > 127:
             return "weight minus zero point leaves int8"
         return f"{'output channels' if conv else 'N'} not a multiple of {PANEL}" if n % PANEL else \

@@ -19,7 +19,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .relax_util import is_const
+from .relax_util import bound_value, is_const
 
 # Ops that move or select values without computing new ones (max pooling picks one of them).
 MOVES = {"relax.reshape", "relax.permute_dims", "relax.concat", "relax.split", "relax.strided_slice",
@@ -47,10 +47,6 @@ class EightBitMoves(relax.PyExprMutator):
         self.ops = 0
         self.cache: dict[tuple, relax.Expr] = {}
 
-    def _bound(self, e):
-        bound = self.lookup_binding(e) if isinstance(e, relax.Var) else None
-        return e if bound is None else bound
-
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
         if getattr(call.op, "name", None) != "relax.quantize":
@@ -68,7 +64,7 @@ class EightBitMoves(relax.PyExprMutator):
         memo = (e, key) if isinstance(e, relax.Var) else None
         if memo is not None and memo in self.cache:
             return self.cache[memo]
-        v = self._bound(e)
+        v = bound_value(self, e)
         out = None
         if isinstance(v, relax.TupleGetItem):
             src = self._eight_bit(v.tuple_value, key)

@@ -50,6 +50,13 @@ def prim_funcs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:
     return {gv.name_hint: f for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
 
 
+def bound_value(m: relax.PyExprMutator, e: relax.Expr) -> relax.Expr:
+    """What the variable `e` is bound to in the function `m` is rewriting (e itself if it is not
+    a bound variable)."""
+    bound = m.lookup_binding(e) if isinstance(e, relax.Var) else None
+    return e if bound is None else bound
+
+
 def is_const(e) -> bool:
     return isinstance(e, (ir.GenericConst, ir.Constant)) and hasattr(e, "value") and hasattr(e.value, "numpy")
 

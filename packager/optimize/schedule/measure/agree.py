@@ -1,6 +1,6 @@
-"""When a candidate kernel's output agrees with its reference: one rule for the timed check
-(timing.py, against the first candidate) and the untimed one (check.py, against the unscheduled
-loops).
+"""When a candidate kernel's output agrees with its reference: the untimed check's rule
+(check.py, against the unscheduled loops), which the timed check (timing.py, against the first
+candidate) also applies to kernels that round through fp16.
 
 A schedule reorders float sums, so outputs differ in their last bits. Where a kernel rounds
 through fp16 (a reduced-precision build: an fp32 accumulator cast to fp16, then the bias added in
