@@ -12,7 +12,6 @@ constexpr uint64_t kDeviceAlign = 256;             // cuMemAlloc's own alignment
 constexpr int kAttrMaxDynamicShared = 8;           // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 constexpr unsigned kStreamNonBlocking = 1;         // CU_STREAM_NON_BLOCKING
 constexpr int kCaptureThreadLocal = 1;             // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-constexpr unsigned kDefaultSharedLimit = 48 * 1024;
 constexpr int kAttrMultiprocessors = 16;           // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 constexpr int kAttrCooperativeLaunch = 95;         // CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH
 
@@ -64,7 +63,10 @@ CudaExecutor::CudaExecutor(const Plan& plan, const void* image, const uint8_t* w
         CUfunction f = nullptr;
         if (cu_.cuModuleGetFunction(&f, module_, l.function.c_str()) != 0)
           fail(PACKRT_ERROR_CORRUPT_PACKAGE, "kernels.fatbin has no function '" + l.function + "' (kernel '" + k.name + "')");
-        if (l.shared_bytes > kDefaultSharedLimit)
+        // Set for any dynamic shared memory, not only past 48 KB: a launch needs the opt-in once its
+        // dynamic and static shared memory together pass 48 KB (the tensor-core tiles stage the
+        // accumulator statically beside dynamic operand stages).
+        if (l.shared_bytes > 0)
           cuda_check(cu_.cuFuncSetAttribute(f, kAttrMaxDynamicShared, static_cast<int>(l.shared_bytes)),
                      "cuFuncSetAttribute(dynamic shared memory)");
         grids.push_back(l.cooperative ? cooperative_grid(f, l, k.name) : l.grid[0]);
