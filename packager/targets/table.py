@@ -132,9 +132,15 @@ class CudaTarget:
     @property
     def max_shared_bytes(self) -> int:
         """Shared memory one block may use with the opt-in attribute (the runtime sets it for a
-        launch over 48 KB): the table row's, else the architecture's (SHARED_OPTIN_KB)."""
+        launch with dynamic shared memory): the table row's, else the architecture's (SHARED_OPTIN_KB)."""
         kb = self.facts.get("smem_per_block_kb") or SHARED_OPTIN_KB.get(self.sm_number, 48)
         return int(kb) * 1024
+
+    @property
+    def sm_count(self) -> int:
+        """Streaming multiprocessors: the table row's, else 80 (a V100's; a spec-defined GPU
+        names no count)."""
+        return int(self.facts.get("sms", 80))
 
     @property
     def precisions(self) -> tuple[str, ...]:

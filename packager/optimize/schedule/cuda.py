@@ -63,10 +63,10 @@ class CudaScheduler(KernelScheduler):
         if looped is not None:
             return Trial(looped, "recurrence")
         with self.tvm_target:
-            mma = (tensor_core_matmul(func, self.tvm_target, STATIC_SHARED_BYTES, self.target.max_shared_bytes)
-                   if threads is None else None)
+            mma = (tensor_core_matmul(func, self.tvm_target, STATIC_SHARED_BYTES, self.target.max_shared_bytes,
+                                      self.target.sm_count) if threads is None else None)
             if mma is not None:
-                return Trial(mma, "tensor-core")
+                return Trial(mma[0], "tensor-core")
             made = gensor_phase(self.gensor, func, threads) if self.gensor is not None else None
             if made is not None:
                 return Trial(made[0], "gensor", made[1].estimate_ms)

@@ -237,3 +237,22 @@ def _shared_bytes(stmt) -> int:
 
     tvm_ffi.structural_walk(stmt, (tirx.stmt.AllocBuffer, visit), order="post")
     return sum(sizes)
+
+
+def unbound_blocks(func: tirx.PrimFunc) -> list[str]:
+    """Blocks of a scheduled PrimFunc that sit under no blockIdx/threadIdx loop: TVM would leave
+    them in the host function (e.g. dlight's Transpose rule schedules only the transpose block of
+    a fused kernel), which a GPU package cannot run."""
+    stack: list[tuple[int, bool]] = []            # (indent, is a thread-binding loop)
+    unbound = []
+    for line in func.script().splitlines():
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if text.startswith("with T.sblock(") and '"root"' not in text and not any(b for _, b in stack):
+            unbound.append(text.split('"')[1] if '"' in text else text)
+        stack.append((indent, "T.thread_binding(" in text))
+    return unbound

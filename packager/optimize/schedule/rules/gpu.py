@@ -28,7 +28,7 @@ from ...base import PassReport
 from ..measure.database import TuningDatabase
 from ..gensor.gpu import GensorGpu
 from ..phases import gensor_phase, phase_sizes, phase_threads, schedule_phases
-from ..tir_util import gpu_kernel_fault
+from ..tir_util import gpu_kernel_fault, unbound_blocks
 from . import recurrence
 from .tensor_core import tensor_core_matmul
 
@@ -37,25 +37,6 @@ def dlight_rules() -> list[tuple[str, object]]:
     return [("matmul", dl.gpu.Matmul()), ("gemv", dl.gpu.GEMV()), ("reduction", dl.gpu.Reduction()),
             ("general-reduction", dl.gpu.GeneralReduction()), ("transpose", dl.gpu.Transpose()),
             ("fallback", dl.gpu.Fallback())]
-
-
-def unbound_blocks(func: tvm.tirx.PrimFunc) -> list[str]:
-    """Blocks of a scheduled PrimFunc that sit under no blockIdx/threadIdx loop: TVM would leave
-    them in the host function (e.g. dlight's Transpose rule schedules only the transpose block of
-    a fused kernel), which a GPU package cannot run."""
-    stack: list[tuple[int, bool]] = []            # (indent, is a thread-binding loop)
-    unbound = []
-    for line in func.script().splitlines():
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        indent = len(line) - len(line.lstrip())
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        if text.startswith("with T.sblock(") and '"root"' not in text and not any(b for _, b in stack):
-            unbound.append(text.split('"')[1] if '"' in text else text)
-        stack.append((indent, "T.thread_binding(" in text))
-    return unbound
 
 
 def schedule_one(name: str, func: tvm.tirx.PrimFunc, target: tvm.target.Target,
@@ -95,10 +76,10 @@ def schedule_kernels_gpu(kernels: dict[str, tvm.tirx.PrimFunc], target: Target,
     out, chosen, plans = {}, {}, {}
     construct = GensorGpu(target, TuningDatabase(database)) if full and gensor else None
     def one(name: str, f: tvm.tirx.PrimFunc, threads: int | None = None) -> tuple[tvm.tirx.PrimFunc, str, str]:
-        mma = (tensor_core_matmul(f, tvm_target, STATIC_SHARED_BYTES, target.max_shared_bytes)
+        mma = (tensor_core_matmul(f, tvm_target, STATIC_SHARED_BYTES, target.max_shared_bytes, target.sm_count)
                if full and threads is None else None)
         if mma is not None:
-            return mma, "tensor-core", "tensor-core"
+            return mma[0], "tensor-core", f"tensor-core {mma[1]}"
         made = gensor_phase(construct, f, threads) if construct else None
         if made is not None:
             return made[0], "gensor", made[1].summary()

@@ -1,9 +1,10 @@
 """Tensor cores for fp16 matmuls on CUDA targets (a reduced-precision build: optimize/precision.py).
 
-A kernel whose reduction multiplies fp16 operands into an fp16 or fp32 accumulator is offered to
-dlight's Matmul rule first, which on sm_70+ tensorizes it with TVM's wmma intrinsics (16x16x16
-fragments staged through shared memory) when every matmul extent exceeds 64. The schedule is
-taken only if it is tensorized: the rule's CUDA-core fallback is what Gensor already does better.
+A kernel whose reduction multiplies fp16 operands into an fp32 accumulator is a matmul for the
+tensor cores on sm_70+ when every extent is at least one 16x16x16 wmma fragment. wmma.py schedules
+it with a block tile sized to the matmul and the target's SM count (dlight's rule had one 128x128
+tile for every shape, one block for a batch-1 transformer's matmuls); the schedule is taken only
+if it is tensorized, else Gensor schedules the kernel on CUDA cores.
 A 3x3 conv is not a matmul to dlight (its input index is a sum of two loops), so it runs in fp16
 on CUDA cores; a 1x1 conv is one. The schedule report counts the kernels on tensor cores, and a
 schedule is kept only where TVM lowers it and its launch fits the block's shared memory
@@ -18,13 +19,14 @@ import sys
 import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
-from tvm.s_tir import dlight as dl
 
 from ..measure.compile import build_with_host
-from ..tir_util import gpu_kernel_fault
+from ..tir_util import gpu_kernel_fault, unbound_blocks
+from .wmma import FRAG, STAGING, WmmaTile, matmul_extents, tiles, wmma_schedule
 
 DYN_SMEM_TAG = "tirx.use_dyn_shared_memory"      # TVM's launch parameter for dynamic shared memory
 _MMA_MARKS = ("tvm_load_matrix_sync", "tvm_mma_sync", "tvm_store_matrix_sync")
+TRIES = 4                                        # tiles lowered before the kernel is left to CUDA cores
 
 
 def fp16_reduction(func: tirx.PrimFunc) -> bool:
@@ -65,26 +67,42 @@ def uses_tensor_cores(func: tirx.PrimFunc) -> bool:
 
 
 def tensor_core_matmul(func: tirx.PrimFunc, target: tvm.target.Target, shared_limit: int,
-                       dynamic_limit: int) -> tirx.PrimFunc | None:
-    """`func` scheduled on tensor cores, or None when it is not an fp16 matmul dlight tensorizes
-    for `target`, or the result would not fit the static (`shared_limit`) or the opt-in dynamic
-    shared memory of a block (`dynamic_limit`: dlight stages 72 KB, over a Turing GPU's 64)."""
-    if not fp16_reduction(func):
+                       dynamic_limit: int, sms: int) -> tuple[tirx.PrimFunc, WmmaTile] | None:
+    """`func` scheduled on tensor cores and the tile it got, or None when it is not an fp16 matmul
+    (M and N at least one 16-wide fragment, K two) on sm_70+, or no tile lowers within the static
+    (`shared_limit`) and the opt-in dynamic shared memory of a block (`dynamic_limit`). Tiles are
+    tried fastest estimate first for `sms` SMs (wmma.py)."""
+    if not fp16_reduction(func) or _sm(target) < 70:
+        return None
+    extents = matmul_extents(func)
+    if extents is None or min(extents[1:3]) < FRAG or extents[3] < 2 * FRAG:
         return None
     load_intrinsics()
-    try:
-        sch = dl.gpu.Matmul().apply(func.with_attr("target", target), target, False)
-    except Exception:  # noqa: BLE001 - a kernel that is not a matmul raises all kinds of errors
-        return None
-    if not isinstance(sch, s_tir.Schedule):
-        return None
-    out = sch.mod["main"]
-    if not uses_tensor_cores(out) or gpu_kernel_fault(out, shared_limit):
-        return None
-    dynamic = _launch_shared(out, target)
-    if dynamic is None or dynamic > dynamic_limit:
-        return None
-    return out.with_attr("tirx.is_scheduled", True)
+    from tvm.s_tir.tensor_intrin.cuda import get_wmma_intrin_group
+
+    def intrinsics(out_dtype: str) -> dict:
+        return get_wmma_intrin_group(load_scope="shared.dyn", store_scope=STAGING, in_dtype="float16",
+                                     out_dtype=out_dtype, trans_b=True)
+
+    for tile in tiles(*extents, sms=sms, shared_limit=dynamic_limit)[:TRIES]:
+        try:
+            sch = wmma_schedule(func.with_attr("target", target), tile, intrinsics)
+        except Exception:  # noqa: BLE001 - a kernel that is not a plain matmul raises all kinds of errors
+            sch = None
+        if sch is None:
+            continue
+        out = sch.mod["main"]
+        if not uses_tensor_cores(out) or unbound_blocks(out) or gpu_kernel_fault(out, shared_limit):
+            continue              # e.g. a folded split's block the tile leaves outside the thread bindings
+        dynamic = _launch_shared(out, target)        # the opt-in limit holds dynamic and static together
+        if dynamic is not None and dynamic + tile.static_bytes() <= dynamic_limit:
+            return out.with_attr("tirx.is_scheduled", True), tile
+    return None
+
+
+def _sm(target: tvm.target.Target) -> int:
+    arch = str(target.attrs.get("arch", ""))
+    return int(arch.removeprefix("sm_").rstrip("a")) if arch.startswith("sm_") else 0
 
 
 def _launch_shared(func: tirx.PrimFunc, target: tvm.target.Target) -> int | None:

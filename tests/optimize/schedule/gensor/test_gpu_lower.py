@@ -20,7 +20,7 @@ from support.kernel_cases import case, kernels_of, w
 from packager.codegen.cuda_source import generate_cuda
 from packager.codegen.cuda_toolchain import compile_fatbin
 from packager.errors import UserError
-from packager.optimize.schedule.rules.gpu import unbound_blocks
+from packager.optimize.schedule.tir_util import unbound_blocks
 from packager.optimize.schedule.gensor.gpu import GensorGpu
 from packager.optimize.schedule.gensor.gpu_lower import GpuLowerError, lower_gpu
 from packager.optimize.schedule.measure.database import TuningDatabase
