@@ -81,6 +81,21 @@ def is_copy(blk) -> bool:
     return not found
 
 
+def is_conversion(blk) -> bool:
+    """The block stores one plain load converted to another type (a cast between kernels that
+    compute in different precisions, optimize/precision.py): a copy that changes the type."""
+    body = blk.body
+    if not isinstance(body, tirx.BufferStore) or not isinstance(body.value, tirx.Cast):
+        return False
+    load = body.value.value
+    if not isinstance(load, TensorLoad):
+        return False
+    found: list = []
+    for e in load.indices:
+        tvm_ffi.structural_walk(e, (TensorLoad, found.append), order="post")
+    return not found
+
+
 def intensity(blk) -> float:
     """FLOPs of the block's domain over the bytes of the buffers it reads and writes (whole
     buffers: the compulsory traffic if nothing stays in cache)."""

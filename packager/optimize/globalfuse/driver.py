@@ -53,7 +53,7 @@ def global_fusion(mod: tvm.IRModule, ctx) -> tuple[tvm.IRModule, PassReport]:
     report = _report(g, (n0, bytes0), traffic(out), groups, refused, timed, (chains, rows, epilogues, phases),
                      analysis, horizontal)
     if vertical_note:
-        report.summary = report.summary.replace("layout copies folded:", f"layout copies folded ({vertical_note}):")
+        report.summary = report.summary.replace("folded:", f"folded ({vertical_note}):", 1)
         report.details["layout_note"] = vertical_note
     return out, report
 
@@ -71,7 +71,7 @@ def _report(g: KernelGraph, before: tuple[int, int], after: tuple[int, int], gro
         measured = f", {len(timed)} merged kernels measured: their parts take {gain:.2f}x their time"
     summary = (f"kernels after FuseOps {n0} -> {n1}, est. DRAM {bytes0 / 1e6:.2f} -> {bytes1 / 1e6:.2f} MB; "
                f"sibling matmuls combined: {horizontal['matmuls']} -> {horizontal['groups']}{_convs_left(horizontal)}; "
-               f"layout copies folded: {len(folded)} of {len(layout)} (into {pro} reader and "
+               f"layout copies (casts included) folded: {len(folded)} of {len(layout)} (into {pro} reader and "
                f"{len(groups) - pro} producer kernels{measured}; {len(layout - folded)} left); {chains.line()}; {rows.line()}; "
                f"{epilogues.line()}; "
                f"{phases.line()}; "

@@ -1,6 +1,9 @@
 """Vertical fusion beyond FuseOps: layout-only kernels (reshape, transpose, squeeze, split, ...:
 every block stores one load of its input, no arithmetic) become index maps of the kernels that
-read them (prologue), so no copy kernel is left between a producer and its consumers.
+read them (prologue), so no copy kernel is left between a producer and its consumers. A cast
+(one load converted to another type) counts as one: a reduced-precision build puts one after
+each fp32 layer norm that feeds an fp16 matmul, and FuseOps leaves it alone when the norm's
+output is also read in fp32 (the residual).
 
 A layout kernel read by several kernels is recomputed in each (a copy costs no DRAM once it is
 an index map); chains of layout kernels fold together. A layout kernel whose value leaves the
@@ -11,12 +14,12 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import relax, s_tir, tirx
 
-from .analyze import is_copy
+from .analyze import is_conversion, is_copy
 from .graph import KernelGraph
 
 
 def is_layout_only(func: tirx.PrimFunc) -> bool:
-    """Every block stores a plain load (a copy with an index map), no reduction, no padding."""
+    """Every block stores a plain load (a copy with an index map) or its cast, no reduction, no padding."""
     blocks: list = []
     tvm_ffi.structural_walk(func.body, (s_tir.SBlock, blocks.append), order="post")
     real = [b for b in blocks if b.iter_vars or not isinstance(b.body, tirx.SeqStmt)]
@@ -26,7 +29,7 @@ def is_layout_only(func: tirx.PrimFunc) -> bool:
     for b in real:
         if b.init is not None or any(iv.iter_type != tirx.IterVar.DataPar for iv in b.iter_vars):
             return False
-        if not is_copy(b):
+        if not (is_copy(b) or is_conversion(b)):
             return False
     return True
 
