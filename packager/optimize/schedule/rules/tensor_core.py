@@ -1,12 +1,12 @@
 """Tensor cores for fp16 matmuls on CUDA targets (a reduced-precision build: optimize/precision.py).
 
 A kernel whose reduction multiplies fp16 operands into an fp32 accumulator is a matmul for the
-tensor cores on sm_70+ when every extent is at least one 16x16x16 wmma fragment. wmma.py schedules
-it with a block tile sized to the matmul and the target's SM count (dlight's rule had one 128x128
-tile for every shape, one block for a batch-1 transformer's matmuls); the schedule is taken only
-if it is tensorized, else Gensor schedules the kernel on CUDA cores.
-A 3x3 conv is not a matmul to dlight (its input index is a sum of two loops), so it runs in fp16
-on CUDA cores; a 1x1 conv is one. The schedule report counts the kernels on tensor cores, and a
+tensor cores on sm_70+ when M and N hold at least one 16x16x16 wmma fragment and K two. wmma.py
+schedules it with a block tile sized to the matmul and the target's SM count (dlight's rule had one
+128x128 tile for every shape, one block for a batch-1 transformer's matmuls); the schedule is taken
+only if it is tensorized, else Gensor schedules the kernel on CUDA cores.
+A 3x3 conv is not a matmul to dlight's index-map analysis (its input index is a sum of two loops),
+so it runs in fp16 on CUDA cores; a 1x1 conv is one. The schedule report counts the kernels on tensor cores, and a
 schedule is kept only where TVM lowers it and its launch fits the block's shared memory
 (_launch_shared).
 """
@@ -74,19 +74,20 @@ def tensor_core_matmul(func: tirx.PrimFunc, target: tvm.target.Target, shared_li
     tried fastest estimate first for `sms` SMs (wmma.py)."""
     if not fp16_reduction(func) or _sm(target) < 70:
         return None
-    extents = matmul_extents(func)
+    try:
+        extents = matmul_extents(func)
+    except Exception:  # noqa: BLE001 - a kernel that is not a plain matmul raises all kinds of errors
+        return None
     if extents is None or min(extents[1:3]) < FRAG or extents[3] < 2 * FRAG:
         return None
     load_intrinsics()
     from tvm.s_tir.tensor_intrin.cuda import get_wmma_intrin_group
 
-    def intrinsics(out_dtype: str) -> dict:
-        return get_wmma_intrin_group(load_scope="shared.dyn", store_scope=STAGING, in_dtype="float16",
-                                     out_dtype=out_dtype, trans_b=True)
-
+    group = get_wmma_intrin_group(load_scope="shared.dyn", store_scope=STAGING, in_dtype="float16",
+                                  out_dtype="float32", trans_b=True)
     for tile in tiles(*extents, sms=sms, shared_limit=dynamic_limit)[:TRIES]:
         try:
-            sch = wmma_schedule(func.with_attr("target", target), tile, intrinsics)
+            sch = wmma_schedule(func.with_attr("target", target), tile, group)
         except Exception:  # noqa: BLE001 - a kernel that is not a plain matmul raises all kinds of errors
             sch = None
         if sch is None:

@@ -116,10 +116,10 @@ def matmul_extents(func: tirx.PrimFunc) -> tuple[int, int, int, int] | None:
     return tuple(int(e.value) for e in extents)
 
 
-def wmma_schedule(func: tirx.PrimFunc, tile: WmmaTile, intrinsics) -> s_tir.Schedule | None:
+def wmma_schedule(func: tirx.PrimFunc, tile: WmmaTile, group: dict) -> s_tir.Schedule | None:
     """`func` on tensor cores with `tile` (fp16 operands, fp32 accumulator: what optimize/precision.py
-    writes), or None where a step does not apply. `intrinsics(out_dtype)` gives TVM's wmma
-    intrinsic group (operands in shared.dyn, the accumulator staged in STAGING)."""
+    writes), or None where a step does not apply. `group` is TVM's wmma intrinsic group for fp16
+    operands in shared.dyn and an fp32 accumulator staged in STAGING."""
     sch = s_tir.Schedule(func)
     main = _main_block(sch)
     if main is None:
@@ -144,7 +144,6 @@ def wmma_schedule(func: tirx.PrimFunc, tile: WmmaTile, intrinsics) -> s_tir.Sche
     _split_fragments(sch, store, unroll=False)
     init = sch.get_child_blocks(sch.decompose_reduction(outer, k0))[0]
     try:
-        group = intrinsics("float32")
         for block, name in ((a_frag, "load_a"), (b_frag, "load_b")):
             sch.tensorize(_split_fragments(sch, block, unroll=True), group[name])
         sch.tensorize(sch.get_loops(init)[-2], group["init"])

@@ -59,12 +59,10 @@ def test_every_kind_of_tile_lowers_to_cuda(tile):
     load_intrinsics()
     from tvm.s_tir.tensor_intrin.cuda import get_wmma_intrin_group
 
-    def intrinsics(out_dtype):
-        return get_wmma_intrin_group(load_scope="shared.dyn", store_scope="shared", in_dtype="float16",
-                                     out_dtype=out_dtype, trans_b=True)
-
+    group = get_wmma_intrin_group(load_scope="shared.dyn", store_scope="shared", in_dtype="float16",
+                                  out_dtype="float32", trans_b=True)
     with H100:
-        sch = wmma_schedule(_matmul(96, 160, 64, "float16").with_attr("target", H100), tile, intrinsics)
+        sch = wmma_schedule(_matmul(96, 160, 64, "float16").with_attr("target", H100), tile, group)
     assert sch is not None and uses_tensor_cores(sch.mod["main"])
     assert 0 < _launch_shared(sch.mod["main"], H100) <= tile.dynamic_bytes()
 
