@@ -73,26 +73,23 @@ def is_copy(blk) -> bool:
     """The block stores one plain load: a copy with an index map (a gather, whose indices load
     data, is not one)."""
     body = blk.body
-    if not isinstance(body, tirx.BufferStore) or not isinstance(body.value, TensorLoad):
-        return False
-    found: list = []
-    for e in body.value.indices:
-        tvm_ffi.structural_walk(e, (TensorLoad, found.append), order="post")
-    return not found
+    return isinstance(body, tirx.BufferStore) and _plain_load(body.value)
 
 
 def is_conversion(blk) -> bool:
     """The block stores one plain load converted to another type (a cast between kernels that
     compute in different precisions, optimize/precision.py): a copy that changes the type."""
     body = blk.body
-    if not isinstance(body, tirx.BufferStore) or not isinstance(body.value, tirx.Cast):
-        return False
-    load = body.value.value
-    if not isinstance(load, TensorLoad):
+    return isinstance(body, tirx.BufferStore) and isinstance(body.value, tirx.Cast) and _plain_load(body.value.value)
+
+
+def _plain_load(e) -> bool:
+    """A load whose indices load nothing."""
+    if not isinstance(e, TensorLoad):
         return False
     found: list = []
-    for e in load.indices:
-        tvm_ffi.structural_walk(e, (TensorLoad, found.append), order="post")
+    for index in e.indices:
+        tvm_ffi.structural_walk(index, (TensorLoad, found.append), order="post")
     return not found
 
 
