@@ -5,8 +5,9 @@ tensor cores on sm_70+ when M and N hold at least one 16x16x16 wmma fragment and
 schedules it with a block tile sized to the matmul and the target's SM count (dlight's rule had one
 128x128 tile for every shape, one block for a batch-1 transformer's matmuls); the schedule is taken
 only if it is tensorized, else Gensor schedules the kernel on CUDA cores.
-A 3x3 conv is not a matmul to dlight's index-map analysis (its input index is a sum of two loops),
-so it runs in fp16 on CUDA cores; a 1x1 conv is one. The schedule report counts the kernels on tensor cores, and a
+Convs are matmuls too: dlight's index maps read a conv's padded input as an implicit im2col (a
+3x3 conv of 64 channels on a 56x56 map is M = 3136, N = 64, K = 576), which the tile's shared
+memory loads gather; a depthwise conv is not a matmul. The schedule report counts the kernels on tensor cores, and a
 schedule is kept only where TVM lowers it and its launch fits the block's shared memory
 (_launch_shared).
 """

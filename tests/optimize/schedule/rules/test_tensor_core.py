@@ -11,7 +11,7 @@ import pytest
 
 from packager.optimize.schedule.rules.tensor_core import (_launch_shared, fp16_reduction, load_intrinsics,
                                                           tensor_core_matmul, uses_tensor_cores)
-from packager.optimize.schedule.rules.wmma import WmmaTile, tiles, wmma_schedule
+from packager.optimize.schedule.rules.wmma import WmmaTile, matmul_extents, tiles, wmma_schedule
 from packager.optimize.schedule.tir_util import gpu_kernel_fault
 from packager.targets import CUDA_TABLE
 from packager.targets.table import STATIC_SHARED_BYTES
@@ -122,3 +122,16 @@ def test_a_folded_split_with_an_unread_half_still_runs_on_tensor_cores():
     with H100:
         out, _ = tensor_core_matmul(_split_then_matmul, H100, STATIC_SHARED_BYTES, ROOM, SMS)
     assert uses_tensor_cores(out) and "split_hi" not in out.script()
+
+
+def test_a_3x3_conv_is_an_implicit_gemm_on_tensor_cores():
+    """dlight's index maps read the padded input as an im2col: M = H*W, N = out channels, K = C*9."""
+    from tvm import topi
+
+    x = te.placeholder((1, 64, 56, 56), "float16", name="x")
+    w = te.placeholder((64, 64, 3, 3), "float16", name="w")
+    func = te.create_prim_func([x, w, topi.nn.conv2d_nchw(x, w, 1, 1, 1, out_dtype="float32")])
+    assert matmul_extents(func) == (1, 3136, 64, 576)
+    with H100:
+        out, _ = tensor_core_matmul(func, H100, STATIC_SHARED_BYTES, ROOM, SMS)
+    assert uses_tensor_cores(out)
