@@ -1,16 +1,15 @@
 """wmma tensor-core matmul schedules whose block tile is sized to the matmul.
 
-dlight's tensor-core rule gives every matmul one block tile: 128x128 outputs, 16 warps. At batch 1
-a transformer's matmuls are 128 rows, so a 128x128x512 matmul ran as one block on one of an
-H200's 132 SMs: bert_mini's fp16 feed-forward kernel took 80 us against 33 us for its fp32 CUDA-core
-schedule (GPU suite, 2026-11-28). Here the tile is a choice: warps per block along M and N, 16x16
-fragments per warp along M and N, and 16-wide K fragments per pipeline stage. `tiles` orders the
-candidates by an estimate of time on the target's SMs (`estimate`), so small matmuls spread over
-many SMs and large ones keep big tiles for reuse. The schedule itself is the standard wmma
-pipeline, written with TVM's primitives and dlight's matmul helpers: normalise to
-C[S, I, J] += A[S, I, K] * B[S, J, K], pad to the tile, stage A and B through dynamic shared
-memory with a two-stage software pipeline, load fragments, mma with an fp32 accumulator, stage
-the accumulator through shared memory and inline the epilogue into its store.
+dlight's tensor-core rule gives every matmul one 128x128 tile of 16 warps, so at batch 1 a
+transformer's 128-row matmuls ran as a handful of blocks on a 132-SM GPU, slower than fp32 on CUDA
+cores (docs/gpu-results.md). Here the tile is a choice: warps per block along M and N, 16x16
+fragments per warp, and K fragments per pipeline stage. `tiles` orders the candidates by an
+estimate of time on the target's SMs (`estimate`): small matmuls spread over many SMs, large ones
+keep big tiles for reuse. The schedule is the standard wmma pipeline, written with TVM's
+primitives and dlight's matmul helpers: normalise to C[S, I, J] += A[S, I, K] * B[S, J, K], pad to
+the tile, stage A and B through dynamic shared memory with a two-stage software pipeline, load
+fragments, mma into an fp32 accumulator, stage it through shared memory and inline the epilogue
+into its store.
 """
 from __future__ import annotations
 
