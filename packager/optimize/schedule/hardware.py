@@ -116,7 +116,7 @@ def gpu_hardware(t: Target) -> Hardware:
     4 B per cycle per SM; DRAM bandwidth per SM is the datasheet figure spread over the SMs."""
     f = t.facts or {"sms": 80, "dram_gbs": 900, "fp32_tflops": 15.7, "boost_clock_mhz": 1500}
     ghz = f.get("boost_clock_mhz", 1500) / 1000
-    sms = f.get("sms", 80)
+    sms = t.sm_count
     dram_bw = f.get("dram_gbs", 900) / ghz / sms
     flops = f.get("fp32_tflops", 15.7) * 1e12 / (ghz * 1e9) / sms
     return Hardware(

@@ -20,6 +20,7 @@ import sys
 import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
+from tvm.s_tir.dlight.gpu.matmul import check_sm_version
 
 from ..measure.compile import build_with_host
 from ..tir_util import gpu_kernel_fault, unbound_blocks
@@ -73,7 +74,7 @@ def tensor_core_matmul(func: tirx.PrimFunc, target: tvm.target.Target, shared_li
     (M and N at least one 16-wide fragment, K two) on sm_70+, or no tile lowers within the static
     (`shared_limit`) and the opt-in dynamic shared memory of a block (`dynamic_limit`). Tiles are
     tried fastest estimate first for `sms` SMs (wmma.py)."""
-    if not fp16_reduction(func) or _sm(target) < 70:
+    if not fp16_reduction(func) or check_sm_version(str(target.attrs.get("arch", ""))) < 70:
         return None
     try:
         extents = matmul_extents(func)
@@ -100,11 +101,6 @@ def tensor_core_matmul(func: tirx.PrimFunc, target: tvm.target.Target, shared_li
         if dynamic is not None and dynamic + tile.static_bytes() <= dynamic_limit:
             return out.with_attr("tirx.is_scheduled", True), tile
     return None
-
-
-def _sm(target: tvm.target.Target) -> int:
-    arch = str(target.attrs.get("arch", ""))
-    return int(arch.removeprefix("sm_").rstrip("a")) if arch.startswith("sm_") else 0
 
 
 def _launch_shared(func: tirx.PrimFunc, target: tvm.target.Target) -> int | None:
