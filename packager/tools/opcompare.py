@@ -9,9 +9,11 @@ profiled run each:
   the activation's output), so a profiled name is resolved to the ONNX node by name, else by the
   tensor it writes, then back through element-wise nodes to the heavy node that feeds them.
 - ours: packrt-run's per-step times. A plan step carries a heavy node when its output holds as
-  many elements (up to channel padding of a blocked layout) and its kernel as many FLOPs (up to
-  padding and fused epilogues), else, for what is left, as many FLOPs alone (a conv merged with
-  the pooling after it); nodes and steps are matched in graph order.
+  many elements (up to channel padding of a blocked layout) with a conv's spatial dims in order,
+  and its kernel as many FLOPs (up to padding and fused epilogues), else, for what is left, as
+  many FLOPs alone (a conv merged with the pooling after it); nodes and steps are matched in
+  graph order. (Without the spatial check a 64-channel conv at 80x80 passed for one at 40x40
+  with 16 of its channels padded.)
 
 A node either side cannot place (merged into a bigger kernel, an ORT-internal node) is listed
 with the time that side has, never guessed. Classes (3x3 conv, 1x1 conv, depthwise, ...) sum
@@ -50,6 +52,7 @@ class HeavyNode:
     desc: str                # shapes in one line: "3x3/1 128->128 @56x56"
     flops: int
     out_elems: int
+    spatial: tuple[int, ...] = ()       # a conv's output dims after the channels
     ort_ms: float | None = None
     ours_ms: float | None = None
     kernel: str = ""
@@ -76,7 +79,8 @@ def heavy_nodes(model: LoadedModel, shapes: dict[str, tuple[int, ...]]) -> list[
         if y is None or any(s is None for s in ins[:2]):
             continue
         cls, desc, flops = _classify(n, ins, y)
-        out.append(HeavyNode(n.name or f"{n.op_type}_{i}", n.op_type, cls, desc, flops, math.prod(y)))
+        spatial = tuple(y[2:]) if n.op_type.startswith("Conv") else ()
+        out.append(HeavyNode(n.name or f"{n.op_type}_{i}", n.op_type, cls, desc, flops, math.prod(y), spatial))
     return out
 
 
@@ -164,8 +168,17 @@ def our_steps(plan: dict, steps: list[dict], profile: int = 0) -> list[dict]:
         k = kernels[st["kernel"]]
         y = prof["tensors"][st["args"][-1]]
         out.append({"step": i, "kernel": k["name"], "ms": ms.get(i, 0.0), "flops": k.get("flops", 0),
-                    "out_elems": math.prod(y["shape"])})
+                    "out_elems": math.prod(y["shape"]), "shape": tuple(y["shape"])})
     return out
+
+
+def _holds(shape: tuple[int, ...] | None, spatial: tuple[int, ...]) -> bool:
+    """The step's output has the conv's spatial dims in order (NCHW, NHWC and NCHW{c} all do);
+    true where either side is unknown."""
+    if not spatial or not shape:
+        return True
+    k = len(spatial)
+    return any(tuple(shape[i:i + k]) == spatial for i in range(len(shape) - k + 1))
 
 
 def match(nodes: list[HeavyNode], steps: list[dict]) -> None:
@@ -175,7 +188,7 @@ def match(nodes: list[HeavyNode], steps: list[dict]) -> None:
 
     def same_output(n: HeavyNode, s: dict) -> bool:
         padded = s["out_elems"] / n.out_elems
-        return 1 <= padded <= OUT_SLACK and 0.9 <= s["flops"] / n.flops <= FLOP_SLACK * padded
+        return 1 <= padded <= OUT_SLACK and _holds(s.get("shape"), n.spatial) and 0.9 <= s["flops"] / n.flops <= FLOP_SLACK * padded
 
     def same_work(n: HeavyNode, s: dict) -> bool:
         return 0.9 <= s["flops"] / n.flops <= FLOP_SLACK

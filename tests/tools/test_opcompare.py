@@ -68,6 +68,21 @@ def test_steps_match_nodes_in_order_within_padding_and_epilogues():
     assert [w["name"] for w in opcompare.worst({"nodes": [vars(n) | {"ratio": n.ratio} for n in nodes]})] == ["c3"]
 
 
+def test_a_step_of_other_spatial_dims_does_not_carry_a_conv():
+    """A 16-channel conv at 16x16 and a step with 4x its elements (16 channels at 32x32) and 4x
+    its FLOPs: within the channel-padding slack, but another conv; the node's own step, later and
+    blocked NCHW4c, carries it."""
+    nodes = [n for n in opcompare.heavy_nodes(_convs(), {"x": (1, 8, 16, 16)}) if n.name == "c3"]
+    n = nodes[0]
+    assert n.spatial == (16, 16)
+    steps = [{"step": 0, "kernel": "other", "ms": 1.0, "flops": n.flops * 4, "out_elems": n.out_elems * 4,
+              "shape": (1, 16, 32, 32)},
+             {"step": 1, "kernel": "mine", "ms": 0.2, "flops": n.flops, "out_elems": n.out_elems,
+              "shape": (1, 4, 16, 16, 4)}]
+    opcompare.match(nodes, steps)
+    assert n.kernel == "mine"
+
+
 @pytest.mark.slow
 def test_bench_ops_places_every_conv_of_the_cnn_sample(cnn_copy, tmp_path):
     out = tmp_path / "bench.json"

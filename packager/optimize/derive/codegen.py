@@ -12,6 +12,7 @@ from tvm import te, tirx
 
 from .expr import Access, BinOp, Const, DivMod, Func, Index, Iter, Node, Scope, Tensor, accesses
 from .rules import bounds
+from .window import Window, windows
 
 TE_FUNCS = {"relu": lambda x: tvm.tirx.max(x, tvm.tirx.const(0, x.dtype)), "tanh": te.tanh, "sigmoid": te.sigmoid}
 
@@ -68,13 +69,32 @@ def compute(s: Scope, holders: dict, dtype: str, name: str = "out") -> te.Tensor
     """The scope as a te.compute over placeholders for what it reads."""
     ranges = s.iters()
 
+    wins = windows(s)
+
     def body(*idx):
         env = {it.name: i + it.lo if it.lo else i for it, i in zip(s.travs, idx)}
-        axes = [te.reduce_axis((it.lo, it.hi), name=it.name) for it in s.sums]
-        env.update({it.name: ax.var for it, ax in zip(s.sums, axes)})
+        axes = [te.reduce_axis((0, wins[it.name].taps) if it.name in wins else (it.lo, it.hi), name=it.name)
+                for it in s.sums]
+        env.update({it.name: ax.var for it, ax in zip(s.sums, axes) if it.name not in wins})
+        inside = [_enter_window(wins[it.name], ax.var, env) for it, ax in zip(s.sums, axes) if it.name in wins]
         value = _node(s.body, env, holders, ranges, dtype)
+        if inside:
+            value = tvm.tirx.if_then_else(tvm.tirx.all(*[c for conds in inside for c in conds]), value,
+                                          tvm.tirx.const(0, dtype))
         return te.sum(value, axis=axes) if axes else value
     return te.compute(s.shape, body, name=name)
+
+
+def _enter_window(w: Window, tap, env: dict) -> list:
+    """Bind the summation to the window's tap-th value (env updated); returns the conditions under
+    which that value is in the summation's range and its read inside the source (else the term
+    is zero: the body reads nothing then, as if_then_else evaluates one branch)."""
+    stride = abs(w.coeff)
+    rel = _index(w.offset, env) - w.lo
+    first = tvm.tirx.floordiv(rel, stride)
+    y = first - tap if w.coeff < 0 else tap - first
+    env[w.it.name] = y
+    return [y >= w.it.lo, y < w.it.hi, tvm.tirx.floormod(rel, stride) + tap * stride < w.extent]
 
 
 def _node(n: Node, env: dict, holders: dict, ranges: dict[str, Iter], dtype: str):

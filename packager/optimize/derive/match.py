@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from .expr import Access, Const, Scope, accesses
 from .rules import factors
+from .window import windows
 
 EOP_INTENSITY = 4.0          # EinNet's threshold: below it a scope is memory-bound
 MATMUL_GROUPS = {(1, 1, 1): "batch", (1, 0, 1): "m", (0, 1, 1): "n", (1, 1, 0): "k"}
@@ -81,8 +82,11 @@ def conv_like(s: Scope) -> bool:
 
 
 def flops(s: Scope) -> float:
-    """A product of f factors costs f - 1 multiplies per point, plus one add per point if summed."""
-    points = math.prod(it.extent for it in (*s.travs, *s.sums))
+    """A product of f factors costs f - 1 multiplies per point, plus one add per point if summed;
+    a summation with a window (window.py) counts its taps, not its range."""
+    wins = windows(s)
+    points = math.prod(it.extent for it in s.travs) * \
+        math.prod(wins[it.name].taps if it.name in wins else it.extent for it in s.sums)
     return points * (len(factors(s.body)) - 1 + (1 if s.sums else 0))
 
 

@@ -8,11 +8,14 @@ import tvm
 from support.kernel_cases import host_target, scheduler
 from packager.optimize.derive.codegen import kernels
 from packager.optimize.derive.cost import estimate_ms, rank
+from packager.optimize.derive.expr import Index, Iter, Tensor, read, scope
 from packager.optimize.derive.interp import evaluate
+from packager.optimize.derive.match import flops
 from packager.optimize.derive.operators import conv2d, conv_transpose2d
 from packager.optimize.derive.rules import rewrites
 from packager.optimize.derive.search import derive
 from packager.optimize.derive.timing import measure
+from packager.optimize.derive.window import windows
 from packager.optimize.schedule.hardware import cpu_hardware
 
 
@@ -52,3 +55,25 @@ def test_candidates_are_ranked_by_the_roofline_and_measured_here(tmp_path):
     assert estimate_ms(ranked[0][1].program, cpu_hardware(target)) == estimates[0]
     m = measure(ranked[0][1].program, scheduler(target, tmp_path), top_k=2)
     assert sorted(m.kinds) == ["eop", "matmul"] and all(0 < t < 1e3 for t in m.kernels_ms)
+
+
+def test_selective_reduces_run_over_their_window_only():
+    """A ConvTranspose with kernel = stride: each output point has one non-zero term of the
+    40-long sums over input rows and columns; the kernels loop over that one term and still
+    compute what the interpreter's full sums do (strides 2 and 3, kernels 2 to 5, both signs)."""
+    rng = np.random.default_rng(2)
+    big = conv_transpose2d((1, 4, 40, 40), (4, 4, 2, 2), (2, 2), (0, 0, 0, 0))
+    assert flops(big) == 2 * 4 * 4 * 80 * 80         # the original: one input pixel per output pixel
+    assert windows(big)["i"].taps == 1 and windows(_golden(big))["i"].taps == 1
+    for data, weight, strides, pads in (((1, 3, 4, 5), (3, 2, 2, 2), (2, 2), (0, 0, 0, 0)),
+                                        ((1, 2, 3, 4), (2, 3, 5, 3), (3, 2), (1, 2, 0, 1))):
+        expr = conv_transpose2d(data, weight, strides, pads)
+        inputs = {"X": rng.standard_normal(data).astype("float32"), "W": rng.standard_normal(weight).astype("float32")}
+        want = evaluate(expr, inputs)
+        np.testing.assert_allclose(_run(expr, inputs), want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(_run(_golden(expr), inputs), want, rtol=1e-4, atol=1e-4)
+    x = Tensor("X", (3,))                             # a read at 2*i - h + 1: the window's other sign
+    expr = scope([Iter("h", 0, 8)], [Iter("i", -1, 9)], read(x, Index.of("i") * 2 - "h" + 1))
+    assert windows(expr)["i"].taps == 2
+    inputs = {"X": rng.standard_normal(3).astype("float32")}
+    np.testing.assert_allclose(_run(expr, inputs), evaluate(expr, inputs), rtol=1e-5, atol=1e-5)
