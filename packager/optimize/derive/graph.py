@@ -39,6 +39,7 @@ from .sites import OPS, frontend, site_key
 
 SEARCH_SECONDS = 20.0
 ESTIMATE_MARGIN = 1.5
+DECISIONS = "derive-v2"      # the database key's prefix: v2 since eOperators sum over windows (window.py)
 
 
 @dataclass
@@ -86,7 +87,7 @@ def decide(call: relax.Call, scheduler: KernelScheduler, seconds: float = SEARCH
         site.why = "not searched: a conv is derived only where timed, at optimize.level 3"
         return site
     db, target_key = (scheduler.database(), scheduler.target_key()) if measure else (None, "")
-    key = f"derive/{target_key}/{operator.key}"
+    key = f"{DECISIONS}/{target_key}/{operator.key}"
     replayed = db.get(key, kind="derive") if db is not None else None
     if replayed is not None and not replayed["taken"]:
         return _replay(site, replayed)
