@@ -9,11 +9,11 @@ profiled run each:
   the activation's output), so a profiled name is resolved to the ONNX node by name, else by the
   tensor it writes, then back through element-wise nodes to the heavy node that feeds them.
 - ours: packrt-run's per-step times. A plan step carries a heavy node when its output holds as
-  many elements (up to channel padding of a blocked layout) with a conv's spatial dims in order,
+  many elements (a conv's: its spatial dims in order, its channels padded by less than a block)
   and its kernel as many FLOPs (up to padding and fused epilogues), else, for what is left, as
   many FLOPs alone (a conv merged with the pooling after it); nodes and steps are matched in
-  graph order. (Without the spatial check a 64-channel conv at 80x80 passed for one at 40x40
-  with 16 of its channels padded.)
+  graph order. (With a 4x slack on elements alone, a 64-channel conv at 80x80 passed for one at
+  40x40, and a 64-channel 3x3 conv for a 16-channel 1x1 conv at the same size.)
 
 A node either side cannot place (merged into a bigger kernel, an ORT-internal node) is listed
 with the time that side has, never guessed. Classes (3x3 conv, 1x1 conv, depthwise, ...) sum
@@ -38,6 +38,7 @@ from ..frontend.partition import tensor_types
 HEAVY = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 ORT_HEAVY = {"Conv", "FusedConv", "NhwcFusedConv", "ConvTranspose", "MatMul", "FusedMatMul", "Gemm", "FusedGemm"}
 OUT_SLACK = 4.0           # our output elements over the node's: channels padded to a block (4 -> 16)
+BLOCK = 16                # a conv's output channels are padded by less than one block (16 lanes at most)
 FLOP_SLACK = 1.8          # our kernel FLOPs over the node's beyond that padding: fused epilogues
 SLOW = 1.2                # a node over this x onnxruntime's time counts as slow (issue 45's bar)
 
@@ -53,6 +54,7 @@ class HeavyNode:
     flops: int
     out_elems: int
     spatial: tuple[int, ...] = ()       # a conv's output dims after the channels
+    channels: int = 0                   # a conv's output channels
     ort_ms: float | None = None
     ours_ms: float | None = None
     kernel: str = ""
@@ -79,8 +81,9 @@ def heavy_nodes(model: LoadedModel, shapes: dict[str, tuple[int, ...]]) -> list[
         if y is None or any(s is None for s in ins[:2]):
             continue
         cls, desc, flops = _classify(n, ins, y)
-        spatial = tuple(y[2:]) if n.op_type.startswith("Conv") else ()
-        out.append(HeavyNode(n.name or f"{n.op_type}_{i}", n.op_type, cls, desc, flops, math.prod(y), spatial))
+        conv = n.op_type.startswith("Conv")
+        out.append(HeavyNode(n.name or f"{n.op_type}_{i}", n.op_type, cls, desc, flops, math.prod(y),
+                             tuple(y[2:]) if conv else (), y[1] if conv else 0))
     return out
 
 
@@ -172,13 +175,16 @@ def our_steps(plan: dict, steps: list[dict], profile: int = 0) -> list[dict]:
     return out
 
 
-def _holds(shape: tuple[int, ...] | None, spatial: tuple[int, ...]) -> bool:
-    """The step's output has the conv's spatial dims in order (NCHW, NHWC and NCHW{c} all do);
-    true where either side is unknown."""
-    if not spatial or not shape:
+def _holds(n: HeavyNode, s: dict) -> bool:
+    """The step's output has the conv's spatial dims in order (NCHW, NHWC and NCHW{c} all do)
+    and its channels padded by less than a block; true where either side is unknown."""
+    shape = s.get("shape")
+    if not n.spatial or not shape:
         return True
-    k = len(spatial)
-    return any(tuple(shape[i:i + k]) == spatial for i in range(len(shape) - k + 1))
+    k = len(n.spatial)
+    padded = s["out_elems"] * n.channels / n.out_elems
+    return n.channels <= padded < n.channels + BLOCK and (math.prod(n.spatial) == 1 or   # 1x1 maps: a matmul
+        any(tuple(shape[i:i + k]) == n.spatial for i in range(len(shape) - k + 1)))
 
 
 def match(nodes: list[HeavyNode], steps: list[dict]) -> None:
@@ -188,7 +194,7 @@ def match(nodes: list[HeavyNode], steps: list[dict]) -> None:
 
     def same_output(n: HeavyNode, s: dict) -> bool:
         padded = s["out_elems"] / n.out_elems
-        return 1 <= padded <= OUT_SLACK and _holds(s.get("shape"), n.spatial) and 0.9 <= s["flops"] / n.flops <= FLOP_SLACK * padded
+        return 1 <= padded <= OUT_SLACK and _holds(n, s) and 0.9 <= s["flops"] / n.flops <= FLOP_SLACK * padded
 
     def same_work(n: HeavyNode, s: dict) -> bool:
         return 0.9 <= s["flops"] / n.flops <= FLOP_SLACK

@@ -81,6 +81,10 @@ def test_a_step_of_other_spatial_dims_does_not_carry_a_conv():
               "shape": (1, 4, 16, 16, 4)}]
     opcompare.match(nodes, steps)
     assert n.kernel == "mine"
+    n.kernel = ""                       # same map, but 4x the channels: a wider conv, not padding
+    steps[0]["shape"] = (1, 64, 16, 16)
+    opcompare.match(nodes, steps)
+    assert n.kernel == "mine"
 
 
 @pytest.mark.slow
