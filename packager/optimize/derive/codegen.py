@@ -67,9 +67,7 @@ def kernels(top: Scope, dtype: str = "float32") -> list[Kernel]:
 
 def compute(s: Scope, holders: dict, dtype: str, name: str = "out") -> te.Tensor:
     """The scope as a te.compute over placeholders for what it reads."""
-    ranges = s.iters()
-
-    wins = windows(s)
+    ranges, wins = s.iters(), windows(s)
 
     def body(*idx):
         env = {it.name: i + it.lo if it.lo else i for it, i in zip(s.travs, idx)}
