@@ -4,16 +4,21 @@ constant (8-bit, per-tensor or per-output-channel scales) computes in integers:
 
     y = float(sum_k (x_q - x_zp) * (w_q - w_zp)) * (x_scale * w_scale)
 
-(x_q - x_zp) is an int16 tensor, made where x_q is made (the producer's requantize epilogue
-writes it), the weights minus their zero point are int8 panels in the package (a quarter of
-their float32 size), the sum is exact in int32, and the float scale is the kernel's epilogue.
-This is the formula onnxruntime's int8 kernels compute; the float path computed the same sum of
-dequantized values with float32 rounding in every partial sum. The CPU int-dot rule
-(schedule/rules/int_dot.py) schedules the kernel.
+the sum exact in int32, the weights minus their zero point int8 panels in the package (a quarter
+of their float32 size), the float scale the kernel's epilogue. This is the formula onnxruntime's
+int8 kernels compute; the float path computed the same sum of dequantized values with float32
+rounding in every partial sum. The CPU int-dot rule (schedule/rules/int_dot.py) schedules the
+kernel, in the first of the target's integer dot forms (`IntDot`) that takes it:
 
-A convolution's activation is first laid out N[H]WC (channels in pairs, padded to even, the
-spatial padding written as zeros) so a pair of channels is one 32-bit load; its weights are
-panels [OC/8, *K, C/2, 8, 2]. The kernel's output stays NC[H]W, as the float graph around it.
+* QUAD (AVX-512 VNNI): the activation is x_q itself as uint8 (an int8 x_q offset by 128), the
+  weights [N/16, K/4, 16, 4] panels, and the kernel subtracts x_zp * (sum of an output's weights)
+  from the sums. Needs N a multiple of 16 (and K of 4 for a matmul).
+* PAIR (any CPU): the activation is x_q - x_zp as int16, the weights [N/8, K/2, 8, 2] panels.
+
+A convolution's activation is first laid out N[H]WC (channels in whole groups, the spatial padding
+and the filling channels holding the activation's zero) so a group of channels is one 32-bit
+load; its weights are panels [OC/L, *K, C/G, L, G]. The output stays NC[H]W, as the float graph
+around it.
 
 A conv the panels do not take (grouped or depthwise, output channels not whole panels, a weight
 zero point that takes w_q - w_zp out of int8) is computed exactly in float32 when it can be:
@@ -39,32 +44,36 @@ from tvm import relax, te, tirx
 from .base import PassReport
 from .qdq_moves import EightBitMoves
 from .relax_util import bound_value, is_const, rewrite_functions
+from .schedule.contract import IntDot
 
 PANEL = 8          # weight columns per panel: the int32 lanes of the CPU int-dot rule's vector
 EXACT = 1 << 24    # float32 holds every integer up to 2^24 exactly
 QUANTIZED = ("uint8", "int8")
+GROUP_NAMES = {4: "u8 x s8 quads (vpdpbusd)", 2: "int16 x int8 pairs"}
 LAYOUTS = {"relax.nn.conv1d": ("NCW", "OIW", "NCW"), "relax.nn.conv2d": ("NCHW", "OIHW", "NCHW")}
 CONVS = {"relax.nn.conv3d": "3-D convolutions",
          "relax.nn.conv1d_transpose": "transposed convolutions", "relax.nn.conv2d_transpose": "transposed convolutions"}
 
 
-def pack_pairs(w: np.ndarray) -> np.ndarray:
-    """K x N int8 -> [N/PANEL, K/2, PANEL, 2]: a panel's columns, k in pairs innermost."""
+def pack_panels(w: np.ndarray, lanes: int = PANEL, group: int = 2) -> np.ndarray:
+    """K x N int8 -> [N/lanes, K/group, lanes, group]: a panel's columns, k in groups innermost."""
     k, n = w.shape
-    return np.ascontiguousarray(w.reshape(k // 2, 2, n // PANEL, PANEL).transpose(2, 0, 3, 1))
+    return np.ascontiguousarray(w.reshape(k // group, group, n // lanes, lanes).transpose(2, 0, 3, 1))
 
 
-def pack_conv(w: np.ndarray) -> np.ndarray:
-    """OC x C x *K int8 (1-D or 2-D kernel) -> [OC/PANEL, *K, C2, PANEL, 2], C zero-padded to 2 * C2."""
+def pack_conv(w: np.ndarray, lanes: int = PANEL, group: int = 2) -> np.ndarray:
+    """OC x C x *K int8 (1-D or 2-D kernel) -> [OC/lanes, *K, CG, lanes, group], C zero-padded to
+    group * CG."""
     oc, c, *k = w.shape
-    w = np.pad(w, [(0, 0), (0, c % 2)] + [(0, 0)] * len(k))
+    w = np.pad(w, [(0, 0), (0, -c % group)] + [(0, 0)] * len(k))
     order = (0, *range(4, 4 + len(k)), 2, 1, 3)
-    return np.ascontiguousarray(w.reshape(oc // PANEL, PANEL, -1, 2, *k).transpose(order))
+    return np.ascontiguousarray(w.reshape(oc // lanes, lanes, -1, group, *k).transpose(order))
 
 
-def pair_pad(x: te.Tensor, before: list[int], after: list[int]) -> te.Tensor:
-    """NC[H]W -> N[H]WC with C rounded up to even and the spatial padding (before, after each
-    spatial axis) as zeros, so a pair of channels at one position is one contiguous load."""
+def channels_last_pad(x: te.Tensor, before: list[int], after: list[int], group: int = 2, fill: int = 0) -> te.Tensor:
+    """NC[H]W -> N[H]WC with C rounded up to a multiple of `group` and the spatial padding (before,
+    after each spatial axis) as `fill` (the activation's zero), so a group of channels at one
+    position is one contiguous load."""
     n, c, *space = (int(d) for d in x.shape)
 
     def value(i, *pos):
@@ -72,34 +81,36 @@ def pair_pad(x: te.Tensor, before: list[int], after: list[int]) -> te.Tensor:
         inside = [tirx.all(p >= lo, p < d + lo) for p, lo, d in zip(where, before, space)]
         return te.if_then_else(tirx.all(*inside, ch < c),
                                x[(i, tirx.min(ch, c - 1), *(p - lo for p, lo in zip(where, before)))],
-                               tirx.const(0, x.dtype))
-    return te.compute((n, *(d + lo + hi for d, lo, hi in zip(space, before, after)), c + c % 2), value,
-                      name="pair_pad")
+                               tirx.const(fill, x.dtype))
+    return te.compute((n, *(d + lo + hi for d, lo, hi in zip(space, before, after)), c - c % -group), value,
+                      name="channels_last_pad")
 
 
 def int_conv(xp: te.Tensor, panels: te.Tensor, out_space: list[int], strides: list[int],
              dilation: list[int]) -> te.Tensor:
-    """C[n, o, *pos] = sum over (kernel taps, channel pairs) of int32(xp) * int32(W): NC[H]W
-    int32 out of an N[H]WC input and [O/PANEL, *K, C/2, PANEL, 2] panels (1-D or 2-D)."""
-    *taps, c2 = (int(d) for d in panels.shape[1:-2])
+    """C[n, o, *pos] = sum over (kernel taps, channel groups) of int32(xp) * int32(W): NC[H]W
+    int32 out of an N[H]WC input and [O/L, *K, C/G, L, G] panels (1-D or 2-D)."""
+    *taps, cg = (int(d) for d in panels.shape[1:-2])
+    lanes, group = (int(d) for d in panels.shape[-2:])
     k = [te.reduce_axis((0, t), name=f"k{i}") for i, t in enumerate(taps)]
-    ko, ki = te.reduce_axis((0, c2), name="ko"), te.reduce_axis((0, 2), name="ki")
+    ko, ki = te.reduce_axis((0, cg), name="ko"), te.reduce_axis((0, group), name="ki")
 
     def value(i, o, *pos):
         at = [p * s + t * d for p, s, t, d in zip(pos, strides, k, dilation)]
-        return te.sum(xp[(i, *at, 2 * ko + ki)].astype("int32")
-                      * panels[(o // PANEL, *k, ko, o % PANEL, ki)].astype("int32"), axis=[*k, ko, ki])
-    return te.compute((xp.shape[0], int(panels.shape[0]) * PANEL, *out_space), value,
+        return te.sum(xp[(i, *at, group * ko + ki)].astype("int32")
+                      * panels[(o // lanes, *k, ko, o % lanes, ki)].astype("int32"), axis=[*k, ko, ki])
+    return te.compute((xp.shape[0], int(panels.shape[0]) * lanes, *out_space), value,
                       name=f"conv{len(taps)}d_int8")
 
 
 def int_matmul(a: te.Tensor, panels: te.Tensor) -> te.Tensor:
-    """C[..., m, n] = sum over k pairs of int32(A[..., m, k]) * int32(W[k, n]), W in pair panels."""
-    kdim, n = int(a.shape[-1]), int(panels.shape[0]) * PANEL
-    ko, ki = te.reduce_axis((0, kdim // 2), name="ko"), te.reduce_axis((0, 2), name="ki")
+    """C[..., m, n] = sum over k groups of int32(A[..., m, k]) * int32(W[k, n]), W in [N/L, K/G, L, G] panels."""
+    lanes, group = (int(d) for d in panels.shape[-2:])
+    kdim, n = int(a.shape[-1]), int(panels.shape[0]) * lanes
+    ko, ki = te.reduce_axis((0, kdim // group), name="ko"), te.reduce_axis((0, group), name="ki")
     return te.compute((*a.shape[:-1], n), lambda *i: te.sum(
-        a[(*i[:-1], 2 * ko + ki)].astype("int32") * panels[i[-1] // PANEL, ko, i[-1] % PANEL, ki].astype("int32"),
-        axis=[ko, ki]), name="matmul_int8")
+        a[(*i[:-1], group * ko + ki)].astype("int32")
+        * panels[i[-1] // lanes, ko, i[-1] % lanes, ki].astype("int32"), axis=[ko, ki]), name="matmul_int8")
 
 
 def _exact_in_float32(x: relax.Call, w: np.ndarray) -> bool:
@@ -118,8 +129,10 @@ def _scalar(e) -> np.ndarray | None:
 
 @relax.expr_functor.mutator
 class _IntegerKernels(relax.PyExprMutator):
-    def __init__(self, mod: tvm.IRModule):
+    def __init__(self, mod: tvm.IRModule, forms: tuple[IntDot, ...]):
         super().__init__(mod)
+        self.forms = forms                      # the target's integer dots, preferred first
+        self.used: Counter = Counter()          # matmuls and convs per form (its group: 2 or 4)
         self.integer = 0                        # matmuls and convs in integers
         self.convs = 0
         self.exact = 0                          # of the convs: exact integer sums in float32
@@ -177,15 +190,15 @@ class _IntegerKernels(relax.PyExprMutator):
         if isinstance(w, str):
             self.kept[w] += 1
             return call
-        why = self._unfit(x, w[0])
+        form, why = self._fit(x, w[0])
         if why:
             self.kept[why] += 1
             return call
         self.integer += 1
-        xi = self._int16(x)
-        acc = self.builder_.emit_te(int_matmul, xi, relax.const(pack_pairs(w[0].astype(np.int8))),
-                                    primfunc_name_hint="matmul_int8")
-        return self._scaled(acc, x, w[1], 1)
+        xi, zp = self._activation(x, form)
+        panels = pack_panels(w[0].astype(np.int8), form.lanes, form.group)
+        acc = self.builder_.emit_te(int_matmul, xi, relax.const(panels), primfunc_name_hint="matmul_int8")
+        return self._scaled(self._compensated(acc, zp, w[0].sum(axis=0), 1), x, w[1], 1)
 
     def _conv(self, call: relax.Call) -> relax.Expr:
         """A dequantized NC[H]W conv1d/conv2d in integers, or the call with its reason counted."""
@@ -195,7 +208,7 @@ class _IntegerKernels(relax.PyExprMutator):
         a, ndim, shape = call.attrs, call.ty.ndim, call.ty.shape.values
         w = self._constant(bound_value(self, call.args[1]), ndim, 0)
         form = self._conv_form(call, x, w)
-        if form not in ("int", "exact"):
+        if isinstance(form, str) and form != "exact":
             self.kept[form] += 1
             return call
         self.integer += 1
@@ -203,12 +216,15 @@ class _IntegerKernels(relax.PyExprMutator):
         if form == "exact":
             self.exact += 1
             return self._scaled(self._exact_float(call, x, w[0]), x, w[1], ndim)
-        pad, xi = [int(p) for p in a.padding], self._int16(x)
+        pad, (xi, zp) = [int(p) for p in a.padding], self._activation(x, form)
         space, strides, dilation = [int(d) for d in shape[2:]], [int(v) for v in a.strides], [int(v) for v in a.dilation]
-        xp = self.builder_.emit_te(pair_pad, xi, pad[:ndim - 2], pad[ndim - 2:], primfunc_name_hint="pair_pad")
-        acc = self.builder_.emit_te(int_conv, xp, relax.const(pack_conv(w[0].astype(np.int8))), space, strides, dilation,
+        xp = self.builder_.emit_te(channels_last_pad, xi, pad[:ndim - 2], pad[ndim - 2:], form.group, zp,
+                                   primfunc_name_hint="channels_last_pad")
+        panels = pack_conv(w[0].astype(np.int8), form.lanes, form.group)
+        acc = self.builder_.emit_te(int_conv, xp, relax.const(panels), space, strides, dilation,
                                     primfunc_name_hint=f"conv{ndim - 2}d_int8")
-        return self._scaled(acc, x, w[1], ndim)
+        sums = w[0].reshape(w[0].shape[0], -1).sum(axis=1)
+        return self._scaled(self._compensated(acc, zp, sums, ndim), x, w[1], ndim)
 
     def _exact_float(self, call: relax.Call, x: relax.Call, w: np.ndarray) -> relax.Expr:
         """The conv of x_q - x_zp and w as float32 integers: the exact int32 sum (_exact_in_float32)."""
@@ -219,9 +235,9 @@ class _IntegerKernels(relax.PyExprMutator):
             xf = bb.emit(relax.op.subtract(xf, relax.const(np.float32(zp), "float32")))
         return bb.emit(relax.Call(call.op, [xf, relax.const(w.astype(np.float32))], call.attrs))
 
-    def _conv_form(self, call: relax.Call, x: relax.Call, w: tuple | str) -> str:
-        """"int" (int-dot panels), "exact" (float32 integers: a grouped conv, or one the panels do
-        not take, whose sums stay exact: _exact_in_float32), or why the conv stays in float."""
+    def _conv_form(self, call: relax.Call, x: relax.Call, w: tuple | str) -> IntDot | str:
+        """The integer dot form of the panels, "exact" (float32 integers: a grouped conv, or one the
+        panels do not take, whose sums stay exact: _exact_in_float32), or why the conv stays in float."""
         a = call.attrs
         if (a.data_layout, a.kernel_layout, a.out_layout) != LAYOUTS[call.op.name]:
             return "convolution layout not NC[H]W"
@@ -235,8 +251,8 @@ class _IntegerKernels(relax.PyExprMutator):
         exact = _exact_in_float32(x, w[0])
         if int(a.groups) > 1:
             return "exact" if exact else "grouped convolutions whose sums can pass 2^24"
-        why = self._unfit(x, w[0].reshape(w[0].shape[0], -1).T, conv=True)
-        return "int" if not why else "exact" if exact else why
+        form, why = self._fit(x, w[0].reshape(w[0].shape[0], -1).T, conv=True)
+        return form if not why else "exact" if exact else why
 
     @staticmethod
     def _activation_unfit(x: relax.Call) -> str:
@@ -246,22 +262,44 @@ class _IntegerKernels(relax.PyExprMutator):
             return "activation not per-tensor 8-bit"
         return "activation not a matrix" if x.args[0].ty.ndim < 2 else ""
 
-    def _unfit(self, x: relax.Call, w: np.ndarray, conv: bool = False) -> str:
-        """Why the int-dot panels cannot take this activation and K x N weight, "" if they can."""
+    def _fit(self, x: relax.Call, w: np.ndarray, conv: bool = False) -> tuple[IntDot | None, str]:
+        """The first of the target's forms whose panels take this activation and K x N weight, or
+        why the last (the most general) does not. A conv's channels are padded to whole groups."""
         why = self._activation_unfit(x)
         if why:
-            return why
+            return None, why
         k, n = w.shape
         if w.min() < -128 or w.max() > 127:
-            return "weight minus zero point leaves int8"
-        return f"{'output channels' if conv else 'N'} not a multiple of {PANEL}" if n % PANEL else \
-            "K odd" if k % 2 and not conv else ""
+            return None, "weight minus zero point leaves int8"
+        for form in self.forms:
+            why = f"{'output channels' if conv else 'N'} not a multiple of {form.lanes}" if n % form.lanes else \
+                f"K not a multiple of {form.group}" if k % form.group and not conv else ""
+            if not why:
+                self.used[form.group] += 1
+                return form, ""
+        return None, why
 
-    def _int16(self, x: relax.Call) -> relax.Expr:
-        """x_q - x_zp as int16 (the quantizing kernel writes it)."""
-        xi = self.builder_.emit(relax.op.astype(x.args[0], "int16"))
+    def _activation(self, x: relax.Call, form: IntDot) -> tuple[relax.Expr, int]:
+        """The activation the form reads and the value of a real zero in it: x_q - x_zp as int16
+        (0), or x_q as uint8 (x_zp; an int8 x_q offset by 128). The quantizing kernel writes it."""
         zp = int(_scalar(x.args[2]).flat[0])
-        return self.builder_.emit(relax.op.subtract(xi, relax.const(np.int16(zp), "int16"))) if zp else xi
+        signed = str(x.args[0].ty.dtype) == "int8"
+        if form.activation == "uint8" and not signed:
+            return x.args[0], zp
+        wide = self.builder_.emit(relax.op.astype(x.args[0], "int16"))
+        if form.activation == "uint8":
+            shifted = self.builder_.emit(relax.op.add(wide, relax.const(np.int16(128), "int16")))
+            return self.builder_.emit(relax.op.astype(shifted, "uint8")), zp + 128
+        return (self.builder_.emit(relax.op.subtract(wide, relax.const(np.int16(zp), "int16"))) if zp else wide), 0
+
+    def _compensated(self, acc: relax.Expr, zp: int, sums: np.ndarray, ndim: int) -> relax.Expr:
+        """The int32 sums minus the activation zero's share, zp * (sum of an output's weights):
+        what a uint8 activation adds over x_q - x_zp (padding holds zp, so every tap has it)."""
+        if not zp:
+            return acc
+        share = (zp * sums.astype(np.int64)).astype(np.int32)
+        share = share.reshape(-1, *[1] * (ndim - 2)) if ndim > 2 else share
+        return self.builder_.emit(relax.op.subtract(acc, relax.const(share, "int32")))
 
     def _scaled(self, acc: relax.Expr, x: relax.Call, w_scale: np.ndarray, ndim: int) -> relax.Expr:
         """float(acc) * x_scale * w_scale, the scale per output channel (axis 1 of a conv's NC[H]W,
@@ -276,24 +314,28 @@ class _IntegerKernels(relax.PyExprMutator):
         return relax.op.multiply(acc, relax.const(scale, "float32"))
 
 
-def integer_kernels(mod: tvm.IRModule) -> tuple[tvm.IRModule, PassReport]:
+def integer_kernels(mod: tvm.IRModule, forms: tuple[IntDot, ...]) -> tuple[tvm.IRModule, PassReport]:
     """The module with its QDQ data movement on 8-bit values (qdq_moves.py) and its QDQ matmuls
-    and convs in integers; the report counts them and the ones kept."""
+    and convs in integers, in the target's integer dot forms (preferred first); the report counts
+    them and the ones kept."""
     moves = EightBitMoves(mod)
     mod = rewrite_functions(moves, mod)
     if moves.moved:
         mod = relax.transform.DeadCodeElimination()(mod)
-    m = _IntegerKernels(mod)
+    m = _IntegerKernels(mod, forms)
     out = rewrite_functions(m, mod)
     kept = ", ".join(f"{n} {why}" for why, n in sorted(m.kept.items()))
     moved = (f"; {moves.ops} data movement op(s) on 8-bit values ({moves.moved} quantize/dequantize round trip(s) "
              "removed)" if moves.moved else "")
     details = {"integer": m.integer, "convs": m.convs, "exact": m.exact, "kept": dict(m.kept),
+               "groups": {str(g): n for g, n in sorted(m.used.items())},
                "moves": moves.ops, "round_trips": moves.moved}
     if not m.integer and not kept:
         return out, PassReport("int8", "applied", "no dequantized matmul or conv in the model" + moved, details)
     done = " and ".join(f"{n} {what}(s)" for n, what in ((m.integer - m.convs, "matmul"), (m.convs, "conv")) if n)
     exact = (f"; {m.exact} of the convs (grouped, or not fit for the panels): exact integer sums in float32, "
              "their weights float32 integers" if m.exact else "")
+    groups = ", ".join(f"{n} as {GROUP_NAMES.get(g, g)}" for g, n in sorted(m.used.items(), reverse=True))
+    exact += f"; {groups}" if len(forms) > 1 and groups else ""
     return out, PassReport("int8", "applied", f"{done or 'nothing'} in int8 (int32 sums, int8 weights{exact})"
                            + moved + (f"; kept in float: {kept}" if kept else ""), details)

@@ -91,7 +91,7 @@ PRECISION = Pass("precision", lambda mod, ctx: to_precision(mod, ctx.opt.precisi
 def _int8(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
     """QDQ matmuls and convs in integers where the target's scheduler has integer kernels (int8.py)."""
     why = ctx.scheduler.lacks("int8")
-    return (mod, PassReport("int8", "disabled", why)) if why else integer_kernels(mod)
+    return (mod, PassReport("int8", "disabled", why)) if why else integer_kernels(mod, ctx.scheduler.integer_dots())
 
 
 # Before simplify, which folds the weights' dequantize into float constants.

@@ -8,7 +8,7 @@ import platform
 from functools import lru_cache
 from pathlib import Path
 
-from .table import ARCH_ALIASES, CpuTarget, X86_ISA
+from .table import ARCH_ALIASES, HOST_EXTENSIONS, CpuTarget, X86_ISA
 
 
 @lru_cache(maxsize=1)
@@ -80,3 +80,9 @@ def detected_x86_isa() -> str | None:
         return "avx2"
     return None
 
+
+def detected_x86_mattr(isa: str) -> tuple[str, ...]:
+    """The LLVM attributes of this build host's extensions an `x86-64` target of this ISA takes
+    (HOST_EXTENSIONS: AVX-512 VNNI)."""
+    flags = host_cpu_flags()
+    return tuple(attr for flag, attr in HOST_EXTENSIONS.get(isa, {}).items() if flag in flags)

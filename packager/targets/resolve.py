@@ -8,14 +8,15 @@ from typing import Any, Callable
 
 from ..errors import UserError
 from ..spec import Spec, TargetSpec, spec_error
-from .host import detected_x86_isa, host_arch, host_cpu_name
-from .table import (ARCH_ALIASES, ARCHES, ARM_HWCAPS, ARM_ISA, CPU_NAMES, CUDA_SM_RANGE, CUDA_TABLE, X86_ISA, CpuTarget,
-                    CudaTarget, RpcDevice, Target, llvm_cpu_features)
+from .host import detected_x86_isa, detected_x86_mattr, host_arch, host_cpu_name
+from .table import (ARCH_ALIASES, ARCHES, ARM_HWCAPS, ARM_ISA, CPU_NAMES, CUDA_SM_RANGE, CUDA_TABLE, X86_HWCAPS, X86_ISA,
+                    CpuTarget, CudaTarget, RpcDevice, Target, llvm_cpu_features)
 
 
 Fail = Callable[..., UserError]
 CPU_DEFAULTS = {"x86-64": ("x86_64", None), "x86-avx2": ("x86_64", "avx2"),
-                "x86-avx512": ("x86_64", "avx512"), "arm64": ("aarch64", "neon")}
+                "x86-avx512": ("x86_64", "avx512"), "x86-avx512-vnni": ("x86_64", "avx512"), "arm64": ("aarch64", "neon")}
+NAMED_MATTR = {"x86-avx512-vnni": ("+avx512vnni",)}     # a named row's LLVM attributes beyond its ISA
 
 
 def resolve(ts: TargetSpec, spec: Spec | None = None) -> Target:
@@ -101,6 +102,7 @@ def _cpu(name: str, f: dict, fail: Fail) -> CpuTarget:
     if f:
         raise fail(f"unknown key(s) {', '.join(sorted(f))} for a CPU target")
     mcpu = _mcpu(mcpu, arch, fail)
+    mattr = [*NAMED_MATTR.get(name, ()), *mattr]
     return _x86(name, isa, mcpu, tuple(mattr), fail) if arch == "x86_64" else _arm(name, isa, mcpu, tuple(mattr), fail)
 
 
@@ -120,10 +122,15 @@ def _x86(name: str, isa: str | None, mcpu: str | None, mattr: tuple[str, ...], f
         isa = detected_x86_isa()
         if isa is None:
             raise fail("cannot detect AVX2/AVX-512 on this build host; set isa: avx2 or isa: avx512", "isa")
+        mattr = (*mattr, *detected_x86_mattr(isa))
     if not isinstance(isa, str) or isa not in X86_ISA:     # a list or mapping is not hashable
         raise fail(f"unknown x86 ISA {isa!r}; expected one of {', '.join(X86_ISA)}", "isa")
     row = X86_ISA[isa]
-    return CpuTarget(name, "x86_64", isa, mcpu or row["mcpu"], mattr, row["vector_bits"], row["features"],
+    mcpu, mattr = mcpu or row["mcpu"], tuple(dict.fromkeys(mattr))
+    enabled = llvm_cpu_features(ARCHES["x86_64"], mcpu, mattr)
+    extra = [cap for feature, caps in X86_HWCAPS.items() if feature in enabled for cap in caps
+             if cap not in row["features"]]
+    return CpuTarget(name, "x86_64", isa, mcpu, mattr, row["vector_bits"], (*row["features"], *extra),
                      row["flops_per_cycle"], row["dram_gbs_per_core"])
 
 

@@ -30,6 +30,14 @@ X86_ISA = {
     "avx512": {"mcpu": "x86-64-v4", "vector_bits": 512, "flops_per_cycle": 64, "dram_gbs_per_core": 10.0,
                "features": ("avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")},
 }
+# Extensions an `x86-64` target takes from its build host (/proc/cpuinfo flag -> LLVM attribute),
+# where its ISA has them: AVX-512 VNNI (Cascade Lake and later Xeons, Zen 4/5) runs the int8
+# kernels' vpdpbusd. Named targets (x86-avx512) and an explicit isa take none.
+HOST_EXTENSIONS = {"avx512": {"avx512_vnni": "+avx512vnni"}}
+# LLVM features an x86 CPU (mcpu) or mattr turns on beyond its ISA row -> the /proc/cpuinfo flags the
+# runtime then also checks (a package built for mcpu: sapphirerapids may use VNNI in any kernel).
+X86_HWCAPS = {"avx512vnni": ("avx512_vnni",), "avxvnni": ("avx_vnni",), "avx512bf16": ("avx512_bf16",),
+              "amx-tile": ("amx_tile",), "amx-int8": ("amx_int8",), "amx-bf16": ("amx_bf16",)}
 ARM_ISA = {"neon": {"mcpu": "generic", "vector_bits": 128, "flops_per_cycle": 16, "dram_gbs_per_core": 6.0,
                     "features": ("asimd",)}}
 # LLVM features an Arm CPU (mcpu) or mattr turns on -> the Linux hwcaps (/proc/cpuinfo "Features")
@@ -198,7 +206,7 @@ SHARED_OPTIN_KB = {70: 96, 72: 96, 75: 64, 80: 163, 86: 99, 87: 163, 89: 99, 90:
 # Architectures the offline compilers can target: nvcc (CUDA 13) from sm_75; NVRTC (CUDA 12
 # wheels) for Volta sm_70/sm_72.
 CUDA_SM_RANGE = (70, 120)
-CPU_NAMES = ("x86-64", "x86-avx2", "x86-avx512", "arm64")
+CPU_NAMES = ("x86-64", "x86-avx2", "x86-avx512", "x86-avx512-vnni", "arm64")
 
 # Any row of the table; code outside targets/ and the backends uses this, never the classes.
 Target = Union[CpuTarget, CudaTarget]

@@ -40,6 +40,12 @@ static bool has_feature(const std::string& f) {
   if (f == "avx512cd") return __builtin_cpu_supports("avx512cd");
   if (f == "avx512dq") return __builtin_cpu_supports("avx512dq");
   if (f == "avx512vl") return __builtin_cpu_supports("avx512vl");
+  if (f == "avx512_vnni") return __builtin_cpu_supports("avx512vnni");
+  if (f == "avx_vnni") return __builtin_cpu_supports("avxvnni");
+  if (f == "avx512_bf16") return __builtin_cpu_supports("avx512bf16");
+  if (f == "amx_tile") return __builtin_cpu_supports("amx-tile");
+  if (f == "amx_int8") return __builtin_cpu_supports("amx-int8");
+  if (f == "amx_bf16") return __builtin_cpu_supports("amx-bf16");
   if (f == "f16c") {
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) && __builtin_cpu_supports("avx");

@@ -15,7 +15,8 @@ from tvm import relax, te
 
 from packager.frontend import import_relax, load_model
 from packager.optimize.constfold import fold_constants
-from packager.optimize.int8 import PANEL, int_matmul, integer_kernels, pack_conv, pack_pairs
+from packager.optimize.int8 import PANEL, int_matmul, integer_kernels, pack_conv, pack_panels
+from packager.optimize.schedule.rules.int_dot import PAIR, QUAD
 from packager.optimize.relax_util import legalize
 from support import packrt
 from support.helpers import run_pack, save_model, write_spec
@@ -85,7 +86,7 @@ def _run(mod: tvm.IRModule, x: np.ndarray) -> list[np.ndarray]:
 
 
 def test_weight_matmuls_go_to_integers_and_the_rest_is_reported(tmp_path):
-    mod, report = integer_kernels(_imported(tmp_path))
+    mod, report = integer_kernels(_imported(tmp_path), (PAIR,))
     assert report.details["integer"] == 2
     assert report.details["kept"] == {"two activations": 1, f"N not a multiple of {PANEL}": 1}
     assert "2 matmul(s) in int8" in report.summary and "kept in float" in report.summary
@@ -132,7 +133,7 @@ def test_convs_go_to_integers_and_grouped_ones_to_exact_float_sums(tmp_path):
     integers (x_q - x_zp, w_q - w_zp), exact, so their outputs are the int32 path's to the bit."""
     mod = import_relax(load_model(save_model(_conv_model(), tmp_path / "c.onnx")), {"x": tuple(CONV_IN)},
                        {"x": "float32"})[0]
-    out, report = integer_kernels(mod)
+    out, report = integer_kernels(mod, (PAIR,))
     assert {k: report.details[k] for k in ("integer", "convs", "exact", "kept")} == \
         {"integer": 4, "convs": 4, "exact": 2, "kept": {}}
     assert "4 conv(s) in int8" in report.summary and "2 of the convs (grouped, or not fit" in report.summary
@@ -177,7 +178,7 @@ def test_the_exact_float_conv_is_the_integer_sum_and_long_grouped_sums_stay_floa
     m.ir_version = 9
     mod = import_relax(load_model(save_model(m, tmp_path / "e.onnx")), {"x": (1, 8, 6, 6), "x2": (1, 256, 4, 4)},
                        {"x": "float32", "x2": "float32"})[0]
-    out, report = integer_kernels(mod)
+    out, report = integer_kernels(mod, (PAIR,))
     assert report.details["exact"] == 3 and report.details["kept"] == {"grouped convolutions whose sums can pass 2^24": 1}
     xq = rng.choice(np.array([0, 255], np.float32), (1, 8, 6, 6))      # u8 extremes; x_zp 0, scale 1
     xq[0, 0] = 255
@@ -210,12 +211,61 @@ def test_a_conv1d_goes_to_integers(tmp_path):
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 9
     mod = import_relax(load_model(save_model(m, tmp_path / "c1.onnx")), {"x": (1, 5, 20)}, {"x": "float32"})[0]
-    out, report = integer_kernels(mod)
+    out, report = integer_kernels(mod, (PAIR,))
     assert report.details["convs"] == 1 and [gv.name_hint for gv in out.functions if "int8" in gv.name_hint] == ["conv1d_int8"]
     xv = rng.normal(0, 2, (1, 5, 20)).astype(np.float32)
     want, got = _run(mod, xv)[0], _run(out, xv)[0]
     steps = np.abs(want - got) / Y_SCALE
     assert want.std() > 10 * Y_SCALE and steps.max() <= 1.0 + 1e-4 and (steps > 0.5).mean() <= 0.02
+
+
+def test_quads_subtract_the_zero_points_share_and_fall_back_to_pairs(tmp_path):
+    """A target with AVX-512 VNNI (QUAD first): the 16-channel convs read uint8 activations (padding
+    and the channel filling C = 3 up to 4 hold the zero point, 128 and 100) and subtract the zero
+    point's share of each output's sum; the 24-channel ones are not whole panels of 16 and take
+    pairs. The result is the float path's up to a requantize flip."""
+    mod = import_relax(load_model(save_model(_conv_model(), tmp_path / "c.onnx")), {"x": tuple(CONV_IN)},
+                       {"x": "float32"})[0]
+    out, report = integer_kernels(mod, (QUAD, PAIR))
+    assert report.details["groups"] == {"2": 1, "4": 1} and "1 as u8 x s8 quads (vpdpbusd)" in report.summary
+    x = np.random.default_rng(5).normal(0, 2, CONV_IN).astype(np.float32)
+    want, got = _run(mod, x)[0], _run(out, x)[0]
+    steps = np.abs(want - got) / Y_SCALE
+    assert want.std() > 10 * Y_SCALE and steps.max() <= 1.0 + 1e-4 and (steps > 0.5).mean() <= 0.02
+
+
+def test_signed_activations_are_offset_to_unsigned_quads(tmp_path):
+    """An int8 activation (zero point -5) feeds vpdpbusd's unsigned operand as x_q + 128; the
+    int32 sums equal (x_q - x_zp) x w exactly, so the output is the float path's up to a flip."""
+    rng = np.random.default_rng(12)
+    nodes, inits = [], []
+    x = _dq_pair(nodes, inits, "x", "x", 0.04, -5, np.int8)
+    w = _dq_weight(nodes, inits, "w", rng.integers(-127, 128, (K, 32)).astype(np.int8),
+                   rng.uniform(0.005, 0.02, 32).astype(np.float32), np.zeros(32, np.int8), axis=1)
+    nodes.append(helper.make_node("MatMul", [x, w], ["m"]))
+    y = _dq_pair(nodes, inits, "y", "m", Y_SCALE, 0, np.int8)
+    nodes.append(helper.make_node("Identity", [y], ["out"]))
+    graph = helper.make_graph(nodes, "s8", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [M, K])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [M, 32])], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    mod = import_relax(load_model(save_model(m, tmp_path / "s8.onnx")), {"x": (M, K)}, {"x": "float32"})[0]
+    out, report = integer_kernels(mod, (QUAD, PAIR))
+    assert report.details["groups"] == {"4": 1}
+    kernel = next(f for gv, f in out.functions.items() if gv.name_hint == "matmul_int8")
+    assert [(str(b.dtype), [int(d) for d in b.shape]) for b in kernel.params[:2]] == \
+        [("uint8", [M, K]), ("int8", [2, K // 4, 16, 4])]
+    xv = rng.normal(0, 2, (M, K)).astype(np.float32)
+    want, got = _run(mod, xv)[0], _run(out, xv)[0]
+    steps = np.abs(want - got) / Y_SCALE
+    assert want.std() > 10 * Y_SCALE and steps.max() <= 1.0 + 1e-4 and (steps > 0.5).mean() <= 0.02
+
+
+def test_quad_panels_group_four_channels_with_zero_channels_to_fill():
+    w = np.random.default_rng(6).integers(-128, 128, (16, 3, 1, 1)).astype(np.int8)
+    p = pack_conv(w, 16, 4)
+    assert p.shape == (1, 1, 1, 1, 16, 4)
+    assert p[0, 0, 0, 0, 5, 2] == w[5, 2, 0, 0] and (p[..., 3] == 0).all()
 
 
 def test_conv_weights_are_pair_panels_with_a_zero_channel_for_odd_c():
@@ -229,7 +279,7 @@ def test_conv_weights_are_pair_panels_with_a_zero_channel_for_odd_c():
 def test_the_integer_module_computes_what_the_float_one_does(tmp_path):
     mod = _imported(tmp_path)
     x = np.random.default_rng(1).normal(0, 2, (M, K)).astype(np.float32)
-    want, got = _run(mod, x), _run(integer_kernels(mod)[0], x)
+    want, got = _run(mod, x), _run(integer_kernels(mod, (PAIR,))[0], x)
     for w, g in zip(want, got):
         assert w.shape == g.shape
     # the requantized output: a flip of one step where the float path's rounding crossed a boundary
@@ -241,7 +291,7 @@ def test_the_integer_module_computes_what_the_float_one_does(tmp_path):
 
 def test_weights_are_int8_pair_panels():
     w = np.arange(4 * 16, dtype=np.int64).reshape(4, 16).astype(np.int8)
-    p = pack_pairs(w)
+    p = pack_panels(w)
     assert p.shape == (16 // PANEL, 2, PANEL, 2) and p.dtype == np.int8
     assert p[1, 1, 3, 0] == w[2, PANEL + 3] and p[1, 1, 3, 1] == w[3, PANEL + 3]
 
@@ -254,7 +304,7 @@ def test_the_compute_sums_exactly_in_int32():
     an = rng.integers(-255, 256, (3, 8)).astype(np.int16)
     wn = rng.integers(-128, 128, (8, 16)).astype(np.int8)
     out = tvm.runtime.tensor(np.zeros((3, 16), np.int32))
-    lib(tvm.runtime.tensor(an), tvm.runtime.tensor(pack_pairs(wn)), out)
+    lib(tvm.runtime.tensor(an), tvm.runtime.tensor(pack_panels(wn)), out)
     np.testing.assert_array_equal(out.numpy(), an.astype(np.int64) @ wn.astype(np.int64))
 
 
@@ -267,7 +317,7 @@ def test_a_model_without_qdq_is_left_alone(tmp_path):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 9
     mod = import_relax(load_model(save_model(m, tmp_path / "f.onnx")), {"x": (2, 8)}, {"x": "float32"})[0]
-    out, report = integer_kernels(mod)
+    out, report = integer_kernels(mod, (PAIR,))
     assert report.details["integer"] == 0 and report.details["round_trips"] == 0
     assert "no dequantized matmul or conv" in report.summary
     assert tvm_ffi.structural_equal(out, mod)
@@ -284,7 +334,8 @@ def _build(tmp_path, model: Path, int8: bool, shape: list[int] = (M, K)) -> Path
 
 def test_a_qdq_package_stores_int8_weights_and_passes_its_check(tmp_path):
     """pack build as a user runs it: the report line, int8 weight panels in weights.bin (a quarter
-    of their float32 bytes), vpmaddwd in the kernels, and packrt-run --check against onnxruntime."""
+    of their float32 bytes), vpmaddwd (vpdpwssd with VNNI) in the kernels, and packrt-run --check
+    against onnxruntime."""
     host_target()
     model = save_model(_model(), tmp_path / "qdq.onnx")
     pkg, plain = _build(tmp_path, model, True), _build(tmp_path, model, False)
@@ -295,7 +346,9 @@ def test_a_qdq_package_stores_int8_weights_and_passes_its_check(tmp_path):
     float_weights = (plain / "targets/x86-64/weights.bin").stat().st_size
     assert float_weights - weights >= 0.7 * 4 * 2 * K * N          # two K x N matrices: 4 bytes -> 1
     asm = packrt.run(["objdump", "-d", pkg / "targets/x86-64/kernels.so"]).stdout
-    assert "vpmaddwd" in asm and "vpmaddwd" not in packrt.run(["objdump", "-d", plain / "targets/x86-64/kernels.so"]).stdout
+    plain_asm = packrt.run(["objdump", "-d", plain / "targets/x86-64/kernels.so"]).stdout
+    pair = "vpdpwssd" if "avx512vnni" in host_target().llvm_features else "vpmaddwd"   # LLVM fuses the add with VNNI
+    assert pair in asm and pair not in plain_asm
     check = packrt.run(packrt.cli(pkg) + [pkg, "--check"])
     assert check.returncode == 0 and " ok " in check.stdout, check.stdout + check.stderr
 
@@ -309,5 +362,8 @@ def test_a_qdq_cnn_package_runs_its_convs_in_integers_and_passes_its_check(tmp_p
     passes = {p["pass"]: p for p in report["targets"][0]["kernel_passes"]}
     assert passes["int8"]["details"]["convs"] == 4 and passes["int8"]["details"]["exact"] == 2
     assert "2 int-dot" in passes["schedule"]["summary"]
+    if "avx512vnni" in host_target().llvm_features:      # the 16-channel conv as quads, the 24-channel one as pairs
+        assert passes["int8"]["details"]["groups"] == {"2": 1, "4": 1}
+        assert "vpdpbusd" in packrt.run(["objdump", "-d", pkg / "targets/x86-64/kernels.so"]).stdout
     check = packrt.run(packrt.cli(pkg) + [pkg, "--check"])
     assert check.returncode == 0 and " ok " in check.stdout, check.stdout + check.stderr

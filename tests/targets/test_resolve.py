@@ -35,6 +35,25 @@ def test_x86_64_detects_the_build_hosts_isa(monkeypatch):
         r("x86-64")
 
 
+def test_x86_64_takes_the_build_hosts_vnni_and_the_runtime_checks_for_it(monkeypatch):
+    """An AVX-512 host with VNNI gives x86-64 `+avx512vnni` (the int8 kernels' vpdpbusd) and the
+    runtime's check of avx512_vnni; a host without it, and the named x86-avx512 row, neither. A
+    named CPU's extensions (sapphirerapids: VNNI, BF16, AMX) are checked too."""
+    monkeypatch.setattr(H, "host_arch", lambda: "x86_64")
+    avx512 = frozenset(T.X86_ISA["avx512"]["features"])
+    monkeypatch.setattr(H, "host_cpu_flags", lambda: avx512 | {"avx512_vnni"})
+    vnni = r("x86-64")
+    assert vnni.isa == "avx512" and vnni.mattr == ("+avx512vnni",) and "avx512_vnni" in vnni.features
+    assert "avx512vnni" in vnni.llvm_features
+    assert r("x86-avx512").mattr == () and "avx512_vnni" not in r("x86-avx512").features
+    assert r("x86-avx512-vnni").mattr == ("+avx512vnni",)
+    assert r("x86-64", isa="avx512").mattr == ()                 # an explicit isa takes nothing from the host
+    monkeypatch.setattr(H, "host_cpu_flags", lambda: avx512)
+    assert r("x86-64").mattr == () and "avx512_vnni" not in r("x86-64").features
+    spr = r("x86-64", isa="avx512", mcpu="sapphirerapids")
+    assert {"avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"} <= set(spr.features)
+
+
 def test_an_arm_cpu_with_fp16_arithmetic_takes_fp16_and_its_runtime_checks_for_it():
     """LLVM's features of the mcpu (or mattr) decide: Orin's A78AE has FP16 arithmetic and dot
     products, so fp16 is offered and the runtime checks the hwcaps those instructions need; the

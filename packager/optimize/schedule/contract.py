@@ -36,6 +36,17 @@ class Trial(NamedTuple):
     estimate_ms: float | None = None
 
 
+class IntDot(NamedTuple):
+    """The integer dot product a target's int-dot rule computes in one instruction: `lanes` int32
+    sums, each adding `group` products of an 8-bit weight and an activation of type `activation`
+    ("int16": x_q minus its zero point; "uint8": x_q offset to unsigned, its zero point
+    subtracted from the sums). The int8 pass packs weights as [N/lanes, K/group, lanes, group]."""
+
+    lanes: int
+    group: int
+    activation: str
+
+
 class StructMemo:
     """Results per kernel structure (a model's layers repeat the same kernels)."""
 
@@ -136,6 +147,11 @@ class KernelScheduler(ABC):
     @abstractmethod
     def schedule_pass(self, kernels: dict[str, tirx.PrimFunc]):
         """The `schedule` kernel pass: (scheduled kernels, PassReport)."""
+
+    def integer_dots(self) -> tuple[IntDot, ...]:
+        """The integer dot products this target's kernels take, preferred first (empty: QDQ
+        matmuls and convs stay in float)."""
+        return ()
 
     def why_not_tuned(self) -> str | None:
         """Why the measured tuner cannot run (None: it can)."""

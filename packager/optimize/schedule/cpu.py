@@ -9,13 +9,14 @@ from typing import Callable
 from tvm import s_tir, tirx
 
 from ..base import PassReport
-from .contract import ONLY_GENSOR_REUSES, KernelScheduler, StructMemo, Trial
+from .contract import ONLY_GENSOR_REUSES, IntDot, KernelScheduler, StructMemo, Trial
 from .gensor.cpu import GensorCpu, schedule_kernels_gensor, target_key
 from .hardware import Hardware, cpu_hardware, last_level_cache
 from .measure.check import check_untimed
 from .measure.database import TuningDatabase
 from .measure.timing import can_measure, time_interleaved, where_measured
 from .rules.cpu import CpuRules, schedule_kernels
+from .rules.int_dot import integer_dots
 from .tuning.tune import can_tune, tune_kernels
 
 Kernels = dict[str, tirx.PrimFunc]
@@ -54,6 +55,9 @@ class CpuScheduler(KernelScheduler):
         scheduled once per kernel structure."""
         made, info = self.memo.get(func, self.rules.schedule)
         return Trial(made, info.rule)
+
+    def integer_dots(self) -> tuple[IntDot, ...]:
+        return integer_dots(self.target)
 
     def refusal(self, func: tirx.PrimFunc, rule: str) -> str:
         """The rule's own objection (its RuleMismatch text), by rule method name."""

@@ -8,13 +8,14 @@ import pytest
 import tvm
 from tvm import te
 
-from packager.optimize.int8 import PANEL, int_conv, int_matmul, pack_conv, pack_pairs
+from packager.optimize.int8 import PANEL, int_conv, int_matmul, pack_conv, pack_panels
 from packager.optimize.schedule.gensor.cpu import GensorCpu
 from packager.optimize.schedule.measure.database import TuningDatabase
 from packager.optimize.schedule.rules.cpu import CpuRules
+from packager.optimize.schedule.rules.int_dot import PAIR, QUAD, integer_dots
 from packager.optimize.schedule.tir_util import RuleMismatch
 from packager.spec import TargetSpec
-from packager.targets import resolve
+from packager.targets import can_run_here, resolve
 from support.kernel_cases import host_target, run_kernel
 
 
@@ -44,7 +45,7 @@ def test_the_kernel_is_exact_and_uses_vpmaddwd():
     a = rng.integers(-255, 256, (1, 12, 64)).astype(np.int16)
     w = rng.integers(-128, 128, (64, 48)).astype(np.int8)
     s = rng.uniform(0.5, 2, 48).astype(np.float32)
-    got = run_kernel(scheduled, target, [a, pack_pairs(w), s, np.zeros((1, 12, 48), np.float32)])
+    got = run_kernel(scheduled, target, [a, pack_panels(w), s, np.zeros((1, 12, 48), np.float32)])
     want = (a[0].astype(np.int64) @ w.astype(np.int64)).astype(np.float32) * s
     np.testing.assert_array_equal(got[0], want)
 
@@ -59,7 +60,7 @@ def test_rows_and_panels_that_do_not_divide_by_the_tile():
     a = rng.integers(-255, 256, (1, 7, 16)).astype(np.int16)
     w = rng.integers(-128, 128, (16, 40)).astype(np.int8)
     s = np.ones(40, np.float32)
-    got = run_kernel(scheduled, target, [a, pack_pairs(w), s, np.zeros((1, 7, 40), np.float32)])
+    got = run_kernel(scheduled, target, [a, pack_panels(w), s, np.zeros((1, 7, 40), np.float32)])
     np.testing.assert_array_equal(got[0], (a[0].astype(np.int64) @ w.astype(np.int64)).astype(np.float32))
 
 
@@ -85,7 +86,7 @@ def test_an_epilogue_input_the_matmul_does_not_produce():
     an = rng.integers(-255, 256, (1, 8, 32)).astype(np.int16)
     wn = rng.integers(-128, 128, (32, 48)).astype(np.int8)
     rn = rng.integers(0, 256, (1, 8, 48)).astype(np.uint8)
-    got = run_kernel(scheduled, target, [an, pack_pairs(wn), rn, np.zeros((1, 8, 48), np.float32)])
+    got = run_kernel(scheduled, target, [an, pack_panels(wn), rn, np.zeros((1, 8, 48), np.float32)])
     want = (an[0].astype(np.int64) @ wn.astype(np.int64)).astype(np.float32) * 0.5 + (rn[0].astype(np.float32) - 128)
     np.testing.assert_array_equal(got[0], want)
 
@@ -103,7 +104,7 @@ def test_arm64_vectorizes_the_same_loops():
 def test_other_panel_widths_are_refused():
     from packager.optimize.schedule.rules.int_dot import int_dot
 
-    with pytest.raises(RuleMismatch, match="8-lane panels"):
+    with pytest.raises(RuleMismatch, match="no form of 4 lanes x 2"):
         int_dot(CpuRules(resolve(TargetSpec("x86-64", {}, "test"))), _kernel(lanes=4))
 
 
@@ -181,3 +182,79 @@ def test_a_conv1d_is_exact():
     got = run_kernel(scheduled, target, [xpn, pack_conv(w), np.zeros((1, 16, 10), np.float32)])
     want = _conv_reference(np.pad(x, ((0, 0), (0, 0), (1, 1)))[:, :, None], w[:, :, None], 2, 0, 1, (1, 10))
     np.testing.assert_array_equal(got, want[:, :, 0].astype(np.float32))
+
+
+def _vnni_target():
+    """The named AVX-512 VNNI row; its kernels run only where the host has the extension."""
+    target = resolve(TargetSpec("x86-avx512-vnni", {}, "test"))
+    if not can_run_here(target):
+        pytest.skip("this machine has no AVX-512 VNNI")
+    return target
+
+
+def test_vnni_targets_take_quads_first_and_others_pairs():
+    quads = resolve(TargetSpec("x86-avx512-vnni", {}, "test"))
+    assert integer_dots(quads) == (QUAD, PAIR) and "avx512_vnni" in quads.features
+    assert integer_dots(resolve(TargetSpec("x86-avx512", {}, "test"))) == (PAIR,)
+    assert integer_dots(resolve(TargetSpec("x86-avx2", {}, "test"))) == (PAIR,)
+    assert integer_dots(resolve(TargetSpec("arm64", {}, "test"))) == (PAIR,)
+
+
+def test_a_quad_kernel_is_refused_where_the_target_has_no_vnni():
+    func, _ = _quad_conv_kernel(16, (6, 6), 16, 3, 1, 1)
+    with pytest.raises(RuleMismatch, match="vpdpbusd not on target"):
+        from packager.optimize.schedule.rules.int_dot import int_dot
+        int_dot(CpuRules(resolve(TargetSpec("x86-avx512", {}, "test"))), func)
+
+
+def _quad_conv_kernel(c: int, hw: tuple[int, int], oc: int, k: int, stride: int, pad: int):
+    """A channels-last uint8 input (C in groups of 4) x quad panels -> int32 -> float scale."""
+    h, w = hw
+    xp = te.placeholder((1, h + 2 * pad, w + 2 * pad, c - c % -4), "uint8", "xp")
+    panels = te.placeholder((oc // 16, k, k, -(-c // 4), 16, 4), "int8", "w")
+    out_hw = tuple((d + 2 * pad - k) // stride + 1 for d in hw)
+    acc = int_conv(xp, panels, list(out_hw), [stride, stride], [1, 1])
+    scale = te.placeholder((oc, 1, 1), "float32", "s")
+    y = te.compute((1, oc, *out_hw), lambda b, o, i, j: acc[b, o, i, j].astype("float32") * scale[o, 0, 0],
+                   name="scaled")
+    return te.create_prim_func([xp, panels, scale, y]), out_hw
+
+
+@pytest.mark.parametrize("c,hw,oc,k,stride,pad", [
+    (16, (8, 8), 32, 3, 1, 1),       # 36 k-quad steps, two panels of 16 channels
+    (3, (15, 15), 16, 3, 2, 1),      # 3 channels filled to 4 (the pass fills with the zero point; here 0)
+    (64, (7, 7), 48, 1, 1, 0),       # a 7x7 map: 7 positions x 3 vectors, the epilogue over 7 positions
+])
+def test_a_quad_conv_is_exact_and_uses_vpdpbusd(c, hw, oc, k, stride, pad):
+    target = _vnni_target()
+    func, out_hw = _quad_conv_kernel(c, hw, oc, k, stride, pad)
+    scheduled, info = CpuRules(target).schedule(func)
+    assert info.rule == "int-dot" and info.note == "vpdpbusd" and info.vector == 16
+    assert "llvm.x86.avx512.vpdpbusd.512" in scheduled.script()
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (1, c, *hw)).astype(np.uint8)
+    w = rng.integers(-128, 128, (oc, c, k, k)).astype(np.int8)
+    s = rng.uniform(0.5, 2, (oc, 1, 1)).astype(np.float32)
+    xp = np.zeros((1, hw[0] + 2 * pad, hw[1] + 2 * pad, c - c % -4), np.uint8)
+    xp[:, pad:pad + hw[0], pad:pad + hw[1], :c] = x.transpose(0, 2, 3, 1)
+    got = run_kernel(scheduled, target, [xp, pack_conv(w, 16, 4), s, np.zeros((1, oc, *out_hw), np.float32)])
+    want = _conv_reference(x.astype(np.int64), w, stride, pad, 1, out_hw)
+    np.testing.assert_array_equal(got, want.astype(np.float32) * s)
+
+
+def test_a_quad_matmul_is_exact():
+    """uint8 rows x [N/16, K/4, 16, 4] panels: the largest sums (255 x -128 x K) stay exact."""
+    target = _vnni_target()
+    a = te.placeholder((1, 24, 128), "uint8", "a")
+    panels = te.placeholder((3, 32, 16, 4), "int8", "w")
+    acc = int_matmul(a, panels)
+    y = te.compute((1, 24, 48), lambda b, i, j: acc[b, i, j], name="out")
+    scheduled, info = CpuRules(target).schedule(te.create_prim_func([a, panels, y]))
+    assert info.rule == "int-dot" and info.note == "vpdpbusd"
+    rng = np.random.default_rng(4)
+    an = rng.integers(0, 256, (1, 24, 128)).astype(np.uint8)
+    an[0, 0] = 255
+    wn = rng.integers(-128, 128, (128, 48)).astype(np.int8)
+    wn[:, 0] = -128
+    got = run_kernel(scheduled, target, [an, pack_panels(wn, 16, 4), np.zeros((1, 24, 48), np.int32)])
+    np.testing.assert_array_equal(got[0], an[0].astype(np.int64) @ wn.astype(np.int64))
