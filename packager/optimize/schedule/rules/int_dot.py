@@ -57,17 +57,22 @@ def integer_dots(target) -> tuple[IntDot, ...]:
     return (PAIR,)
 
 
-@T.prim_func(s_tir=True)
-def _pair_dot_desc(a: T.Buffer((2,), "int16", offset_factor=1), b: T.Buffer((8, 2), "int8", offset_factor=1),
-                   c: T.Buffer((8,), "int32", offset_factor=1, scope="local")) -> None:
-    with T.sblock("root"):
-        T.reads(c[0:8], a[0:2], b[0:8, 0:2])
-        T.writes(c[0:8])
-        for i in T.serial(0, 8):
-            for k in T.serial(0, 2):
-                with T.sblock("update"):
-                    vi, vk = T.axis.remap("SR", [i, k])
-                    c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
+def _dot_desc(form: IntDot):
+    """What a form's instruction computes: `lanes` int32 sums, each adding `group` products."""
+    lanes, group, activation = form
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.Buffer((group,), activation, offset_factor=1), b: T.Buffer((lanes, group), "int8", offset_factor=1),
+             c: T.Buffer((lanes,), "int32", offset_factor=1, scope="local")) -> None:
+        with T.sblock("root"):
+            T.reads(c[0:lanes], a[0:group], b[0:lanes, 0:group])
+            T.writes(c[0:lanes])
+            for i in T.serial(0, lanes):
+                for k in T.serial(0, group):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
+    return desc
 
 
 @T.prim_func(s_tir=True)
@@ -84,19 +89,6 @@ def _pair_dot_avx2(a: T.Buffer((2,), "int16", offset_factor=1), b: T.Buffer((8, 
 
 
 @T.prim_func(s_tir=True)
-def _quad_dot_desc(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((16, 4), "int8", offset_factor=1),
-                   c: T.Buffer((16,), "int32", offset_factor=1, scope="local")) -> None:
-    with T.sblock("root"):
-        T.reads(c[0:16], a[0:4], b[0:16, 0:4])
-        T.writes(c[0:16])
-        for i in T.serial(0, 16):
-            for k in T.serial(0, 4):
-                with T.sblock("update"):
-                    vi, vk = T.axis.remap("SR", [i, k])
-                    c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
-
-
-@T.prim_func(s_tir=True)
 def _quad_dot_vnni(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((16, 4), "int8", offset_factor=1),
                    c: T.Buffer((16,), "int32", offset_factor=1, scope="local")) -> None:
     # LLVM 22's vpdpbusd takes its 64 bytes as <64 x i8> (older LLVMs: <16 x i32>, as TVM's own intrinsic)
@@ -109,8 +101,8 @@ def _quad_dot_vnni(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((16,
             T.reinterpret(T.broadcast(quad, 16), dtype="uint8x64"), b.vload([0, 0], dtype="int8x64"), dtype="int32x16")
 
 
-TensorIntrin.register(INTRINSICS[PAIR], _pair_dot_desc, _pair_dot_avx2, override=True)
-TensorIntrin.register(INTRINSICS[QUAD], _quad_dot_desc, _quad_dot_vnni, override=True)
+TensorIntrin.register(INTRINSICS[PAIR], _dot_desc(PAIR), _pair_dot_avx2, override=True)
+TensorIntrin.register(INTRINSICS[QUAD], _dot_desc(QUAD), _quad_dot_vnni, override=True)
 
 
 def find_int_dot(sch: s_tir.Schedule):
