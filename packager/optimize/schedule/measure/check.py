@@ -16,7 +16,7 @@ import numpy as np
 import tvm
 from tvm import tirx
 
-from ....targets.host import host_cpu_name
+from ....targets.host import host_cpu_flags, host_cpu_name
 from .agree import agree, rounds_through_half
 from .compile import Library, build_library
 from .timing import _args
@@ -42,6 +42,22 @@ class CheckReport:
         return {"checked": self.checked, "fell_back": self.fell_back, "unchecked": self.unchecked}
 
 
+# LLVM intrinsics a schedule calls by name (rules/int_dot.py) -> the CPU flag they need. LLVM
+# aborts the process when it cannot lower one for this machine, so such a kernel is left unchecked.
+INTRINSIC_FLAGS = (("llvm.x86.avx512.vpdpbusd", "avx512_vnni"), ("llvm.x86.avx512.", "avx512f"),
+                   ("llvm.x86.avx2.", "avx2"))
+
+
+def _lacks(func: tirx.PrimFunc) -> str | None:
+    """The CPU flag a kernel's named intrinsics need that this machine lacks (None: it has them)."""
+    text = func.script()
+    flags = host_cpu_flags()
+    for prefix, flag in INTRINSIC_FLAGS:
+        if prefix in text and flag not in flags:
+            return flag
+    return None
+
+
 def _host_build(funcs: dict[str, tirx.PrimFunc]) -> Library:
     """For this CPU by name: an x86 kernel may call AVX2 intrinsics (rules/int_dot.py), which LLVM
     cannot lower for its generic x86-64 (it aborts the process)."""
@@ -51,17 +67,20 @@ def _host_build(funcs: dict[str, tirx.PrimFunc]) -> Library:
 def disagreements(pairs: dict[str, tuple[tirx.PrimFunc, tirx.PrimFunc]]) -> dict[str, bool | str]:
     """For each kernel's (scheduled, unscheduled) pair: True if they disagree on seeded inputs,
     False if they agree, or why they could not be run. All pairs are compiled in one module."""
+    lacking = {n: f"uses {flag} instructions, which this machine lacks" for n, (s, _) in pairs.items()
+               if (flag := _lacks(s))}
+    pairs = {n: p for n, p in pairs.items() if n not in lacking}
     if not pairs:
-        return {}
+        return lacking
     funcs = {}
     for i, (sched, ref) in enumerate(pairs.values()):
         funcs[f"s{i}"], funcs[f"r{i}"] = sched, ref
     try:
         lib = _host_build(funcs)
     except Exception:  # noqa: BLE001 - one kernel that does not compile here: check them one by one
-        return {n: _one(n, s, r) for n, (s, r) in pairs.items()} if len(pairs) > 1 else \
-            {n: "does not compile for this machine" for n in pairs}
-    return {name: _run_pair(lib, f"s{i}", f"r{i}", ref) for i, (name, (_, ref)) in enumerate(pairs.items())}
+        return lacking | ({n: _one(n, s, r) for n, (s, r) in pairs.items()} if len(pairs) > 1 else
+                          {n: "does not compile for this machine" for n in pairs})
+    return lacking | {name: _run_pair(lib, f"s{i}", f"r{i}", ref) for i, (name, (_, ref)) in enumerate(pairs.items())}
 
 
 def _one(name: str, sched: tirx.PrimFunc, ref: tirx.PrimFunc) -> bool | str:

@@ -68,3 +68,22 @@ def test_the_schedule_pass_checks_only_untimed_choices(monkeypatch, measure):
     else:
         assert out["k"] is not _wrong_tile_bound and "1 disagreed and fell back (k: gensor -> rules" in report.summary
         assert disagreements({"k": (out["k"], _scale())}) == {"k": False}
+
+
+def test_a_kernel_with_intrinsics_this_machine_lacks_is_left_unchecked(monkeypatch):
+    """A quad int8 kernel (vpdpbusd) checked on a machine without AVX-512 VNNI: LLVM would abort
+    the build compiling it for this CPU, so it is reported as not run, never compiled."""
+    from packager.optimize.int8 import int_matmul
+    from packager.optimize.schedule.measure import check
+    from packager.spec import TargetSpec
+    from packager.targets import resolve
+
+    a = te.placeholder((1, 8, 64), "uint8", "a")
+    panels = te.placeholder((1, 16, 16, 4), "int8", "w")
+    ref = te.create_prim_func([a, panels, int_matmul(a, panels)])
+    quads, _ = CpuRules(resolve(TargetSpec("x86-avx512-vnni", {}, "test"))).schedule(ref)
+    assert "vpdpbusd" in quads.script()
+    monkeypatch.setattr(check, "host_cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    assert disagreements({"k": (quads, ref)}) == {"k": "uses avx512_vnni instructions, which this machine lacks"}
+    out, report = check_untimed({"k": quads}, {"k": ref}, {"k": "int-dot"}, lambda name, f: iter(()))
+    assert out["k"] is quads and report.checked == 0 and "could not be run here" in report.summary()
