@@ -15,6 +15,7 @@ from packager.frontend import import_relax, load_model
 from packager.optimize.constfold import fold_constants
 from packager.optimize.int8 import integer_kernels
 from packager.optimize.relax_util import legalize
+from packager.optimize.schedule.rules.int_dot import PAIR
 from support.helpers import save_model
 from test_int8 import _dq_pair
 
@@ -70,7 +71,7 @@ def _ops(mod: tvm.IRModule) -> dict[str, list[str]]:
 def test_a_qdq_channel_shuffle_and_max_pool_move_8bit_values_exactly(tmp_path):
     mod = import_relax(load_model(save_model(_shuffle_model(0.05), tmp_path / "s.onnx")),
                        {"a": (1, 4, 6, 6), "b": (1, 4, 6, 6)}, {"a": "float32", "b": "float32"})[0]
-    out, report = integer_kernels(mod)
+    out, report = integer_kernels(mod, (PAIR,))
     assert report.details["round_trips"] == 7 and report.details["moves"] == 6   # concat .. split, max pool
     assert "6 data movement op(s) on 8-bit values" in report.summary
     ops = _ops(out)
@@ -85,7 +86,7 @@ def test_a_qdq_channel_shuffle_and_max_pool_move_8bit_values_exactly(tmp_path):
 def test_a_move_between_different_scales_keeps_its_round_trip(tmp_path):
     mod = import_relax(load_model(save_model(_shuffle_model(0.07), tmp_path / "s.onnx")),
                        {"a": (1, 4, 6, 6), "b": (1, 4, 6, 6)}, {"a": "float32", "b": "float32"})[0]
-    out, report = integer_kernels(mod)
+    out, report = integer_kernels(mod, (PAIR,))
     assert report.details["round_trips"] == 6                                   # all but q's (scale 0.07)
     assert _ops(out)["relax.quantize"].count("float32") == 3
     rng = np.random.default_rng(1)

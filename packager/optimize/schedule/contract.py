@@ -21,6 +21,7 @@ from .gensor.workload import func_key
 from .hardware import Hardware
 from .measure.database import TuningDatabase
 from .measure.timing import Tally
+from .rules.int_dot import IntDot
 
 
 ONLY_GENSOR_REUSES = ("nothing to reuse: only Gensor's measured CPU tuning reuses programs (GPU kernels are not "
@@ -34,17 +35,6 @@ class Trial(NamedTuple):
     func: tirx.PrimFunc | None
     rule: str
     estimate_ms: float | None = None
-
-
-class IntDot(NamedTuple):
-    """The integer dot product a target's int-dot rule computes in one instruction: `lanes` int32
-    sums, each adding `group` products of an 8-bit weight and an activation of type `activation`
-    ("int16": x_q minus its zero point; "uint8": x_q offset to unsigned, its zero point
-    subtracted from the sums). The int8 pass packs weights as [N/lanes, K/group, lanes, group]."""
-
-    lanes: int
-    group: int
-    activation: str
 
 
 class StructMemo:

@@ -31,13 +31,25 @@ so each vector of L channels is contiguous.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from tvm import s_tir, tirx
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
-from ..contract import IntDot
 from ..tir_util import PARALLEL_MIN_WORK, KernelSchedule, RuleMismatch, best_factor, loop_extent
+
+
+class IntDot(NamedTuple):
+    """The integer dot product a target's int-dot rule computes in one instruction: `lanes` int32
+    sums, each adding `group` products of an 8-bit weight and an activation of type `activation`
+    ("int16": x_q minus its zero point; "uint8": x_q offset to unsigned, its zero point
+    subtracted from the sums). The int8 pass packs weights as [N/lanes, K/group, lanes, group]."""
+
+    lanes: int
+    group: int
+    activation: str
+
 
 PAIR = IntDot(8, 2, "int16")
 QUAD = IntDot(16, 4, "uint8")
