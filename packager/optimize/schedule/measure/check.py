@@ -14,7 +14,9 @@ from typing import Callable, Iterator
 
 import numpy as np
 import tvm
-from tvm import tirx
+import tvm_ffi
+from tvm import ir, tirx
+from tvm.target import codegen
 
 from ....targets.host import host_cpu_flags, host_cpu_name
 from .agree import agree, rounds_through_half
@@ -50,12 +52,16 @@ INTRINSIC_FLAGS = (("llvm.x86.avx512.vpdpbusd", "avx512_vnni"), ("llvm.x86.avx51
 
 def _lacks(func: tirx.PrimFunc) -> str | None:
     """The CPU flag a kernel's named intrinsics need that this machine lacks (None: it has them)."""
-    text = func.script()
+    names: set[str] = set()
+
+    def visit(call: ir.Call) -> None:
+        if getattr(call.op, "name", "") in ("tirx.call_llvm_pure_intrin", "tirx.call_llvm_intrin"):
+            first = call.args[0]
+            names.add(codegen.llvm_get_intrinsic_name(int(first)) if isinstance(first, tirx.IntImm) else str(first))
+    tvm_ffi.structural_walk(func.body, (ir.Call, visit), order="post")
     flags = host_cpu_flags()
-    for prefix, flag in INTRINSIC_FLAGS:
-        if prefix in text and flag not in flags:
-            return flag
-    return None
+    return next((flag for prefix, flag in INTRINSIC_FLAGS
+                 if flag not in flags and any(n.startswith(prefix) for n in names)), None)
 
 
 def _host_build(funcs: dict[str, tirx.PrimFunc]) -> Library:
