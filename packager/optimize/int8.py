@@ -195,6 +195,7 @@ class _IntegerKernels(relax.PyExprMutator):
             self.kept[why] += 1
             return call
         self.integer += 1
+        self.used[form.group] += 1
         xi, zp = self._activation(x, form)
         panels = pack_panels(w[0].astype(np.int8), form.lanes, form.group)
         acc = self.builder_.emit_te(int_matmul, xi, relax.const(panels), primfunc_name_hint="matmul_int8")
@@ -216,6 +217,7 @@ class _IntegerKernels(relax.PyExprMutator):
         if form == "exact":
             self.exact += 1
             return self._scaled(self._exact_float(call, x, w[0]), x, w[1], ndim)
+        self.used[form.group] += 1
         pad, (xi, zp) = [int(p) for p in a.padding], self._activation(x, form)
         space, strides, dilation = [int(d) for d in shape[2:]], [int(v) for v in a.strides], [int(v) for v in a.dilation]
         xp = self.builder_.emit_te(channels_last_pad, xi, pad[:ndim - 2], pad[ndim - 2:], form.group, zp,
@@ -275,7 +277,6 @@ class _IntegerKernels(relax.PyExprMutator):
             why = f"{'output channels' if conv else 'N'} not a multiple of {form.lanes}" if n % form.lanes else \
                 f"K not a multiple of {form.group}" if k % form.group and not conv else ""
             if not why:
-                self.used[form.group] += 1
                 return form, ""
         return None, why
 

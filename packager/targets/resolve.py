@@ -127,10 +127,8 @@ def _x86(name: str, isa: str | None, mcpu: str | None, mattr: tuple[str, ...], f
         raise fail(f"unknown x86 ISA {isa!r}; expected one of {', '.join(X86_ISA)}", "isa")
     row = X86_ISA[isa]
     mcpu, mattr = mcpu or row["mcpu"], tuple(dict.fromkeys(mattr))
-    enabled = llvm_cpu_features(ARCHES["x86_64"], mcpu, mattr)
-    extra = [cap for feature, caps in X86_HWCAPS.items() if feature in enabled for cap in caps
-             if cap not in row["features"]]
-    return CpuTarget(name, "x86_64", isa, mcpu, mattr, row["vector_bits"], (*row["features"], *extra),
+    return CpuTarget(name, "x86_64", isa, mcpu, mattr, row["vector_bits"],
+                     _checked_features(row["features"], X86_HWCAPS, "x86_64", mcpu, mattr),
                      row["flops_per_cycle"], row["dram_gbs_per_core"])
 
 
@@ -140,10 +138,18 @@ def _arm(name: str, isa: str | None, mcpu: str | None, mattr: tuple[str, ...], f
         raise fail(f"unknown ARM ISA {isa!r}; expected neon", "isa")
     row = ARM_ISA[isa]
     mcpu, mattr = mcpu or row["mcpu"], mattr or ("+neon",)
-    extra = [cap for feature, caps in ARM_HWCAPS.items() if feature in llvm_cpu_features(ARCHES["aarch64"], mcpu, mattr)
-             for cap in caps]
-    return CpuTarget(name, "aarch64", isa, mcpu, mattr, row["vector_bits"], (*row["features"], *extra),
+    return CpuTarget(name, "aarch64", isa, mcpu, mattr, row["vector_bits"],
+                     _checked_features(row["features"], ARM_HWCAPS, "aarch64", mcpu, mattr),
                      row["flops_per_cycle"], row["dram_gbs_per_core"])
+
+
+def _checked_features(base: tuple[str, ...], hwcaps: dict[str, tuple[str, ...]], arch: str, mcpu: str,
+                      mattr: tuple[str, ...]) -> tuple[str, ...]:
+    """The ISA row's CPU flags plus those of every LLVM feature the mcpu/mattr turn on (`hwcaps`:
+    LLVM feature -> flags): LLVM may use those instructions in any kernel, so the runtime checks them."""
+    enabled = llvm_cpu_features(ARCHES[arch], mcpu, mattr)
+    extra = [cap for feature, caps in hwcaps.items() if feature in enabled for cap in caps]
+    return tuple(dict.fromkeys((*base, *extra)))
 
 
 def _check_mcpu(mcpu: str, arch: str, fail) -> None:

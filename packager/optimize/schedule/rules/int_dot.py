@@ -62,8 +62,8 @@ SHORT_STEPS, SPILLS = 64, 3                      # k-group steps of a short redu
 
 def integer_dots(target) -> tuple[IntDot, ...]:
     """The forms a CPU target computes, preferred first: QUAD where LLVM may emit AVX-512 VNNI
-    (an `avx512-vnni` ISA row, or a named CPU that has it), PAIR everywhere (vpmaddwd on x86,
-    vectorized loops on arm64)."""
+    (`+avx512vnni` from the build host or the x86-avx512-vnni row, or a named CPU that has it),
+    PAIR everywhere (vpmaddwd on x86, vectorized loops on arm64)."""
     if target.arch == "x86_64" and target.vector_bits >= 512 and "avx512vnni" in target.llvm_features:
         return (QUAD, PAIR)
     return (PAIR,)
