@@ -17,6 +17,11 @@ def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
     return vm["main"](tvm.runtime.tensor(x)).numpy()
 
 
+def _kernels(mod: tvm.IRModule) -> list[str]:
+    """The names of main's kernels other than layout transforms."""
+    return [c.name for c in kernel_graph(mod).calls.values() if "layout_transform" not in c.name]
+
+
 def _epilogues(summed_to: int):
     target = host_target()
     mod = optimized_module(conv_then_channel_sum(16, 32, 12, summed_to), target, global_fusion=False)
@@ -28,7 +33,9 @@ def _epilogues(summed_to: int):
 def test_a_channel_sum_joins_its_conv_and_the_module_computes_the_same():
     mod, out, merged = _epilogues(summed_to=1)
     assert merged.taken == 1 and "reduction epilogues" in merged.line() and "not measured" in merged.line()
-    assert len(kernel_graph(mod).calls) == 2 and len(kernel_graph(out).calls) == 1
+    # On some hosts (AVX-512 here) the conv packs its input in a kernel of its own: count the rest.
+    before, after = (_kernels(m) for m in (mod, out))
+    assert len(before) == 2 and len(after) == 1 and after[0].startswith("gf_epi")
     x = np.random.default_rng(3).standard_normal((1, 16, 12, 12)).astype(np.float32)
     np.testing.assert_allclose(_run(out, x), _run(mod, x), rtol=1e-4, atol=1e-4)
 
