@@ -22,6 +22,7 @@ from .base import PassReport
 from .constfold import fold_constants
 from .fastmath import LEGALIZATIONS as FAST_OPS, fastmath
 from .fusion import fuse
+from .bf16 import tile_dots
 from .int8 import integer_kernels
 from .globalfuse import combine_siblings, global_fusion
 from .layout.clip import clip_as_ops
@@ -83,8 +84,13 @@ LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
 # optimize.precision: on when any target computes in less than fp32; each target then gets its own
 # graph (its precision), and an fp32 target among them says so in its line. It runs on the graph
 # ops as imported (before fastmath turns softmax into a PrimFunc call, which TVM's rewrite rejects).
-PRECISION = Pass("precision", lambda mod, ctx: to_precision(mod, ctx.opt.precision_of(ctx.target.name),
-                                                             ctx.opt.keep_fp32),
+def _precision(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
+    """fp16 through TVM's mixed-precision rewrite (precision.py); bf16 as TileDot kernels (bf16.py)."""
+    want = ctx.opt.precision_of(ctx.target.name)
+    return tile_dots(mod) if want == "bf16" else to_precision(mod, want, ctx.opt.keep_fp32)
+
+
+PRECISION = Pass("precision", _precision,
                  off="fp32 everywhere (optimize.precision)", switch=lambda opt: opt.reduced(), needs_target=True,
                  per_target=True)
 

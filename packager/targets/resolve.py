@@ -176,6 +176,9 @@ def _precision_hint(t: Target, want: str) -> str:
     if isinstance(t, CpuTarget) and t.arch == "aarch64" and want == "fp16":
         return (f"its CPU (mcpu {t.mcpu}) has no FP16 arithmetic: name one that has (e.g. mcpu: cortex-a78ae, "
                 "Jetson Orin's) or add mattr: ['+fullfp16'], or ")
+    if isinstance(t, CpuTarget) and t.arch == "x86_64" and want == "bf16":
+        return ("bf16 runs on AMX-BF16 tiles: name a CPU that has them (e.g. mcpu: sapphirerapids) or add "
+                "mattr: ['+amx-tile', '+amx-bf16'], or ")
     return ""
 
 

@@ -104,9 +104,12 @@ class CpuTarget:
     def precisions(self) -> tuple[str, ...]:
         """What `optimize.precision` may ask of this target: fp16 on an Arm CPU with the FP16
         arithmetic extension (LLVM's `fullfp16`: Cortex-A55/A75 on, Orin's A78AE, Neoverse; named by
-        mcpu or mattr '+fullfp16'). bf16 for CPUs is not built by this version."""
+        mcpu or mattr '+fullfp16'); bf16 on an x86 CPU with AMX-BF16 tiles (LLVM's `amx-bf16`: mcpu
+        sapphirerapids and later, or mattr ['+amx-tile', '+amx-bf16'])."""
         if self.arch == "aarch64" and "fullfp16" in self.llvm_features:
             return ("fp32", "fp16")
+        if self.arch == "x86_64" and "amx-bf16" in self.llvm_features:
+            return ("fp32", "bf16")
         return ("fp32",)
 
     def llvm_target(self) -> dict[str, Any]:

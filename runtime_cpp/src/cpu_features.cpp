@@ -5,6 +5,7 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <sys/syscall.h>
 #elif defined(__aarch64__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
@@ -28,6 +29,15 @@ int host_cores() {
   return n < 1 ? 1 : static_cast<int>(n);
 }
 
+#if defined(__x86_64__)
+// Linux gives a process the AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XTILEDATA); without it the first tile instruction raises SIGILL. Asked once, for every thread.
+static bool amx_granted() {
+  static const bool granted = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+  return granted;
+}
+#endif
+
 static bool has_feature(const std::string& f) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
@@ -43,7 +53,7 @@ static bool has_feature(const std::string& f) {
   if (f == "avx512_vnni") return __builtin_cpu_supports("avx512vnni");
   if (f == "avx_vnni") return __builtin_cpu_supports("avxvnni");
   if (f == "avx512_bf16") return __builtin_cpu_supports("avx512bf16");
-  if (f == "amx_tile") return __builtin_cpu_supports("amx-tile");
+  if (f == "amx_tile") return __builtin_cpu_supports("amx-tile") && amx_granted();
   if (f == "amx_int8") return __builtin_cpu_supports("amx-int8");
   if (f == "amx_bf16") return __builtin_cpu_supports("amx-bf16");
   if (f == "f16c") {

@@ -23,7 +23,8 @@ static const struct {
   size_t size;
 } kDtypes[] = {{PACKRT_FLOAT32, "float32", 4}, {PACKRT_FLOAT16, "float16", 2}, {PACKRT_FLOAT64, "float64", 8},
                {PACKRT_INT8, "int8", 1},       {PACKRT_INT16, "int16", 2},     {PACKRT_INT32, "int32", 4},
-               {PACKRT_INT64, "int64", 8},     {PACKRT_UINT8, "uint8", 1},     {PACKRT_BOOL, "bool", 1}};
+               {PACKRT_INT64, "int64", 8},     {PACKRT_UINT8, "uint8", 1},     {PACKRT_BOOL, "bool", 1},
+               {PACKRT_UINT16, "uint16", 2}};
 
 int32_t dtype_from_name(const std::string& name) {
   for (const auto& d : kDtypes)

@@ -59,7 +59,8 @@ typedef enum packrt_dtype {
   PACKRT_INT32 = 6,
   PACKRT_INT64 = 7,
   PACKRT_UINT8 = 8,
-  PACKRT_BOOL = 9
+  PACKRT_BOOL = 9,
+  PACKRT_UINT16 = 10 /* bf16 bits between a package's own kernels */
 } packrt_dtype;
 
 /* Where a target runs. packrt_options.device_type restricts target selection to one kind;

@@ -20,6 +20,7 @@ DLDataType to_dl(int32_t dtype) {
     case PACKRT_INT32: return {kDLInt, 32, 1};
     case PACKRT_INT64: return {kDLInt, 64, 1};
     case PACKRT_UINT8: return {kDLUInt, 8, 1};
+    case PACKRT_UINT16: return {kDLUInt, 16, 1};
     case PACKRT_BOOL: return {kDLBool, 8, 1};
     default: return {kDLFloat, 32, 1};
   }

@@ -35,7 +35,7 @@ from tvm import s_tir, tirx
 
 from ....targets import Target
 from ...base import PassReport
-from . import padding, recurrence
+from . import padding, recurrence, tile_dot
 from .int_dot import find_int_dot, int_dot
 from .partition import partition_selects
 from .reduction_order import contiguous_reduction_last, unroll_contiguous
@@ -71,6 +71,12 @@ class CpuRules:
 
     def candidates(self, func: tirx.PrimFunc) -> Iterator[tuple[tirx.PrimFunc, KernelSchedule]]:
         """Every rule that fits, in order of preference, then the naive loops (`func` itself)."""
+        if tile_dot.of(func) is not None:         # a bf16 conv / matmul: AMX tiles, or its plain loops
+            tiled = tile_dot.cpu(func, self.target)
+            if tiled is not None:
+                yield tiled
+            yield func, KernelSchedule("naive", note="tile-dot: the plain loops" + ("" if tiled else " (no AMX-BF16)"))
+            return
         looped = recurrence.cpu(func, self.lanes(32))
         if looped is not None:                    # a recurrent loop: regenerated, not scheduled
             yield looped
