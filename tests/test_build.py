@@ -228,6 +228,34 @@ def test_arm64_fp16_package_verifies_under_qemu(tmp_path, sample_root, sample, i
     assert r.returncode == 2 and "mcpu: cortex-a78ae" in r.stderr and "+fullfp16" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("sample,inputs", [("cnn", "image: {shape: [1, 3, 64, 64]}"),
+                                           ("transformer", "tokens: {shape: [1, 32, 64]}")])
+def test_x86_bf16_package_computes_on_amx_tiles(tmp_path, sample_root, sample, inputs):
+    """optimize.precision bf16 for an x86 CPU with AMX-BF16 (Sapphire Rapids): bf16 weight panels,
+    tdpbf16ps kernels, a runtime that checks for (and asks Linux for) the tiles, and outputs within
+    bf16's tolerance of onnxruntime where this machine has AMX; a generic x86-64 is told what to name."""
+    spec = write_spec(tmp_path, f"name: s\nmodel: {sample_root / sample / 'model.onnx'}\ninputs: {{{inputs}}}\n"
+                                "targets: [{name: spr, kind: cpu, arch: x86_64, mcpu: sapphirerapids}]\n"
+                                "optimize: {precision: bf16}\n")
+    r = run_pack("build", spec)
+    assert r.returncode == 0 and "precision [spr]: applied: bf16:" in r.stdout, r.stdout + r.stderr
+    pkg = tmp_path / "dist" / "s"
+    target = json.loads((pkg / "manifest.json").read_text())["targets"][0]
+    assert target["precision"] == "bf16" and {"amx_tile", "amx_bf16"} <= set(target["cpu_features"])
+    weights = (pkg / "targets" / "spr" / "weights.bin").stat().st_size
+    assert weights < 0.8 * sum(a.nbytes for a in _initializers(sample_root / sample / "model.onnx"))
+    dump = subprocess.run(["objdump", "-d", str(pkg / "targets" / "spr" / "kernels.so")],
+                          capture_output=True, text=True, check=True).stdout
+    assert "tdpbf16ps" in dump and "ldtilecfg" in dump
+    if "amx_bf16" in open("/proc/cpuinfo").read():
+        r = run_pack("verify", pkg)
+        assert r.returncode == 0 and " spr " in r.stdout and "bf16: mean err" in r.stdout, r.stdout + r.stderr
+    bad = write_spec(tmp_path / "generic", spec.read_text().replace("{name: spr, kind: cpu, arch: x86_64, "
+                                                                    "mcpu: sapphirerapids}", "x86-64"))
+    r = run_pack("build", bad)
+    assert r.returncode == 2 and "mcpu: sapphirerapids" in r.stderr and "+amx-bf16" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("sample,opset", [("cnn", 11), ("mlp", 11), ("mlp", 21), ("transformer", 21)])
 def test_opset_range(tmp_path, sample, opset):
     from make_samples import make_cnn, make_mlp, make_transformer

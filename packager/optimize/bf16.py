@@ -12,7 +12,8 @@ values to float32 before LLVM sees them. The CPU rules compute TileDot kernels o
 Kept in float32, counted by reason: input channels (K) below 64 that are not a multiple of 32
 (padding them would multiply zeros: a 3-channel stem conv would do 10x its work), output channels
 (N) not a multiple of 16, rows of output positions with no divisor from 4 to 16 (an accumulator
-tile's rows), grouped and 1-D/3-D convs, matmuls of two activations.
+tile's rows; fewer than 4 positions are one tile), grouped and 1-D/3-D convs, matmuls of two
+activations.
 """
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ class _TileDots(relax.PyExprMutator):
             return "input channels below 64, not a multiple of 32"
         if out_channels % PANEL:
             return "output channels not a multiple of 16"
-        if max(r for r in range(1, 17) if positions % r == 0) < 4:
+        if positions >= 4 and max(r for r in range(1, 17) if positions % r == 0) < 4:
             return "positions per row with no divisor from 4 to 16"
         return ""
 

@@ -87,3 +87,21 @@ def test_a_kernel_with_intrinsics_this_machine_lacks_is_left_unchecked(monkeypat
     assert disagreements({"k": (quads, ref)}) == {"k": "uses avx512_vnni instructions, which this machine lacks"}
     out, report = check_untimed({"k": quads}, {"k": ref}, {"k": "int-dot"}, lambda name, f: iter(()))
     assert out["k"] is quads and report.checked == 0 and "could not be run here" in report.summary()
+
+
+def test_an_amx_kernel_is_checked_where_the_tiles_run_and_left_unchecked_elsewhere(monkeypatch):
+    """A bf16 tile kernel against its reference loops: checked on a machine with AMX-BF16 (Linux
+    grants the tiles), reported as not run on one without."""
+    from packager.optimize.schedule.measure import check
+    from packager.optimize.schedule.rules import tile_dot
+    from packager.spec import TargetSpec
+    from packager.targets import resolve
+
+    ref = tile_dot.reference_kernel(tile_dot.TileDot(1, 6, 6, 32, 16, 3, 3, 4, 4))
+    spr = resolve(TargetSpec("spr", {"kind": "cpu", "arch": "x86_64", "mcpu": "sapphirerapids"}, "test"))
+    tiles, info = CpuRules(spr).schedule(ref)
+    assert info.rule == "amx"
+    if "amx_bf16" in check.host_cpu_flags():
+        assert disagreements({"k": (tiles, ref)}) == {"k": False}
+    monkeypatch.setattr(check, "host_cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    assert disagreements({"k": (tiles, ref)}) == {"k": "uses amx_bf16 instructions, which this machine lacks"}

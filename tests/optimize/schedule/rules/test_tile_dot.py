@@ -1,0 +1,71 @@
+"""TileDot kernels (rules/tile_dot.py): the reference loops compute the conv / matmul of bf16
+operands in float32 on any CPU; on a target with AMX-BF16 the CPU rules regenerate them as tile
+kernels that compute the same (run only where this machine has AMX)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from packager.optimize.bf16 import bf16_numpy, pack_bf16
+from packager.optimize.schedule.rules import tile_dot
+from packager.optimize.schedule.rules.cpu import CpuRules
+from packager.optimize.schedule.rules.tile_dot import TileDot, reference_kernel
+from packager.spec import TargetSpec
+from packager.targets import can_run_here, resolve
+from support.kernel_cases import host_target, run_kernel
+
+# (channels, out channels, map, kernel, stride, padding, as a matmul's rows)
+CASES = [(64, 64, 14, 3, 1, 1, False), (64, 32, 8, 1, 1, 0, True), (96, 48, 10, 3, 2, 1, False),
+         (32, 16, 7, 1, 2, 0, False), (64, 16, 12, 1, 1, 0, False)]
+
+
+def _amx_target():
+    target = resolve(TargetSpec("x86-spr", {"kind": "cpu", "arch": "x86_64", "mcpu": "sapphirerapids"}, "test"))
+    if not can_run_here(target) or not tile_dot.request_amx():
+        pytest.skip("this machine has no AMX-BF16 (or Linux refused its tile state)")
+    return target
+
+
+def _case(c: int, oc: int, size: int, k: int, s: int, pad: int, rows: bool):
+    """(TileDot, its arguments, the float32 conv of the bf16-rounded operands)."""
+    rng = np.random.default_rng(c + oc + size)
+    x = bf16_numpy(rng.standard_normal((1, c, size, size)))
+    w = rng.standard_normal((oc, c, k, k)).astype(np.float32)
+    xf = (x.astype(np.uint32) << 16).view(np.float32)
+    wf = (bf16_numpy(w).astype(np.uint32) << 16).view(np.float32)
+    want = torch.nn.functional.conv2d(torch.tensor(xf), torch.tensor(wf), stride=s, padding=pad).numpy()
+    out = want.shape[2]
+    xp = np.ascontiguousarray(np.pad(x, [(0, 0), (0, 0), (pad, pad), (pad, pad)]).transpose(0, 2, 3, 1))
+    flat = k == 1 and s == 1 and pad == 0
+    g = TileDot(1, xp.shape[1], xp.shape[2], c, oc, k, k, *((1, out * out) if flat else (out, out)), s, s, rows=rows)
+    want = want.reshape(oc, -1).T if rows else want.reshape(1, oc, -1)
+    return g, [xp, pack_bf16(w, c), np.zeros(want.shape, np.float32)], want
+
+
+@pytest.mark.parametrize("case", CASES[:3])
+def test_the_reference_loops_compute_the_conv_of_the_bf16_operands(case):
+    g, args, want = _case(*case)
+    got = run_kernel(reference_kernel(g), host_target(), args)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_amx_tiles_compute_what_the_reference_loops_compute(case):
+    target = _amx_target()
+    g, args, want = _case(*case)
+    made, info = CpuRules(target).schedule(reference_kernel(g))
+    assert info.rule == "amx" and "llvm.x86.tdpbf16ps" in made.script()
+    assert tile_dot.of(made) == g                     # still tagged: the check and the report know it
+    np.testing.assert_allclose(run_kernel(made, target, args), want, rtol=1e-5, atol=1e-4)
+
+
+def test_a_target_without_amx_keeps_the_plain_loops():
+    g, _, _ = _case(*CASES[0])
+    made, info = CpuRules(resolve(TargetSpec("x86-avx512", {}, "test"))).schedule(reference_kernel(g))
+    assert info.rule == "naive" and "no AMX-BF16" in info.note and "tdpbf16ps" not in made.script()
+
+
+def test_tile_rows_divide_a_row_of_positions():
+    assert [TileDot(1, 1, 1, 32, 16, 1, 1, 1, px).tile_rows for px in (56, 49, 3136, 7, 128, 13)] == \
+        [14, 7, 16, 7, 16, 13]
