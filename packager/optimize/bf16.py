@@ -26,7 +26,7 @@ from tvm import relax, te, tirx
 from .base import PassReport
 from .int8 import channels_last_pad
 from .relax_util import bound_value, is_const, rewrite_functions
-from .schedule.rules.tile_dot import CHUNK, PANEL, TileDot, reference_kernel
+from .schedule.contract import TILE_CHUNK as CHUNK, TILE_PANEL as PANEL, TileDot, reference_kernel
 
 MIN_PADDED = 64               # fewer input channels than this are padded to CHUNK only when already whole
 

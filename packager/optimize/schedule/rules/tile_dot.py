@@ -150,8 +150,8 @@ def amx_kernel(g: TileDot) -> tirx.PrimFunc:
             cfg = T.decl_buffer((64,), "uint8", scope="local")
             acc = T.decl_buffer((mt * nt * r * PANEL,), "float32", scope="local")
             b = task // (rb * cb)
-            t0 = task % (rb * cb) // cb * mt                 # first row tile of the block
-            o0 = task % cb * nt                               # first panel of the block
+            t0 = task % rb * mt                               # first row tile of the block
+            o0 = task // rb % cb * nt                         # first panel of the block
             for i in range(64):
                 cfg[i] = T.uint8(0)
             cfg[0] = T.uint8(1)                               # palette 1
