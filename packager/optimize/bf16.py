@@ -11,9 +11,9 @@ values to float32 before LLVM sees them. The CPU rules compute TileDot kernels o
 
 Kept in float32, counted by reason: input channels (K) below 64 that are not a multiple of 32
 (padding them would multiply zeros: a 3-channel stem conv would do 10x its work), output channels
-(N) not a multiple of 16, rows of output positions with no divisor from 4 to 16 (an accumulator
-tile's rows; fewer than 4 positions are one tile), grouped and 1-D/3-D convs, matmuls of two
-activations.
+(N) not a multiple of 16, a conv's rows of output positions with no divisor from 4 to 16 (an
+accumulator tile's rows; a matmul's rows are padded to 16 instead), grouped and 1-D/3-D convs,
+matmuls of two activations.
 """
 from __future__ import annotations
 
@@ -49,11 +49,18 @@ def bf16_numpy(w: np.ndarray) -> np.ndarray:
     return np.where((u & 0x7FFFFFFF) > 0x7F800000, quiet, rounded).astype(np.uint16)
 
 
-def bf16_rows(x: te.Tensor, channels: int) -> te.Tensor:
-    """[M, K] float32 -> [1, 1, M, channels] bf16 bits, K zero-padded to `channels`."""
+def bf16_rows(x: te.Tensor, channels: int, rows: int) -> te.Tensor:
+    """[M, K] float32 -> [1, 1, rows, channels] bf16 bits, K zero-padded to `channels` and M to `rows`."""
     m, k = (int(d) for d in x.shape)
-    return te.compute((1, 1, m, channels), lambda a, b, i, j: te.if_then_else(
-        j < k, bf16_bits(x[i, tirx.min(j, k - 1)]), tirx.const(0, "uint16")), name="bf16_rows")
+    return te.compute((1, 1, rows, channels), lambda a, b, i, j: te.if_then_else(
+        tirx.all(i < m, j < k), bf16_bits(x[tirx.min(i, m - 1), tirx.min(j, k - 1)]), tirx.const(0, "uint16")),
+        name="bf16_rows")
+
+
+def tiled_rows(m: int) -> int:
+    """The rows a matmul of m rows computes: m where a tile height from 4 to 16 divides it (or m
+    is below 4: one tile), else m rounded up to 16 (zero rows, sliced off after: ViT's 197 tokens)."""
+    return m if m < 4 or max(r for r in range(1, 17) if m % r == 0) >= 4 else m - m % -PANEL
 
 
 def pack_bf16(w: np.ndarray, channels: int) -> np.ndarray:
@@ -133,16 +140,19 @@ class _TileDots(relax.PyExprMutator):
         shape = [int(d) for d in x.ty.shape.values]
         k, n_out, m = shape[-1], int(weight.shape[1]), int(np.prod(shape[:-1]))
         channels = _channels(k)
-        why = self._fits(channels, n_out, m)
+        mp = tiled_rows(m)
+        why = self._fits(channels, n_out, mp)
         if why:
             self.kept[why] += 1
             return call
         self.matmuls += 1
         bb = self.builder_
-        rows = bb.emit_te(bf16_rows, bb.emit(relax.op.reshape(x, (m, k))), channels, primfunc_name_hint="bf16_rows")
-        g = TileDot(1, 1, m, channels, n_out, 1, 1, 1, m, rows=True)
+        rows = bb.emit_te(bf16_rows, bb.emit(relax.op.reshape(x, (m, k))), channels, mp, primfunc_name_hint="bf16_rows")
+        g = TileDot(1, 1, mp, channels, n_out, 1, 1, 1, mp, rows=True)
         panels = pack_bf16(np.ascontiguousarray(weight.T)[:, :, None, None], channels)
-        out = self._tile_dot(g, rows, panels, relax.TensorType((m, n_out), "float32"))
+        out = self._tile_dot(g, rows, panels, relax.TensorType((mp, n_out), "float32"))
+        if mp != m:
+            out = bb.emit(relax.op.strided_slice(out, axes=[0], begin=[0], end=[m]))
         return bb.emit(relax.op.reshape(out, (*shape[:-1], n_out)))
 
     def _tile_dot(self, g: TileDot, x: relax.Expr, panels: np.ndarray, out: relax.TensorType) -> relax.Expr:

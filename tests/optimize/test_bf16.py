@@ -82,3 +82,27 @@ def test_rounding_to_bf16_is_to_nearest_even_in_kernels_and_in_numpy():
     out = tvm.runtime.tensor(np.zeros(values.size, np.uint16))
     lib["main"](tvm.runtime.tensor(values), out)
     np.testing.assert_array_equal(out.numpy(), bits)
+
+
+def test_a_matmul_of_prime_rows_is_padded_to_whole_tiles(tmp_path):
+    """197 rows (ViT's tokens) have no tile height from 4 to 16: 208 rows are computed, 197 kept."""
+    rng = np.random.default_rng(3)
+    w = rng.normal(0, 0.1, (64, 32)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", F, [1, 197, 64])],
+                          [helper.make_tensor_value_info("y", F, [1, 197, 32])], [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    x = rng.standard_normal((1, 197, 64)).astype(np.float32)
+    mod = import_relax(load_model(Path(save_model(m, tmp_path / "m.onnx"))), {"x": x.shape},
+                       {"x": "float32"})
+    out, report = tile_dots(mod[0] if isinstance(mod, tuple) else mod)
+    assert report.details["matmuls"] == 1 and not report.details["kept"]
+    assert [t.px for t in _tile_dots(out)] == [208]
+    np.testing.assert_allclose(_run(out, x), x @ w, rtol=2e-2, atol=2e-2)
+
+
+def _tile_dots(mod: tvm.IRModule) -> list:
+    from packager.optimize.schedule.contract import TileDot
+    return [TileDot.from_json(str(f.attrs["packager.tile_dot"])) for f in mod.functions.values()
+            if isinstance(f, tvm.tirx.PrimFunc) and "packager.tile_dot" in (f.attrs or {})]

@@ -72,9 +72,14 @@ class TileDot:
         """Positions per accumulator tile: the most up to 16 that divide a row of positions."""
         return max(r for r in range(1, 17) if self.px % r == 0)
 
-    @property
-    def flops(self) -> int:
-        return 2 * self.batch * self.py * self.px * self.out_channels * self.kh * self.kw * self.channels
+    def blocking(self) -> tuple[int, int, int, int, int]:
+        """(tile rows, row tiles per row of positions, accumulator tiles along positions and along
+        output channels per task (1 or 2 each), tasks)."""
+        r = self.tile_rows
+        tiles_x = self.px // r
+        mt = 2 if self.py * tiles_x % 2 == 0 else 1
+        nt = 2 if self.out_channels // PANEL % 2 == 0 else 1
+        return r, tiles_x, mt, nt, self.batch * self.py * tiles_x // mt * (self.out_channels // PANEL // nt)
 
 
 def of(func: tirx.PrimFunc) -> TileDot | None:
@@ -121,7 +126,7 @@ def reference_kernel(g: TileDot) -> tirx.PrimFunc:
             acc[0] = T.float32(0)
             for ky, kx, ch in T.grid(kh, kw, c):
                 acc[0] = acc[0] + _bf16(xf[((b * hp + y * sy + ky * dy) * wp + xx * sx + kx * dx) * c + ch]) * _bf16(
-                    wf[((((o // 16) * kh + ky) * kw + kx) * (c // 2) + ch // 2) * 32 + o % 16 * 2 + ch % 2])
+                    wf[((((o // PANEL) * kh + ky) * kw + kx) * (c // 2) + ch // 2) * PANEL * 2 + o % PANEL * 2 + ch % 2])
             if rows:
                 of_[((b * py + y) * px + xx) * oc + o] = acc[0]
             else:
@@ -134,10 +139,7 @@ def amx_kernel(g: TileDot) -> tirx.PrimFunc:
     xs, ws, outs, n_out = _shapes(g)
     hp, wp, c, oc, kh, kw, py, px = g.hp, g.wp, g.channels, g.out_channels, g.kh, g.kw, g.py, g.px
     sy, sx, dy, dx, rows = g.sy, g.sx, g.dy, g.dx, g.rows
-    r = g.tile_rows
-    tiles_x = px // r
-    mt = 2 if py * tiles_x % 2 == 0 else 1                  # accumulator tiles along positions ...
-    nt = 2 if oc // PANEL % 2 == 0 else 1                   # ... and along output channels
+    r, tiles_x, mt, nt, _ = g.blocking()
     rb, cb, chunks = py * tiles_x // mt, oc // PANEL // nt, c // CHUNK
     a_stride, o_stride = sx * c * 2, oc * 4
 
@@ -203,9 +205,6 @@ def cpu(func: tirx.PrimFunc, target) -> tuple[tirx.PrimFunc, KernelSchedule] | N
     if g is None or not has_amx(target):
         return None
     request_amx()              # this process may time or check the kernel
-    r = g.tile_rows
-    tasks = g.batch * g.py * g.px // r // (2 if g.py * (g.px // r) % 2 == 0 else 1)
-    tasks *= g.out_channels // PANEL // (2 if g.out_channels // PANEL % 2 == 0 else 1)
-    return amx_kernel(g).with_attrs(dict(func.attrs)), KernelSchedule("amx", parallel=tasks, vector=PANEL,
-                                                             register_tile=r * PANEL,
-                                                             note=f"tdpbf16ps, {r}-row tiles")
+    r, *_, tasks = g.blocking()
+    info = KernelSchedule("amx", parallel=tasks, vector=PANEL, register_tile=r * PANEL, note=f"tdpbf16ps, {r}-row tiles")
+    return amx_kernel(g).with_attrs(dict(func.attrs)), info
