@@ -52,6 +52,7 @@ def test_x86_64_takes_the_build_hosts_vnni_and_the_runtime_checks_for_it(monkeyp
     assert r("x86-64").mattr == () and "avx512_vnni" not in r("x86-64").features
     spr = r("x86-64", isa="avx512", mcpu="sapphirerapids")
     assert {"avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"} <= set(spr.features)
+    assert spr.precisions == ("fp32", "bf16") and r("x86-64").precisions == ("fp32",)   # bf16 needs AMX tiles
 
 
 def test_an_arm_cpu_with_fp16_arithmetic_takes_fp16_and_its_runtime_checks_for_it():
