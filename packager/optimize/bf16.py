@@ -123,7 +123,7 @@ class _TileDots(relax.PyExprMutator):
             return call
         self.convs += 1
         bb = self.builder_
-        xp = bb.emit_te(lambda x: channels_last_pad(x, pad[:2], pad[2:], CHUNK, 0, bf16_bits), call.args[0],
+        xp = bb.emit_te(lambda x: channels_last_pad(x, pad[:2], pad[2:], CHUNK, 0, bf16_bits, "uint16"), call.args[0],
                         primfunc_name_hint="bf16_channels_last")
         g = TileDot(n, h + pad[0] + pad[2], wd + pad[1] + pad[3], channels, oc, kh, kw,
                     *((1, oh * ow) if flat else (oh, ow)), *strides, *dil)

@@ -72,10 +72,11 @@ def pack_conv(w: np.ndarray, lanes: int = PANEL, group: int = 2) -> np.ndarray:
 
 
 def channels_last_pad(x: te.Tensor, before: list[int], after: list[int], group: int = 2, fill: int = 0,
-                      convert: Callable[[tirx.PrimExpr], tirx.PrimExpr] | None = None) -> te.Tensor:
+                      convert: Callable[[tirx.PrimExpr], tirx.PrimExpr] | None = None, dtype: str = "") -> te.Tensor:
     """NC[H]W -> N[H]WC with C rounded up to a multiple of `group` and the spatial padding (before,
     after each spatial axis) as `fill` (the activation's zero), so a group of channels at one
-    position is one contiguous load. `convert` maps each value on the way (its type the result's)."""
+    position is one contiguous load. `convert` maps each value on the way to `dtype` (the bf16 pass's
+    rounding)."""
     n, c, *space = (int(d) for d in x.shape)
     convert = convert or (lambda v: v)
 
@@ -83,7 +84,7 @@ def channels_last_pad(x: te.Tensor, before: list[int], after: list[int], group: 
         *where, ch = pos
         inside = [tirx.all(p >= lo, p < d + lo) for p, lo, d in zip(where, before, space)]
         kept = convert(x[(i, tirx.min(ch, c - 1), *(p - lo for p, lo in zip(where, before)))])
-        return te.if_then_else(tirx.all(*inside, ch < c), kept, tirx.const(fill, kept.ty.dtype))
+        return te.if_then_else(tirx.all(*inside, ch < c), kept, tirx.const(fill, dtype or x.dtype))
     return te.compute((n, *(d + lo + hi for d, lo, hi in zip(space, before, after)), c - c % -group), value,
                       name="channels_last_pad")
 
