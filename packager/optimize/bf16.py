@@ -75,6 +75,12 @@ def _channels(c: int) -> int | None:
     return c if c % CHUNK == 0 else (c - c % -CHUNK if c >= MIN_PADDED else None)
 
 
+def _static(e: relax.Expr) -> bool:
+    """Whether e's shape is known to the last dimension (a profile binds every input's)."""
+    shape = getattr(e.ty, "shape", None)
+    return shape is not None and all(isinstance(d, tirx.IntImm) for d in shape.values)
+
+
 @relax.expr_functor.mutator
 class _TileDots(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule):
@@ -88,11 +94,12 @@ class _TileDots(relax.PyExprMutator):
         op = getattr(call.op, "name", None)
         if op in ("relax.nn.conv1d", "relax.nn.conv3d"):
             self.kept["1-D and 3-D convolutions"] += 1
-        if op == "relax.nn.conv2d" and str(call.ty.dtype) == "float32":
-            return self._conv(call)
-        if op == "relax.matmul" and str(call.ty.dtype) == "float32":
-            return self._matmul(call)
-        return call
+        if op not in ("relax.nn.conv2d", "relax.matmul") or str(call.ty.dtype) != "float32":
+            return call
+        if not (_static(call) and _static(call.args[0])):
+            self.kept["shapes not static"] += 1
+            return call
+        return self._conv(call) if op == "relax.nn.conv2d" else self._matmul(call)
 
     def _fits(self, channels: int | None, out_channels: int, positions: int) -> str:
         if channels is None:
