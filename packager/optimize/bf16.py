@@ -26,7 +26,7 @@ from tvm import relax, te, tirx
 from .base import PassReport
 from .int8 import channels_last_pad
 from .relax_util import bound_value, is_const, rewrite_functions
-from .schedule.contract import TILE_CHUNK as CHUNK, TILE_PANEL as PANEL, TileDot, reference_kernel
+from .schedule.contract import TILE_CHUNK as CHUNK, TILE_PANEL as PANEL, TileDot, reference_kernel, tile_height
 
 MIN_PADDED = 64               # fewer input channels than this are padded to CHUNK only when already whole
 
@@ -60,7 +60,7 @@ def bf16_rows(x: te.Tensor, channels: int, rows: int) -> te.Tensor:
 def tiled_rows(m: int) -> int:
     """The rows a matmul of m rows computes: m where a tile height from 4 to 16 divides it (or m
     is below 4: one tile), else m rounded up to 16 (zero rows, sliced off after: ViT's 197 tokens)."""
-    return m if m < 4 or max(r for r in range(1, 17) if m % r == 0) >= 4 else m - m % -PANEL
+    return m if m < 4 or tile_height(m) >= 4 else m - m % -PANEL
 
 
 def pack_bf16(w: np.ndarray, channels: int) -> np.ndarray:
@@ -101,12 +101,13 @@ class _TileDots(relax.PyExprMutator):
             return call
         return self._conv(call) if op == "relax.nn.conv2d" else self._matmul(call)
 
-    def _fits(self, channels: int | None, out_channels: int, positions: int) -> str:
+    @staticmethod
+    def _fits(channels: int | None, out_channels: int, positions: int) -> str:
         if channels is None:
             return "input channels below 64, not a multiple of 32"
         if out_channels % PANEL:
             return "output channels not a multiple of 16"
-        if positions >= 4 and max(r for r in range(1, 17) if positions % r == 0) < 4:
+        if positions >= 4 and tile_height(positions) < 4:
             return "positions per row with no divisor from 4 to 16"
         return ""
 

@@ -40,6 +40,11 @@ PANEL = 16                       # output channels per panel tile (16 float32 co
 _ARCH_PRCTL, _REQ_XCOMP_PERM, _XTILEDATA = 158, 0x1023, 18
 
 
+def tile_height(positions: int) -> int:
+    """Positions per accumulator tile for a row of `positions`: the most, up to 16, that divide it."""
+    return max(r for r in range(1, 17) if positions % r == 0)
+
+
 @dataclass(frozen=True)
 class TileDot:
     """A conv (or matmul) over a channels-last bf16 input [batch, hp, wp, channels]: out[b, o, p] (NC[H]W,
@@ -70,7 +75,7 @@ class TileDot:
     @property
     def tile_rows(self) -> int:
         """Positions per accumulator tile: the most up to 16 that divide a row of positions."""
-        return max(r for r in range(1, 17) if self.px % r == 0)
+        return tile_height(self.px)
 
     def blocking(self) -> tuple[int, int, int, int, int]:
         """(tile rows, row tiles per row of positions, accumulator tiles along positions and along
@@ -110,6 +115,7 @@ def _shapes(g: TileDot):
             out, g.batch * positions * g.out_channels)
 
 
+@cache                      # a model's layers repeat geometries; parsing the script is the cost
 def reference_kernel(g: TileDot) -> tirx.PrimFunc:
     """The plain loops: out = sum over taps and channels of float32(x) * float32(w), tagged."""
     xs, ws, outs, n_out = _shapes(g)
@@ -134,6 +140,7 @@ def reference_kernel(g: TileDot) -> tirx.PrimFunc:
     return f.with_attr(ATTR, g.to_json()).with_attr("tirx.noalias", True)
 
 
+@cache
 def amx_kernel(g: TileDot) -> tirx.PrimFunc:
     """The AMX-BF16 kernel of `g` (module docstring), tagged like its reference."""
     xs, ws, outs, n_out = _shapes(g)
