@@ -73,3 +73,21 @@ def test_scales_computed_at_run_time_are_a_clear_error():
     m.graph.input.append(helper.make_tensor_value_info("s0", TensorProto.FLOAT, [4]))
     with pytest.raises(UserError, match=r"resize \(Resize\): its scales 's1' is computed at run time"):
         rewrite(onnx.shape_inference.infer_shapes(m))
+
+
+def test_an_upsample_resizes_the_last_axis_first_and_a_downsample_last():
+    """Gathers along the last axis are scalar loads, so they run where the tensor is smallest."""
+    from packager.frontend.resize import axis_order
+
+    assert axis_order([2, 3], (1, 21, 28, 28), [1, 21, 224, 224]) == [3, 2]
+    assert axis_order([2, 3], (1, 21, 224, 224), [1, 21, 28, 28]) == [2, 3]
+    assert axis_order([3], (1, 2, 3, 4), [1, 2, 3, 8]) == [3]
+
+
+def test_an_upsample_lowered_last_axis_first_matches_onnxruntime():
+    m = _model(dict(mode="linear"), [1, 1, 3, 4], None, None)
+    lowered, _ = rewrite(onnx.shape_inference.infer_shapes(m))
+    gathers = [n for n in lowered.graph.node if n.op_type == "Gather"]
+    assert [helper.get_attribute_value(n.attribute[0]) for n in gathers] == [3, 3, 2, 2]
+    x = np.random.default_rng(1).standard_normal((2, 3, 7, 5)).astype(np.float32)
+    np.testing.assert_allclose(_run(lowered, x), _run(m, x), rtol=1e-5, atol=1e-5)
