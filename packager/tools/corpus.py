@@ -27,7 +27,7 @@ from ..errors import UserError
 from ..targets import CUDA_TABLE
 from .corpus_fetch import OPSET, corpus_dir, fetch, first_line, installed_versions
 from .corpus_models import ENTRIES, EXPORT_PINS, Entry
-from .opcompare import SLOW, worst
+from .opcompare import OTHER, SLOW, worst
 from .openvino_peer import openvino_version
 
 GPU_TARGETS = tuple(CUDA_TABLE)   # corpus --target: built for it, its kernels verified on PoCL
@@ -170,7 +170,7 @@ def run_entry(e: Entry, out_dir: Path, threads: int = 1, iters: int = 10, log=pr
         row.ours_ms, row.ort_ms = prof["variants"][0]["median_ms"], prof["onnxruntime"]["median_ms"]
         row.ratio = prof["variants"][0]["ratio_median"]
         if "ops" in prof:
-            row.ops = {"classes": prof["ops"]["classes"], "worst": worst(prof["ops"])}
+            row.ops = {"classes": prof["ops"]["classes"], "worst": worst(prof["ops"]), "other": prof["ops"].get("other")}
         row.ov_ms, row.ratio_ov = prof["openvino"].get("median_ms"), prof["variants"][0]["ratio_openvino"]
         enter("bench beside a twin")
         twin = bench(pkg, None, threads, iters, 2, 2, [], 1, log=quiet, load=Load("twin"))
@@ -277,19 +277,24 @@ def markdown_table(rows: list[Row]) -> str:
     lines.append(f"{ok} of {len(rows)} models build and verify; ratio = our median latency / onnxruntime's "
                  "(CPU EP, same inputs and threads; below 1 is faster); beside a twin: each runtime timed while a "
                  "second process of itself runs the same model (`pack bench --load twin`); most time lost: the "
-                 "class of heavy nodes whose time exceeds onnxruntime's profiled node times by the most, and its "
-                 "worst node.")
+                 "class of heavy nodes (or the other ops: everything else) whose time exceeds onnxruntime's profiled "
+                 "node times by the most, and its worst node (for the other ops, our largest kernel among them).")
     return "\n".join(lines + [""] + class_table(rows)) + "\n"
 
 
 def _lost(r: Row) -> str:
     """The class losing the most ms to onnxruntime, and the worst node ("" without op times)."""
-    classes = (r.ops or {}).get("classes", {})
+    classes = dict((r.ops or {}).get("classes", {}))
+    other = (r.ops or {}).get("other")
+    if other and other["ort_ms"]:
+        classes[OTHER] = other
     losing = max(classes.items(), key=lambda kv: kv[1]["ours_ms"] - kv[1]["ort_ms"], default=None)
     if losing is None or losing[1]["ours_ms"] <= losing[1]["ort_ms"]:
         return ""
     cls, c = losing
     text = f"{cls} {c['ours_ms']:.3g} / {c['ort_ms']:.3g} ms ({c['ratio']:.2f}x)"
+    if cls == OTHER:                                  # name our largest kernel outside the heavy nodes
+        return text + (f"; {c['ours_top'][0][0][:40]} {c['ours_top'][0][1]:.3g} ms" if c["ours_top"] else "")
     w = (r.ops or {}).get("worst") or []
     return text + (f"; {w[0]['desc']} {w[0]['ratio']:.1f}x" if w else "")
 
@@ -304,6 +309,12 @@ def class_table(rows: list[Row]) -> list[str]:
             t["models"] += 1
             for k in ("compared", "slow", "ours_ms", "ort_ms"):
                 t[k] += c[k]
+        other = (r.ops or {}).get("other")
+        if other:                                     # the rest of each side's time: no nodes compared
+            t = total.setdefault(OTHER, {"models": 0, "compared": 0, "slow": 0, "ours_ms": 0.0, "ort_ms": 0.0})
+            t["models"] += 1
+            t["ours_ms"] += other["ours_ms"]
+            t["ort_ms"] += other["ort_ms"]
     if not total:
         return []
     lines = [f"| heavy node class | models | nodes compared | over {SLOW}x ORT | ours / ORT (ms, summed) | ratio |",

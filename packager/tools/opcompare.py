@@ -17,7 +17,9 @@ profiled run each:
 
 A node either side cannot place (merged into a bigger kernel, an ORT-internal node) is listed
 with the time that side has, never guessed. Classes (3x3 conv, 1x1 conv, depthwise, ...) sum
-the nodes both sides placed, so their ratio compares like with like.
+the nodes both sides placed, so their ratio compares like with like. "other ops" is the rest of
+each side's time (onnxruntime's other nodes, our steps carrying no heavy node), with the largest
+op types and kernels named.
 """
 from __future__ import annotations
 
@@ -41,6 +43,8 @@ OUT_SLACK = 4.0           # our output elements over the node's: channels padded
 BLOCK = 16                # a conv's output channels are padded by less than one block (16 lanes at most)
 FLOP_SLACK = 1.8          # our kernel FLOPs over the node's beyond that padding: fused epilogues
 SLOW = 1.2                # a node over this x onnxruntime's time counts as slow (issue 45's bar)
+OTHER = "other ops"       # the time outside the heavy nodes, each side's
+OTHER_TOP = 4             # its largest kernels / op types named in the report
 
 
 @dataclass
@@ -107,9 +111,10 @@ def _classify(n: onnx.NodeProto, ins: list, y: tuple[int, ...]) -> tuple[str, st
 
 
 def ort_node_ms(model_path: Path, inputs: dict[str, np.ndarray], threads: int, runs: int,
-                nodes: list[HeavyNode], proto: onnx.ModelProto) -> tuple[dict[str, float], float]:
+                nodes: list[HeavyNode], proto: onnx.ModelProto) -> tuple[dict[str, float], float, dict[str, float]]:
     """onnxruntime's mean kernel ms per heavy node over `runs` profiled runs (after one untimed),
-    and its mean total of all node kernel times per run."""
+    its mean total of all node kernel times per run, and its mean ms per op type of the nodes
+    that are not heavy (Resize, pooling, element-wise, layout reorders)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -125,6 +130,7 @@ def ort_node_ms(model_path: Path, inputs: dict[str, np.ndarray], threads: int, r
         events = json.loads(Path(sess.end_profiling()).read_text())
     resolve = _resolver(proto, {n.name for n in nodes})
     per: dict[str, float] = {}
+    other: dict[str, float] = {}
     total, seen_runs = 0.0, {}
     for e in events:
         if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
@@ -135,10 +141,13 @@ def ort_node_ms(model_path: Path, inputs: dict[str, np.ndarray], threads: int, r
         if seen_runs[name] == 1:
             continue                                      # the first run is a warm-up
         total += ms
-        node = resolve(name) if e.get("args", {}).get("op_name") in ORT_HEAVY else None
+        op = e.get("args", {}).get("op_name", "?")
+        node = resolve(name) if op in ORT_HEAVY else None
         if node is not None:
             per[node] = per.get(node, 0.0) + ms
-    return {k: v / runs for k, v in per.items()}, total / runs
+        elif op not in ORT_HEAVY:
+            other[op] = other.get(op, 0.0) + ms
+    return {k: v / runs for k, v in per.items()}, total / runs, {k: v / runs for k, v in other.items()}
 
 
 def _resolver(proto: onnx.ModelProto, heavy: set[str]):
@@ -234,12 +243,30 @@ def compare(model: LoadedModel, model_path: Path, shapes: dict[str, tuple[int, .
             plan: dict, steps: list[dict], threads: int, runs: int, profile: int = 0) -> dict:
     """The report's `ops` entry: every heavy node with both times, the classes, the totals."""
     nodes = heavy_nodes(model, shapes)
-    ort_ms, ort_total = ort_node_ms(model_path, inputs, threads, runs, nodes, model.proto)
+    ort_ms, ort_total, ort_other = ort_node_ms(model_path, inputs, threads, runs, nodes, model.proto)
     for n in nodes:
         n.ort_ms = ort_ms.get(n.name)
-    match(nodes, our_steps(plan, steps, profile))
+    ours = our_steps(plan, steps, profile)
+    match(nodes, ours)
     return {"classes": summarize(nodes), "nodes": [asdict(n) | {"ratio": n.ratio} for n in nodes],
+            "other": other_ops(nodes, ours, ort_other),
             "ort_total_ms": ort_total, "ours_total_ms": sum(s["ms"] for s in steps)}
+
+
+def other_ops(nodes: list[HeavyNode], ours: list[dict], ort_other: dict[str, float]) -> dict:
+    """Everything but the heavy nodes: onnxruntime's non-heavy nodes (by op type) against our
+    steps that carry no heavy node (by kernel), with the largest of each. A Resize, a pooling or
+    a chain of element-wise ops losing time shows here, where no heavy node names it (LR-ASPP's
+    bilinear upsamples were 3.8 ms of our 11.5 against onnxruntime's 0.5)."""
+    carried = {n.kernel for n in nodes if n.kernel}
+    rest = [s for s in ours if s["kernel"] not in carried]
+    by_kernel: dict[str, float] = {}
+    for s in rest:
+        by_kernel[s["kernel"]] = by_kernel.get(s["kernel"], 0.0) + s["ms"]
+    ours_ms, ort_ms = sum(by_kernel.values()), sum(ort_other.values())
+    top = lambda d: [[k, v] for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:OTHER_TOP]]  # noqa: E731
+    return {"ours_ms": ours_ms, "ort_ms": ort_ms, "ratio": ours_ms / ort_ms if ort_ms else None,
+            "ours_top": top(by_kernel), "ort_top": top(ort_other)}
 
 
 def worst(ops: dict, limit: int = 3) -> list[dict]:
@@ -256,6 +283,15 @@ def print_ops(ops: dict, log, top: int) -> None:
         ratio = f"{c['ratio']:5.2f}x" if c["ratio"] is not None else "    -"
         log(f"    {cls:26s} {c['compared']:3d}/{c['nodes']:<3d} nodes  ours {c['ours_ms']:8.3f} ms  "
             f"ORT {c['ort_ms']:8.3f} ms  {ratio}  ({c['slow']} over {SLOW}x)")
+    o = ops.get("other")
+    if o:
+        ratio = f"{o['ratio']:5.2f}x" if o["ratio"] is not None else "    -"
+        log(f"    {OTHER + ' (not conv/matmul)':26s}          ours {o['ours_ms']:8.3f} ms  ORT {o['ort_ms']:8.3f} ms  "
+            f"{ratio}  (ours: {_names(o['ours_top'])}; ORT: {_names(o['ort_top'])})")
     for n in worst(ops, top):
         log(f"    worst: {n['name']} ({n['cls']} {n['desc']}) {n['ours_ms']:.3f} vs {n['ort_ms']:.3f} ms "
             f"{n['ratio']:.2f}x  [{n['kernel']}]")
+
+
+def _names(top: list) -> str:
+    return ", ".join(f"{name[:40]} {ms:.3f}" for name, ms in top) or "none"

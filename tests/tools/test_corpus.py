@@ -285,6 +285,19 @@ def test_table_names_the_class_losing_most_time_and_sums_classes_over_the_corpus
     assert "| conv 1x1 | 2 | 4 | 0 | 2 / 3.5 | 0.57 |" in md
 
 
+def test_the_other_ops_are_named_when_they_lose_the_most_time():
+    """A model whose convs keep pace and whose upsample does not: the column names our largest
+    kernel outside the heavy nodes, and the corpus table sums the other ops as a row."""
+    conv = {"nodes": 1, "compared": 1, "slow": 0, "ours_ms": 1.0, "ort_ms": 1.1, "ratio": 1.0 / 1.1}
+    other = {"ours_ms": 3.8, "ort_ms": 0.5, "ratio": 7.6, "ours_top": [["take3", 1.48], ["take1", 1.44]],
+             "ort_top": [["Resize", 0.4]]}
+    rows = [cp.Row("seg", "pypi seg==1", verify="pass", ratio=1.47,
+                   ops={"classes": {"conv 1x1": conv}, "worst": [], "other": other})]
+    md = cp.markdown_table(rows)
+    assert "| other ops 3.8 / 0.5 ms (7.60x); take3 1.48 ms |" in md
+    assert "| other ops | 1 | 0 | 0 | 3.8 / 0.5 | 7.60 |" in md
+
+
 def test_results_json_has_rows_and_environment(tmp_path):
     rows = [cp.Row("good", "transformers BertModel", verify="pass")]
     cp.write_results(rows, tmp_path / "t.md", tmp_path / "t.json", {"fast": True})

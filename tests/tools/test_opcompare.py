@@ -68,6 +68,16 @@ def test_steps_match_nodes_in_order_within_padding_and_epilogues():
     assert [w["name"] for w in opcompare.worst({"nodes": [vars(n) | {"ratio": n.ratio} for n in nodes]})] == ["c3"]
 
 
+def test_the_other_ops_are_each_sides_time_outside_the_heavy_nodes():
+    nodes = opcompare.heavy_nodes(_convs(), {"x": (1, 8, 16, 16)})
+    nodes[0].kernel = "k_c3"
+    steps = [{"kernel": "k_c3", "ms": 1.0}, {"kernel": "take", "ms": 0.5}, {"kernel": "take", "ms": 0.25},
+             {"kernel": "add", "ms": 0.1}]
+    other = opcompare.other_ops(nodes, steps, {"Resize": 0.2, "Add": 0.05})
+    assert other["ours_ms"] == 0.85 and other["ort_ms"] == 0.25 and other["ratio"] == 0.85 / 0.25
+    assert other["ours_top"] == [["take", 0.75], ["add", 0.1]] and other["ort_top"][0] == ["Resize", 0.2]
+
+
 def test_a_step_of_other_spatial_dims_does_not_carry_a_conv():
     """A 16-channel conv at 16x16 and a step with 4x its elements (16 channels at 32x32) and 4x
     its FLOPs: within the channel-padding slack, but another conv; the node's own step, later and
@@ -99,5 +109,6 @@ def test_bench_ops_places_every_conv_of_the_cnn_sample(cnn_copy, tmp_path):
     assert len(convs) == 5 and all(n["ort_ms"] and n["ours_ms"] and n["kernel"] for n in convs)
     assert sum(c["compared"] for k, c in ops["classes"].items() if k.startswith("conv")) == 5
     assert "heavy nodes vs onnxruntime's profiler" in r.stdout
+    assert ops["other"]["ort_ms"] > 0 and "other ops (not conv/matmul)" in r.stdout    # the cnn's pooling, adds
     assert prof["openvino"]["median_ms"] > 0 and prof["variants"][0]["ratio_openvino"] > 0   # a dev dependency
     assert "ours / OpenVINO" in r.stdout
