@@ -5,7 +5,10 @@ relax.minimum with the same scalar bound (identical math), before layouts are ch
 legalization runs it again for every target, so Clip gets ieee.py's NaN rule everywhere.
 relax.clip itself (the importer's HardSigmoid and HardSwish) has no layout rule either: it
 becomes the same maximum / minimum pair (PP-LCNet's 11 HardSwishes each cost a layout
-conversion and two kernels of their own)."""
+conversion and two kernels of their own). relax.nn.leakyrelu has no layout rule in TVM 0.27
+either: it becomes maximum(x, alpha * x) for 0 <= alpha <= 1, else maximum(x, 0) +
+alpha * minimum(x, 0), both exact (speechmos' AECMOS: each of its four Conv -> LeakyRelu ->
+MaxPool stages went back to NCHW after the conv)."""
 from __future__ import annotations
 
 import tvm
@@ -39,6 +42,8 @@ class _ClipAsOps(relax.PyExprMutator):
         call = super().visit_call_(call)
         if getattr(call.op, "name", None) == "relax.clip":
             return self._clip(call)
+        if getattr(call.op, "name", None) == "relax.nn.leakyrelu":
+            return self._leaky(call)
         if getattr(call.op, "name", None) != "relax.call_tir" or not isinstance(call.args[0], tvm.ir.GlobalVar):
             return call
         op = _scalar_bound_op(self.mod_[call.args[0]])
@@ -60,6 +65,22 @@ class _ClipAsOps(relax.PyExprMutator):
         self.rewritten += 1
         low = self.builder_.emit(relax.op.maximum(x, relax.const(float(bounds[0].value), dtype)))
         return relax.op.minimum(low, relax.const(float(bounds[1].value), dtype))
+
+
+    def _leaky(self, call):
+        """relax.nn.leakyrelu(x, alpha) on a float x as maximum / minimum / multiply / add."""
+        x, alpha = call.args[0], float(call.attrs.alpha)
+        dtype = str(x.ty.dtype)
+        if not dtype.startswith("float"):
+            return call
+        self.rewritten += 1
+        a = relax.const(alpha, dtype)
+        if 0.0 <= alpha <= 1.0:                       # alpha * x lies between x and 0
+            return relax.op.maximum(x, self.builder_.emit(relax.op.multiply(x, a)))
+        zero = relax.const(0.0, dtype)
+        pos = self.builder_.emit(relax.op.maximum(x, zero))
+        neg = self.builder_.emit(relax.op.multiply(self.builder_.emit(relax.op.minimum(x, zero)), a))
+        return relax.op.add(pos, neg)
 
 
 def clip_as_ops(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:

@@ -134,6 +134,19 @@ def test_mobilenet_block_depthwise_clip_and_projection():
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_leaky_relu_keeps_the_packed_layout_for_any_slope():
+    """AECMOS's Conv -> LeakyRelu -> MaxPool stages: LeakyRelu has no layout rule in TVM 0.27,
+    so it is rewritten as max/min ops (0 <= alpha <= 1: max(x, alpha * x); else max(x, 0) +
+    alpha * min(x, 0)); only the graph input and output are converted."""
+    m = _model([_conv("x", "w1", "b1", "a", pads=[1] * 4), helper.make_node("LeakyRelu", ["a"], ["l1"], alpha=0.1),
+                helper.make_node("MaxPool", ["l1"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+                _conv("p", "w2", None, "b", pads=[1] * 4), helper.make_node("LeakyRelu", ["b"], ["y"], alpha=2.5)],
+               [1, 16, 8, 8], {"w1": _w(32, 16, 3, 3), "b1": _w(32), "w2": _w(16, 32, 3, 3)})
+    report, got, ref = _run(m, [(16, 16), (None, 16)])
+    assert report.details["clip_ops_rewritten"] == 2 and report.details["conversions_after"] == 2, report.summary
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
 def test_concat_and_pooling_keep_the_packed_layout():
     m = _model([_conv("x", "w1", None, "a", pads=[1] * 4), _conv("x", "w2", None, "b", pads=[1] * 4),
                 helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
