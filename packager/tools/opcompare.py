@@ -264,9 +264,13 @@ def other_ops(nodes: list[HeavyNode], ours: list[dict], ort_other: dict[str, flo
     for s in rest:
         by_kernel[s["kernel"]] = by_kernel.get(s["kernel"], 0.0) + s["ms"]
     ours_ms, ort_ms = sum(by_kernel.values()), sum(ort_other.values())
-    top = lambda d: [[k, v] for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:OTHER_TOP]]  # noqa: E731
     return {"ours_ms": ours_ms, "ort_ms": ort_ms, "ratio": ours_ms / ort_ms if ort_ms else None,
-            "ours_top": top(by_kernel), "ort_top": top(ort_other)}
+            "ours_top": _largest(by_kernel), "ort_top": _largest(ort_other)}
+
+
+def _largest(ms: dict[str, float]) -> list[list]:
+    """The OTHER_TOP largest [name, ms] pairs."""
+    return [[k, v] for k, v in sorted(ms.items(), key=lambda kv: -kv[1])[:OTHER_TOP]]
 
 
 def worst(ops: dict, limit: int = 3) -> list[dict]:

@@ -66,7 +66,6 @@ class _ClipAsOps(relax.PyExprMutator):
         low = self.builder_.emit(relax.op.maximum(x, relax.const(float(bounds[0].value), dtype)))
         return relax.op.minimum(low, relax.const(float(bounds[1].value), dtype))
 
-
     def _leaky(self, call):
         """relax.nn.leakyrelu(x, alpha) on a float x as maximum / minimum / multiply / add."""
         x, alpha = call.args[0], float(call.attrs.alpha)
