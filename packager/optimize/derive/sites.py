@@ -57,7 +57,7 @@ class Operator:
     def original(self, lanes: int) -> tirx.PrimFunc:
         """What the packager builds without the rewrite, as a PrimFunc to time."""
         if self.op == "Conv":
-            from ..layout.search import ConvSite
+            from ..layout.sites import ConvSite
 
             site = ConvSite(self.data, self.weight, self.strides, self.pads, self.dilation, 1, "float32")
             block = lanes if site.valid(lanes, lanes) else 1

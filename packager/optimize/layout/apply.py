@@ -14,7 +14,8 @@ from tvm import relax
 from ..ieee import LEGALIZATIONS as IEEE_OPS
 from ..relax_util import is_const, rewrite_functions
 from .isolate import isolate
-from .search import ConvSite, Decision
+from .search import Decision
+from .sites import ConvSite
 
 
 def op_name(call) -> str | None:

@@ -4,7 +4,8 @@ weights are packed once (profiles share weights.bin)."""
 from __future__ import annotations
 
 from .matmul import MatmulSite
-from .search import ConvSite, Decision, MatmulDecision, NextConv, PoolSite
+from .search import Decision, MatmulDecision
+from .sites import ConvSite, NextConv, PadContext, PoolSite
 
 
 class ProfileMemo:
@@ -31,13 +32,13 @@ class _Replaying:
         return self.search.measuring
 
     def decide(self, site: ConvSite, incoming: int, allowed_out=None, next_conv: NextConv | None = None,
-               pool: PoolSite | None = None) -> Decision:
+               pool: PoolSite | None = None, padding: PadContext | None = None) -> Decision:
         i, self.n_conv = self.n_conv, self.n_conv + 1
         if i < len(self.memo.convs):
             old, d = self.memo.convs[i]
             if old.weight == site.weight and old.data[1] == site.data[1] and old.groups == site.groups:
                 return d
-        d = self.search.decide(site, incoming, allowed_out, next_conv, pool)
+        d = self.search.decide(site, incoming, allowed_out, next_conv, pool, padding)
         if i >= len(self.memo.convs):
             self.memo.convs.append((site, d))
         return d

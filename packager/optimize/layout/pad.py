@@ -10,6 +10,13 @@ ReLU, a BatchNorm's scale and shift: their per-channel constants padded with the
 so the conv kernel keeps its epilogue and the channels are dropped once, where the packed layout
 ends anyway (propagation converts to NCHW in front of the slice). A grouped conv pads each group
 (ShuffleNet's 68 channels per group -> 72) and takes them back with reshape, slice, reshape.
+
+The padded channels also flow on, as onnxruntime's NCHWc transformer carries them (flows_through):
+through pooling and spatial means (an SE block's squeeze), through depthwise convs (each computes
+the padded channels with zero filters: MobileNetV3's 72- and 120-channel depthwise convs then run
+blocked instead of NCHW), and into a plain conv's input channels, where zero weights absorb them
+and no slice is left at all. The layout search (propagate.decide_layouts) follows the same rule,
+so the convs it scores are the convs this rewrite makes (sites_match checks it).
 """
 from __future__ import annotations
 
@@ -26,6 +33,8 @@ UNARY = {"relax.nn.relu", "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax
          "relax.negative", "relax.sqrt", "relax.abs", "relax.square"}
 BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
           "relax.power"}
+POOLS = {"relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d"}
+REDUCTIONS = {"relax.mean", "relax.sum", "relax.max", "relax.min"}
 
 
 def padded_channels(channels: int, lanes: int) -> int:
@@ -79,35 +88,118 @@ class Padding:
         return relax.op.reshape(kept, (n, self.channels, h, w))
 
 
+def _op(call) -> str | None:
+    return getattr(getattr(call, "op", None), "name", None)
+
+
+def _nchw_conv(call) -> bool:
+    """A conv2d in ONNX layouts with a constant weight."""
+    if _op(call) != "relax.nn.conv2d" or not is_const(call.args[1]):
+        return False
+    a = call.attrs
+    return (a.data_layout, a.kernel_layout, a.out_layout or "NCHW") == ("NCHW", "OIHW", "NCHW")
+
+
+def is_depthwise(call) -> bool:
+    """A conv computing each channel from its own input channel alone (one filter per group)."""
+    if not _nchw_conv(call):
+        return False
+    o, per_group = (int(call.args[1].ty.shape[i]) for i in (0, 1))
+    return per_group == 1 and int(call.attrs.groups) == o == int(call.args[0].ty.shape[1])
+
+
+def absorbs(call) -> bool:
+    """A plain (ungrouped) conv: zero weights for padded input channels make them count nothing."""
+    return _nchw_conv(call) and int(call.attrs.groups) == 1
+
+
+def channelwise(call) -> bool:
+    """Channel c of the result depends on channel c of the tensor operands only."""
+    op = _op(call)
+    if op in UNARY or op in BINARY:
+        return True
+    if op in POOLS:
+        return str(call.attrs.layout) == "NCHW"
+    if op in REDUCTIONS and getattr(call.attrs, "keepdims", False) and call.attrs.axis is not None:
+        return len(call.args[0].ty.shape) == 4 and all(int(a) % 4 in (2, 3) for a in call.attrs.axis)
+    return False
+
+
+def flows_through(call, padding_of, flow: bool = True) -> "Padding | None":
+    """The padding `call`'s result keeps when it reads padded tensors (`padding_of(arg)`: the
+    Padding an operand is computed with, else None): a depthwise conv keeps its input's; a
+    channel-wise op keeps the one padding all its tensor operands share, when its constants
+    broadcast per channel. None where the channels must be taken back first. The layout search's
+    walk and the rewrite both decide by this function. Without `flow`, padding moves through
+    element-wise ops only (the conv's epilogue)."""
+    if not flow and _op(call) not in UNARY | BINARY:
+        return None
+    if is_depthwise(call):
+        return padding_of(call.args[0])
+    if not channelwise(call):
+        return None
+    pads = [padding_of(a) for a in call.args if isinstance(a, relax.Var)]
+    if not pads or None in pads or len(set(pads)) != 1:
+        return None
+    pad = pads[0]
+    for a in call.args:
+        if not isinstance(a, relax.Var) and not (is_const(a) and pad.constant(a.value.numpy()) is not None):
+            return None
+    return pad
+
+
+def _pad_conv_weight(value: np.ndarray, pad_in: "Padding | None", depthwise: bool) -> np.ndarray:
+    """The weight of a conv reading `pad_in`-padded channels: zero filters for the padded
+    channels of a depthwise conv, zero input channels for a plain one."""
+    if pad_in is None:
+        return value
+    return _pad_groups(value, 0 if depthwise else 1, pad_in.groups, pad_in.padded // pad_in.groups, "constant")
+
+
 @relax.expr_functor.mutator
 class _PadOutputs(relax.PyExprMutator):
-    """Pads the chosen convs' filters and moves each slice down the element-wise ops after it."""
+    """Pads the chosen convs' filters and moves each slice down as far as flows_through allows:
+    past the epilogue, through depthwise convs and pooling, into the input of the convs reading it."""
 
-    def __init__(self, mod: tvm.IRModule, padded: dict):
+    def __init__(self, mod: tvm.IRModule, padded: dict, flow: bool):
         super().__init__(mod)
         self.padded = padded              # weight constant -> output channels to compute
+        self.flow = flow                  # padded channels flow into convs (else: taken back before them)
         self.new_weights: dict = {}       # old weight constant -> new (padded) one
         self.sliced: dict = {}            # a take-back we made -> (padded var, Padding)
 
     def visit_call_(self, call):
-        weight = call.args[1] if getattr(call.op, "name", None) == "relax.nn.conv2d" else None
+        weight = call.args[1] if _op(call) == "relax.nn.conv2d" else None
         call = super().visit_call_(call)
-        op = getattr(call.op, "name", None)
         if weight is not None:
-            for w, channels in self.padded.items():
-                if weight.same_as(w):
-                    return self._conv(call, w, channels)
-        if op in UNARY or op in BINARY:
-            return self._through(call)
-        return call
+            return self._conv(call, weight)
+        pad = flows_through(call, self._padding_of, self.flow)
+        return self._through(call, pad) if pad is not None else call
 
-    def _conv(self, call, weight, padded: int):
+    def _conv(self, call, weight):
+        """The conv reading padded channels where it can (a depthwise conv computes them too), and
+        computing its output channels padded where chosen."""
+        pad_in = self._padding_of(call.args[0]) if self.flow and (is_depthwise(call) or absorbs(call)) else None
+        chosen = next((n for w, n in self.padded.items() if weight.same_as(w)), None)
+        if pad_in is None and chosen is None:
+            return call
         value = weight.value.numpy()
-        pad = Padding(value.shape[0], padded, int(call.attrs.groups))
-        new = relax.const(pad_filters(value, padded, pad.groups), str(value.dtype))
+        groups, pad_out = int(call.attrs.groups), None
+        if pad_in is not None:
+            value = _pad_conv_weight(value, pad_in, is_depthwise(call))
+            if is_depthwise(call):
+                groups, pad_out = pad_in.padded, pad_in
+        if chosen is not None:
+            pad_out = Padding(value.shape[0], chosen, groups)
+            value = pad_filters(value, chosen, groups)
+        new = relax.const(value, str(value.dtype))
         self.new_weights[weight] = new
-        conv = self.builder_.emit(relax.Call(call.op, [call.args[0], new], call.attrs, call.ty_args))
-        return self._take_back(conv, pad)
+        data = self._sliced(call.args[0])[0] if pad_in is not None else call.args[0]
+        a = call.attrs
+        conv = self.builder_.emit(relax.op.nn.conv2d(
+            data, new, a.strides, a.padding, a.dilation, groups, a.data_layout, a.kernel_layout, a.out_layout,
+            a.out_dtype))
+        return self._take_back(conv, pad_out) if pad_out is not None else conv
 
     def _take_back(self, padded_var, pad: Padding):
         out = pad.take_back(self.builder_, padded_var)
@@ -118,42 +210,47 @@ class _PadOutputs(relax.PyExprMutator):
         """(padded var, Padding) when `arg` is bound to one of our take-backs, else None."""
         return self.sliced.get(self.lookup_binding(arg)) if isinstance(arg, relax.Var) else None
 
-    def _through(self, call):
-        """op(take(x), consts...) -> take(op(x, padded consts...)) when every tensor operand is
-        taken back from the same padding and every constant broadcasts per channel; else `call`."""
-        found = [s for a in call.args if (s := self._sliced(a)) is not None]
-        if not found or len({pad for _, pad in found}) != 1:
-            return call
-        pad = found[0][1]
+    def _padding_of(self, arg) -> Padding | None:
+        found = self._sliced(arg)
+        return found[1] if found is not None else None
+
+    def _through(self, call, pad: Padding):
+        """op(take(x), consts...) -> take(op(x, padded consts...))."""
         args = []
         for a in call.args:
-            if (s := self._sliced(a)) is not None:
-                args.append(s[0])
-            elif is_const(a):
-                value = pad.constant(a.value.numpy())
-                if value is None:
-                    return call
-                args.append(relax.const(value, str(value.dtype)))
+            if isinstance(a, relax.Var):
+                args.append(self._sliced(a)[0])
             else:
-                return call
+                value = pad.constant(a.value.numpy())
+                args.append(relax.const(value, str(value.dtype)))
         return self._take_back(self.builder_.emit(relax.Call(call.op, args, call.attrs, call.ty_args)), pad)
 
 
-def pad_conv_outputs(mod: tvm.IRModule, padded: dict) -> tuple[tvm.IRModule, dict]:
+def pad_conv_outputs(mod: tvm.IRModule, padded: dict, flow: bool = True) -> tuple[tvm.IRModule, dict]:
     """`mod` with each conv whose weight constant is a key of `padded` computing that many output
-    channels (each group padded alike), taken back; and the map old weight -> new weight constant."""
+    channels (each group padded alike), taken back, the padding flowing on (flows_through); and the
+    map old weight -> new weight constant (of the padded convs and of the convs reading padding)."""
     if not padded:
         return mod, {}
-    m = _PadOutputs(mod, padded)
+    m = _PadOutputs(mod, padded, flow)
     out = relax.transform.DeadCodeElimination()(rewrite_functions(m, mod))
     return out, m.new_weights
 
 
-def apply_padding(mod: tvm.IRModule, decisions: list) -> tuple[tvm.IRModule, list]:
+def output_padding(site, d) -> Padding | None:
+    """How a conv computes its output channels under decision `d` (a layout search site and
+    Decision): padded to whole output blocks when `d` says so, else None."""
+    if not d.padded_from:
+        return None
+    return Padding(site.out_channels, site.groups * padded_channels(site.out_channels // site.groups, d.out_block),
+                   site.groups)
+
+
+def apply_padding(mod: tvm.IRModule, decisions: list, flow: bool = True) -> tuple[tvm.IRModule, list]:
     """The convs whose decision pads their output channels rewritten (pad_conv_outputs), and the
-    decisions re-keyed to the new weight constants and padded sites."""
-    chosen = {w: s.groups * padded_channels(s.out_channels // s.groups, d.out_block)
-              for w, s, d in decisions if d.padded_from}
-    mod, new = pad_conv_outputs(mod, chosen)
-    return mod, [(new[w], replace(s, weight=(chosen[w], *s.weight[1:])), d) if w in new else (w, s, d)
+    decisions re-keyed to the new weight constants and padded sites (a site reading padded
+    channels was scored as such already)."""
+    chosen = {w: p.padded for w, s, d in decisions if (p := output_padding(s, d)) is not None}
+    mod, new = pad_conv_outputs(mod, chosen, flow)
+    return mod, [(new.get(w, w), replace(s, weight=(chosen[w], *s.weight[1:])) if w in chosen else s, d)
                  for w, s, d in decisions]

@@ -45,10 +45,12 @@ from .broadcast import propagatable
 from .clip import clip_as_ops
 from .apply import apply_conv_layouts, bindings, is_plain_conv, op_name, unshare_conv_weights
 from .matmul import matmul_site, pack_matmul_weights
-from .pad import apply_padding
+from .pad import absorbs, apply_padding, is_depthwise
+from .padflow import PadFlow
 from .primitives import channel_blocked, conv_weight_blocked
 from .memo import ProfileMemo
-from .search import ConvSite, Decision, LayoutSearch, NextConv, PoolSite
+from .search import Decision, LayoutSearch
+from .sites import ConvSite, NextConv, PoolSite
 
 # Ops through which a channel-blocked layout flows unchanged: element-wise, broadcast binary,
 # pooling; each has a layout rule (FRelaxInferLayout) in TVM 0.27, checked by a test.
@@ -102,18 +104,21 @@ class _Tracker:
             return 1
         return max((self.resolve(a, depth + 1) for a in b.value.args if isinstance(a, relax.Var)), default=1)
 
-    def visit(self, b) -> None:
+    def visit(self, b, sliced=frozenset()) -> None:
+        """Track `b`'s output block; an operand in `sliced` is read through a slice of its padded
+        channels (pad.py), so in NCHW."""
         call, op = b.value, op_name(b.value)
         shape = getattr(b.var.ty, "shape", None)
+        block = {a: 1 if a in sliced else self.block_of.get(a, 1) for a in _args(call)}
         if (op in FOLLOW or _spatial_keepdims(call)) and shape is not None and len(shape) == 4:
             for a in call.args:
                 a_shape = getattr(getattr(a, "ty", None), "shape", None)
-                if self.block_of.get(a, 1) > 1 and a_shape is not None and len(a_shape) == 4 \
+                if block.get(a, 1) > 1 and a_shape is not None and len(a_shape) == 4 \
                         and int(a_shape[1]) == int(shape[1]):
-                    self.block_of[b.var] = self.block_of[a]
+                    self.block_of[b.var] = block[a]
                     return
         elif op == "relax.concat":
-            blocks = {self.block_of.get(a, 1) for a in _args(call)}
+            blocks = {block.get(a, 1) for a in _args(call)}
             if len(blocks) == 1 and blocks != {1}:
                 self.block_of[b.var] = blocks.pop()
 
@@ -200,9 +205,14 @@ class _Tracker:
         return found
 
 
-def decide_layouts(mod: tvm.IRModule, search: LayoutSearch) -> list[tuple[ir.Constant, ConvSite, Decision]]:
-    """Topological walk: (weight constant, site, decision) per conv."""
+def decide_layouts(mod: tvm.IRModule, search: LayoutSearch, flow: bool = True
+                   ) -> list[tuple[ir.Constant, ConvSite, Decision]]:
+    """Topological walk: (weight constant, site, decision) per conv. Padded output channels flow
+    on as pad.flows_through says (padflow.py; the rewrite in apply_padding follows the same rule):
+    a conv reading them is scored with them (ConvSite.reading), a reader they do not flow into
+    reads them taken back, in NCHW."""
     track = _Tracker(mod)
+    pads = PadFlow(track.users, track.producer, flow)
     out = []
     convs = sum(1 for b in bindings(mod) if isinstance(b.value, relax.Call) and is_plain_conv(b.value))
     with progress.task("layout candidates", convs, "convs") as bar:
@@ -210,19 +220,35 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch) -> list[tuple[ir.Con
             call = b.value
             if not isinstance(call, relax.Call):
                 continue
-            if is_plain_conv(call):
-                site = replace(ConvSite.of(call), epilogue=track.epilogue(b.var))
-                nxt = track.next_conv(b.var)
-                nxt_site = replace(ConvSite.of(nxt.value), epilogue=track.epilogue(nxt.var)) if nxt is not None else None
-                ahead = NextConv(nxt_site, track.allowed_out(nxt.var)) if nxt_site and nxt_site.memory_bound else None
-                pool = PoolSite.of(p.value) if (p := track.pool_after(b.var)) is not None else None
-                d = search.decide(site, track.block_of.get(call.args[0], 1), track.allowed_out(b.var), ahead, pool)
-                out.append((call.args[1], site, d))
-                track.block_of[b.var] = 1 if d.padded_from else d.out_block   # read through a slice
-                bar.advance()
-            else:
-                track.visit(b)
+            if not is_plain_conv(call):
+                track.visit(b, sliced={} if pads.visit(b) else pads.padding)
+                continue
+            pad_in = pads.conv_input(call)
+            site = replace(ConvSite.of(call), epilogue=track.epilogue(b.var))
+            if pad_in is not None:
+                site = site.reading(pad_in.padded, is_depthwise(call))
+            nxt = track.next_conv(b.var)
+            nxt_site = replace(ConvSite.of(nxt.value), epilogue=track.epilogue(nxt.var)) if nxt is not None else None
+            if nxt_site is not None and pad_in is not None and is_depthwise(call) and \
+                    (is_depthwise(nxt.value) or absorbs(nxt.value)):
+                nxt_site = nxt_site.reading(pad_in.padded, is_depthwise(nxt.value))   # the padding flows on
+            ahead = NextConv(nxt_site, track.allowed_out(nxt.var)) if nxt_site and nxt_site.memory_bound else None
+            pool = PoolSite.of(p.value) if (p := track.pool_after(b.var)) is not None else None
+            incoming = 1 if call.args[0] in pads.padding and pad_in is None else track.block_of.get(call.args[0], 1)
+            context = pads.context(b, site, lambda r: replace(ConvSite.of(r.value), epilogue=track.epilogue(r.var)))
+            d = search.decide(site, incoming, track.allowed_out(b.var), ahead, pool, context)
+            out.append((call.args[1], site, d))
+            pads.decided_conv(b, site, d, pad_in)
+            track.block_of[b.var] = d.out_block
+            bar.advance()
     return out
+
+
+def sites_match(mod: tvm.IRModule, decisions) -> bool:
+    """Every decided conv of `mod` (found by its weight constant) has the shape it was scored with."""
+    by_weight = {b.value.args[1]: ConvSite.of(b.value) for b in bindings(mod) if is_plain_conv(b.value)}
+    return all((got := by_weight.get(w)) is not None and (got.data, got.weight, got.groups) == (s.data, s.weight, s.groups)
+               for w, s, _ in decisions)
 
 
 def _count_conversions(mod: tvm.IRModule) -> tuple[int, int]:
@@ -284,7 +310,11 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     matmuls = [(b.value.args[1], site, search.decide_matmul(site)) for b in bindings(mod)
                if isinstance(b.value, relax.Call) and (site := matmul_site(b.value)) is not None]
     search.save()
-    mod, decisions = apply_padding(mod, decisions)
+    padded_mod, padded = apply_padding(mod, decisions)
+    if not sites_match(padded_mod, padded):          # the walk and the rewrite disagree: a bug, not a
+        decisions = decide_layouts(mod, search, flow=False)   # choice; padding stops at the epilogue
+        padded_mod, padded = apply_padding(mod, decisions, flow=False)
+    mod, decisions = padded_mod, padded
     converted, decisions, note = apply_conv_layouts(mod, decisions, target.vector_lanes_f32)
     converted, n_panels = pack_matmul_weights(converted, [(c, d.nt) for c, _, d in matmuls if d.nt])
     packed = [d for _, _, d in decisions if (d.data_block, d.out_block) != (1, 1)]

@@ -26,174 +26,19 @@ scored, the others take its layouts (the report names the conv they came from).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from tvm import relax, te, topi
 
-from ..fastmath import fast_silu
 from ..schedule.contract import KernelScheduler
-from ..schedule.hardware import MEMORY_BOUND_REDUCTION
-from .conv import ConvLayouts, conv2d_packed
 from .matmul import MatmulSite
-from .pad import padded_channels
 from .primitives import layout_name
+from .sites import ConvSite, NextConv, PadContext, PoolSite
 
 SEARCH_TOP_K = 2              # tile plans measured per layout candidate
 LOOKAHEAD_WITHIN = 1.5        # output blocks scored with the next conv: own score within 1.5x of the best
 PAD_GAIN = 0.9                # padded output channels: chosen when at most 0.9x the best unpadded score
-PAD_AT_MOST = 2.0             # padded channels scored when at most 2x the real ones (18 -> 32, not 3 -> 16)
-
-
-@dataclass(frozen=True)
-class ConvSite:
-    """One relax.nn.conv2d (NCHW / OIHW) as the search sees it."""
-
-    data: tuple[int, int, int, int]
-    weight: tuple[int, int, int, int]
-    strides: tuple[int, int]
-    padding: tuple[int, int, int, int]
-    dilation: tuple[int, int]
-    groups: int
-    dtype: str
-    epilogue: str = ""        # "silu": a sigmoid/tanh/exp-like op follows (fused into the conv's kernel)
-    out_dtype: str = ""       # the accumulator's type where it is not `dtype` (fp16 operands, fp32 sums)
-
-    @staticmethod
-    def of(call: relax.Call) -> "ConvSite":
-        a = call.attrs
-        dtype, out = str(call.args[0].ty.dtype), str(a.out_dtype) if a.out_dtype else ""
-        return ConvSite(tuple(int(d) for d in call.args[0].ty.shape), tuple(int(d) for d in call.args[1].ty.shape),
-                        tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding),
-                        tuple(int(d) for d in a.dilation), int(a.groups), dtype,
-                        out_dtype="" if out in ("", "void", dtype) else out)
-
-    @property
-    def channels(self) -> int:
-        return self.data[1]
-
-    @property
-    def out_channels(self) -> int:
-        return self.weight[0]
-
-    @property
-    def memory_bound(self) -> bool:
-        """Few products per output (a depthwise conv, a 1x1 conv from few channels): its input's
-        layout decides how fast it streams, and no reuse amortizes it."""
-        return self.weight[1] * self.weight[2] * self.weight[3] <= MEMORY_BOUND_REDUCTION
-
-    @property
-    def out_elements(self) -> int:
-        """Elements of the output tensor."""
-        n, _, h, w = self.data
-        kh, kw = self.weight[2:]
-        (sh, sw), (dh, dw), (pt, pl, pb, pr) = self.strides, self.dilation, self.padding
-        return n * self.out_channels * ((h + pt + pb - (kh - 1) * dh - 1) // sh + 1) * \
-            ((w + pl + pr - (kw - 1) * dw - 1) // sw + 1)
-
-    def padded(self, lanes: int) -> "ConvSite | None":
-        """The same conv computing each group's output channels rounded up to whole `lanes`
-        blocks, when no block of `lanes` is valid without (neither whole blocks nor a block
-        spanning whole groups) and the padding costs at most PAD_AT_MOST times the work; else
-        None."""
-        og = self.out_channels // self.groups
-        p = padded_channels(og, lanes)
-        if og % lanes == 0 or (self.groups > 1 and lanes % og == 0) or p > PAD_AT_MOST * og:
-            return None
-        return replace(self, weight=(p * self.groups, *self.weight[1:]))
-
-    def weight_blocks(self, data_block: int, out_block: int) -> tuple[int, int]:
-        """The weight's (i, o) blocks: i follows the input block when it divides C/groups."""
-        cg = self.weight[1]
-        w_in = data_block if data_block > 1 and cg % data_block == 0 else 1
-        return w_in, out_block
-
-    def valid(self, data_block: int, out_block: int) -> bool:
-        og = self.out_channels // self.groups
-        if self.channels % data_block or self.out_channels % out_block:
-            return False
-        return not (self.groups > 1 and out_block > 1 and og % out_block and out_block % og)
-
-    def kernel(self, data_block: int, out_block: int):
-        """The conv alone (no epilogue) over the candidate's layouts, as a PrimFunc."""
-        n, c, h, w = self.data
-        x = te.placeholder((n, c // data_block, h, w, data_block) if data_block > 1 else self.data, self.dtype, "x")
-        w_in, w_out = self.weight_blocks(data_block, out_block)
-        o, cg, kh, kw = self.weight
-        wt = te.placeholder((o // w_out, cg // w_in, kh, kw, w_in, w_out), self.dtype, "w")
-        y = conv2d_packed(x, wt, ConvLayouts(data_block, w_in, w_out, out_block), c, o, self.strides, self.padding,
-                          self.dilation, self.groups, self.out_dtype or self.dtype)
-        if self.epilogue:
-            y = fast_silu(y)
-        return te.create_prim_func([x, wt, y])
-
-    def _fields(self) -> list:
-        return [self.data, self.weight, self.strides, self.padding, self.dilation, self.groups, self.dtype] + \
-            ([self.epilogue] if self.epilogue else []) + ([self.out_dtype] if self.out_dtype else [])
-
-    def key(self) -> str:
-        return json.dumps(self._fields())
-
-    def class_key(self) -> str:
-        """The key of the site's shape class: input channels rounded up to a power of two (a
-        plain conv's only), so convs that differ only in how many channels they read share
-        their layouts: a DenseNet block's 1x1 convs each read 32 more channels than the one
-        before, at the same size and output."""
-        if self.groups != 1:
-            return self.key()
-        c = 1 << (self.channels - 1).bit_length()
-        return json.dumps([(self.data[0], c, *self.data[2:]), (self.weight[0], c, *self.weight[2:]), self.strides,
-                           self.padding, self.dilation, self.groups, self.dtype, "class"] +
-                          ([self.epilogue] if self.epilogue else []) + ([self.out_dtype] if self.out_dtype else []))
-
-
-@dataclass(frozen=True)
-class NextConv:
-    """The one conv that reads a conv's output (through element-wise ops), as its decision will
-    see it: the producer's output block becomes its input block."""
-
-    site: ConvSite
-    allowed_out: tuple[int, ...] | None = None
-
-    def key(self) -> str:
-        return json.dumps([json.loads(self.site.key()), self.allowed_out])
-
-
-@dataclass(frozen=True)
-class PoolSite:
-    """A max or average pooling (NCHW) that alone reads a conv's output: propagation runs it in
-    the conv's output block, so its time in each block is part of that conv's choice."""
-
-    data: tuple[int, int, int, int]
-    kind: str                                   # "max" or "avg"
-    pool_size: tuple[int, int]
-    strides: tuple[int, int]
-    padding: tuple[int, int, int, int]
-    dilation: tuple[int, int]
-    ceil_mode: bool
-    count_include_pad: bool
-    dtype: str
-
-    @staticmethod
-    def of(call: relax.Call) -> "PoolSite":
-        a = call.attrs
-        return PoolSite(tuple(int(d) for d in call.args[0].ty.shape), call.op.name.split(".")[-1][:3],
-                        tuple(int(k) for k in a.pool_size), tuple(int(s) for s in a.strides),
-                        tuple(int(p) for p in a.padding), tuple(int(d) for d in a.dilation), bool(a.ceil_mode),
-                        bool(getattr(a, "count_include_pad", False)), str(call.args[0].ty.dtype))
-
-    def kernel(self, block: int):
-        """The pooling over NCHW{block}c as relax legalizes it (topi.nn.pool2d), as a PrimFunc."""
-        n, c, h, w = self.data
-        x = te.placeholder((n, c // block, h, w, block) if block > 1 else self.data, self.dtype, "x")
-        y = topi.nn.pool2d(x, self.pool_size, self.strides, self.dilation, self.padding, self.kind, self.ceil_mode,
-                           layout_name("NCHW", block), self.count_include_pad)
-        return te.create_prim_func([x, y])
-
-    def key(self) -> str:
-        return json.dumps([self.data, self.kind, self.pool_size, self.strides, self.padding, self.dilation,
-                           self.ceil_mode, self.count_include_pad, self.dtype])
+                              # (at most 1 / 0.9x where the padding flows on into every reader)
 
 
 @dataclass
@@ -319,26 +164,49 @@ class LayoutSearch:
         return self._score_func(pool.kernel(block), f"layout pool {'x'.join(map(str, pool.data))} {block}")
 
     def decide(self, site: ConvSite, incoming: int, allowed_out: tuple[int, ...] | None = None,
-               next_conv: NextConv | None = None, pool: PoolSite | None = None) -> Decision:
+               next_conv: NextConv | None = None, pool: PoolSite | None = None,
+               padding: PadContext | None = None) -> Decision:
         """The conv's layouts, and whether it computes its output channels padded (then the
-        decision is the padded site's, with `padded_from` set; its readers see NCHW)."""
+        decision is the padded site's, with `padded_from` set). `padding` says where padded
+        channels would go (padflow.py): forced, the conv pads to match a padded tensor it meets;
+        where they flow into every reader no slice is charged, and the reading convs' best times
+        for the block written count on both sides (a 72-channel depthwise conv runs NCHW, an
+        80-channel one blocked), and padding may cost up to 1 / PAD_GAIN of not padding: the
+        blocked tensor pays again in the convs beyond."""
+        padding = padding or PadContext()
         d = self._decide(site, incoming, allowed_out, next_conv, pool)
         padded = site.padded(self.lanes) if self.pad else None
         if padded is None:
             return d
-        p = self._decide(padded, incoming)
+        p = self._decide(padded, incoming, allowed_out)
         blocked = {k: ms for k, ms in p.scores.items() if int(_out(k)) > 1}
         if not blocked:
             return d
-        best = min(blocked, key=blocked.get)
-        back = padded.out_elements * 4 * self.conversion_ms_per_byte
         own = d.scores.get(f"{d.data_block}/{d.out_block}", min(d.scores.values(), default=float("inf")))
-        if blocked[best] + back > PAD_GAIN * own:
+        back = 0.0 if padding.flows else padded.out_elements * 4 * self.conversion_ms_per_byte
+        totals = {k: ms + back for k, ms in blocked.items()}
+        for reader in padding.readers:
+            padded_reader = reader.reading(padded.out_channels, reader.depthwise)
+            totals = {k: ms + self._best(padded_reader, int(_out(k))) for k, ms in totals.items()}
+            own += self._best(reader, d.out_block)
+        best = min(totals, key=totals.get)
+        gain = 1 / PAD_GAIN if padding.flows else PAD_GAIN      # flowing on, blocks pay further down too
+        if totals[best] > gain * own and not padding.forced:
             return d
         data_block, out_block = (int(x) for x in best.split("/"))
         return replace(p, data_block=data_block, out_block=out_block,
                        w_in=padded.weight_blocks(data_block, out_block)[0], w_out=out_block,
                        ahead={}, pool={}, padded_from=site.out_channels)
+
+    def _best(self, site: ConvSite, incoming: int) -> float:
+        """The best score of `site` reading `incoming`'s block, its output channels padded or not."""
+        best = min(self._scores(site, incoming, candidates(site, incoming, self.lanes)).values())
+        padded = site.padded(self.lanes) if self.pad else None
+        if padded is None:
+            return best
+        blocked = [ms for k, ms in self._scores(padded, incoming, candidates(padded, incoming, self.lanes)).items()
+                   if int(_out(k)) > 1]
+        return min([best, *blocked])
 
     def _decide(self, site: ConvSite, incoming: int, allowed_out: tuple[int, ...] | None = None,
                 next_conv: NextConv | None = None, pool: PoolSite | None = None) -> Decision:

@@ -3,12 +3,15 @@ below its element-wise epilogue compute what onnxruntime computes, and the searc
 where the padded blocks measure faster."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from onnx import helper
 
 from packager.optimize.layout.pad import Padding, pad_filters
 from packager.optimize.layout.propagate import alter_layouts, bindings
-from packager.optimize.layout.search import PAD_GAIN, ConvSite, Decision, LayoutSearch
+from packager.optimize.layout.search import PAD_GAIN, Decision, LayoutSearch
+from packager.optimize.layout.sites import ConvSite, PadContext
 from packager.optimize.schedule.registry import scheduler_for
 from packager.spec import OptimizeSpec
 
@@ -19,7 +22,7 @@ class PaddingSearch(FixedSearch):
     """Every conv computes its output channels padded to 16-channel blocks, as the search decides
     when that is faster."""
 
-    def decide(self, site: ConvSite, incoming: int, allowed_out=None, next_conv=None, pool=None) -> Decision:
+    def decide(self, site: ConvSite, incoming: int, allowed_out=None, next_conv=None, pool=None, padding=None) -> Decision:
         if site.out_channels % 16 == 0:
             return super().decide(site, incoming)
         self.blocks.pop(0)
@@ -143,3 +146,85 @@ def test_padding_is_scored_only_for_plain_convs_with_modest_padding():
     assert grouped.padded(16).out_channels == 320 and grouped.padded(8).out_channels == 288
     spanning = ConvSite((1, 64, 8, 8), (64, 8, 3, 3), (1, 1), (1,) * 4, (1, 1), 8, "float32")
     assert spanning.padded(16) is None                                            # a block spans 2 groups
+
+
+def _inverted_residual(mid: int = 20):
+    """MobileNetV3's block: expand 1x1 (mid channels) -> ReLU -> depthwise 3x3 + bias -> ReLU ->
+    squeeze-excite (mean, 1x1 to 8, ReLU, 1x1 back to mid, sigmoid, multiply) -> project 1x1."""
+    nodes = [_conv("x", "we", None, "e"), helper.make_node("Relu", ["e"], ["er"]),
+             _conv("er", "wd", "bd", "d", group=mid, pads=[1] * 4), helper.make_node("Relu", ["d"], ["dr"]),
+             helper.make_node("GlobalAveragePool", ["dr"], ["s"]), _conv("s", "ws1", None, "s1"),
+             helper.make_node("Relu", ["s1"], ["s1r"]), _conv("s1r", "ws2", None, "s2"),
+             helper.make_node("Sigmoid", ["s2"], ["g"]), helper.make_node("Mul", ["dr", "g"], ["m"]),
+             _conv("m", "wp", None, "y")]
+    inits = {"we": _w(mid, 16, 1, 1), "wd": _w(mid, 1, 3, 3), "bd": _w(mid), "ws1": _w(8, mid, 1, 1),
+             "ws2": _w(mid, 8, 1, 1), "wp": _w(16, mid, 1, 1)}
+    return _model(nodes, [1, 16, 6, 6], inits)
+
+
+def test_padded_channels_flow_through_depthwise_conv_and_se_block_into_the_next_conv(monkeypatch):
+    """The expand conv's 20 channels computed as 32 run through the ReLU, the depthwise conv
+    (zero filters for the padding), the SE block (its mean, and its second conv padded too) and
+    are absorbed by the project conv's zero input weights: no slice is left."""
+    blocks = [(16, 16), (None, 16), (16, 16), (16, 16), (None, 16)]
+    report, got, ref = _run_padded(_inverted_residual(), blocks, monkeypatch)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    convs = report.details["per_conv"]
+    assert [c["weight"] for c in convs] == [[32, 16, 1, 1], [32, 1, 3, 3], [16, 32, 1, 1], [32, 16, 1, 1],
+                                            [16, 32, 1, 1]]
+    assert convs[1]["groups"] == 32 and convs[1]["layouts"] == ["NCHW16c", "OIHW1i16o", "NCHW16c"]
+    mod, _ = _relax(_inverted_residual())
+    laid, _ = alter_layouts(mod, scheduler_for(X86), search=PaddingSearch(blocks))
+    assert "relax.strided_slice" not in _ops(laid)
+
+
+def test_padding_meeting_an_unpadded_tensor_is_taken_back_before_it(monkeypatch):
+    """A padded conv's output added to one that is not padded: the slice comes before the add,
+    and the conv after it reads the real channels."""
+    m = _model([_conv("x", "w1", None, "a"), _conv("x", "w2", None, "b"), helper.make_node("Add", ["a", "b"], ["s"]),
+                _conv("s", "w3", None, "y")],
+               [1, 16, 4, 4], {"w1": _w(20, 16, 1, 1), "w2": _w(20, 16, 1, 1), "w3": _w(16, 20, 1, 1)})
+
+    class PadFirst(PaddingSearch):
+        def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None, padding=None):
+            if site.weight[0] == 20 and len(self.blocks) == 2:
+                return FixedSearch.decide(self, site, incoming)
+            return super().decide(site, incoming)
+
+    mod, _ = _relax(m)
+    laid, report = alter_layouts(mod, scheduler_for(X86), search=PadFirst([(16, 16), (16, 1), (1, 16)]))
+    assert [c["weight"] for c in report.details["per_conv"]] == [[32, 16, 1, 1], [20, 16, 1, 1], [16, 20, 1, 1]]
+    assert _ops(laid).count("relax.strided_slice") == 1
+
+
+def test_search_and_rewrite_disagreeing_fall_back_to_padding_the_epilogue_only(monkeypatch):
+    """Should the rewrite not follow the walk the layouts were scored on, the layouts are chosen
+    again with padding stopping at each conv's epilogue, and the result is still right."""
+    from packager.optimize.layout import pad
+
+    monkeypatch.setattr(pad, "is_depthwise", lambda call: False)     # the rewrite's view only
+    blocks = [(16, 16), (None, 16), (16, 16), (16, 16), (None, 16)] + [(16, 16), (1, 1), (1, 16), (16, 16), (1, 16)]
+    report, got, ref = _run_padded(_inverted_residual(), blocks, monkeypatch)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    assert [c["weight"][1] for c in report.details["per_conv"]] == [16, 1, 20, 8, 20]
+
+
+DEPTHWISE = ConvSite((1, 20, 8, 8), (20, 1, 3, 3), (1, 1), (1,) * 4, (1, 1), 20, "float32")
+
+
+class ReaderSearch(TableSearch):
+    """As TableSearch, padding alone gaining nothing (1.0 either way); a depthwise reader is
+    slow in NCHW (2.0) and fast in 16c blocks (0.5)."""
+
+    def _score(self, site, data_block, out_block):
+        if site.depthwise:
+            return 0.5 if data_block == 16 and out_block > 1 else 2.0
+        return 1.0 if site.out_channels == 20 or out_block == 16 else 9.0
+
+
+def test_padding_that_flows_into_its_reader_is_charged_the_readers_time_not_a_slice(tmp_path):
+    assert ReaderSearch(tmp_path / "a.json", 1.0).decide(SITE, 16).padded_from == 0
+    d = ReaderSearch(tmp_path / "b.json", 1.0).decide(SITE, 16, padding=PadContext(flows=True, readers=(DEPTHWISE,)))
+    assert (d.padded_from, d.out_block) == (20, 16)
+    assert DEPTHWISE.reading(32, True) == replace(DEPTHWISE, data=(1, 32, 8, 8), weight=(32, 1, 3, 3), groups=32)
+    assert SITE.reading(32, False).weight == (20, 32, 3, 3)

@@ -11,7 +11,8 @@ from tvm import relax
 from packager.frontend import LoadedModel, TensorInfo, import_relax
 from packager.optimize.schedule.registry import scheduler_for
 from packager.optimize.layout.propagate import alter_layouts
-from packager.optimize.layout.search import ConvSite, Decision, candidates
+from packager.optimize.layout.search import Decision, candidates
+from packager.optimize.layout.sites import ConvSite
 from packager.optimize.pipeline import optimize_graph
 from packager.spec import OptimizeSpec, TargetSpec
 from packager.targets import resolve
@@ -46,7 +47,7 @@ class FixedSearch:
         self.blocks = list(blocks)
         self.panels = panels
 
-    def decide(self, site: ConvSite, incoming: int, allowed_out=None, next_conv=None, pool=None) -> Decision:
+    def decide(self, site: ConvSite, incoming: int, allowed_out=None, next_conv=None, pool=None, padding=None) -> Decision:
         data_block, out_block = self.blocks.pop(0)
         data_block = incoming if data_block is None else data_block
         return Decision(data_block, out_block, *site.weight_blocks(data_block, out_block))
@@ -259,7 +260,7 @@ def test_conv_meeting_a_packed_tensor_downstream_must_use_its_block():
     from packager.optimize.layout.propagate import decide_layouts
 
     class Recording(FixedSearch):
-        def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None):
+        def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None, padding=None):
             self.allowed.append(allowed_out)
             return super().decide(site, incoming, allowed_out, next_conv, pool)
 
@@ -288,7 +289,7 @@ class ScoredSearch(FixedSearch):
         super().__init__(blocks)
         self.scores = list(scores)
 
-    def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None):
+    def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None, padding=None):
         d = super().decide(site, incoming, allowed_out, next_conv, pool)
         d.scores = self.scores.pop(0)
         return d
@@ -351,7 +352,7 @@ class _Incoming(FixedSearch):
         super().__init__(blocks)
         self.incoming = []
 
-    def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None):
+    def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None, padding=None):
         self.incoming.append(incoming)
         return super().decide(site, incoming)
 

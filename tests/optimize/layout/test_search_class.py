@@ -3,7 +3,8 @@ differ only in how many input channels they read (rounded up to a power of two) 
 layouts of the first one scored, in the same context; other convs are scored as before."""
 from __future__ import annotations
 
-from packager.optimize.layout.search import ConvSite, LayoutSearch
+from packager.optimize.layout.search import LayoutSearch
+from packager.optimize.layout.sites import ConvSite
 from packager.optimize.schedule.registry import scheduler_for
 from packager.spec import OptimizeSpec
 

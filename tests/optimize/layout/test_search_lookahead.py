@@ -9,7 +9,8 @@ from packager.optimize.schedule.registry import scheduler_for
 from packager.spec import OptimizeSpec
 from packager.optimize.layout.clip import clip_as_ops
 from packager.optimize.layout.propagate import _Tracker, bindings, alter_layouts
-from packager.optimize.layout.search import LOOKAHEAD_WITHIN, ConvSite, LayoutSearch, NextConv
+from packager.optimize.layout.search import LOOKAHEAD_WITHIN, LayoutSearch
+from packager.optimize.layout.sites import ConvSite, NextConv
 
 from test_propagate import X86, _conv, _model, _relax, _w
 

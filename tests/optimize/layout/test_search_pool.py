@@ -11,7 +11,8 @@ from packager.optimize.schedule.registry import scheduler_for
 from packager.spec import OptimizeSpec
 from packager.optimize.layout.clip import clip_as_ops
 from packager.optimize.layout.propagate import _Tracker, bindings, alter_layouts
-from packager.optimize.layout.search import ConvSite, LayoutSearch, PoolSite
+from packager.optimize.layout.search import LayoutSearch
+from packager.optimize.layout.sites import ConvSite, PoolSite
 
 from test_propagate import X86, _conv, _model, _relax, _w
 

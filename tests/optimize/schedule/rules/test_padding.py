@@ -11,7 +11,7 @@ import tvm_ffi
 from tvm import s_tir, te, tirx, topi
 
 from support.kernel_cases import host_target, random_args, run_kernel
-from packager.optimize.layout.search import ConvSite
+from packager.optimize.layout.sites import ConvSite
 from packager.optimize.schedule.gensor.cpu_lower import lower_cpu
 from packager.optimize.schedule.gensor.cpu_model import CpuSpace
 from packager.optimize.schedule.measure.database import TuningDatabase
