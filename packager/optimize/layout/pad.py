@@ -60,11 +60,14 @@ def pad_filters(weight: np.ndarray, out_channels: int, groups: int = 1) -> np.nd
 @dataclass(frozen=True)
 class Padding:
     """A conv output computed padded: `channels` real ones in `groups` groups, `padded` in all
-    (each group's channels followed by its padding)."""
+    (each group's channels followed by its padding). Not `finite` once an op that can turn the
+    padded channels' values (a bias, the ops after it) into NaN or infinity ran on them: a square
+    root, a power, a division by a tensor. A conv then does not take them, as 0 x NaN is NaN."""
 
     channels: int
     padded: int
     groups: int = 1
+    finite: bool = True
 
     def constant(self, value: np.ndarray) -> np.ndarray | None:
         """A constant operand of an element-wise op on the NCHW tensor, made to broadcast against
@@ -145,7 +148,16 @@ def flows_through(call, padding_of, flow: bool = True) -> "Padding | None":
     for a in call.args:
         if not isinstance(a, relax.Var) and not (is_const(a) and pad.constant(a.value.numpy()) is not None):
             return None
+    op = _op(call)
+    if op in ("relax.sqrt", "relax.power") or (op == "relax.divide" and isinstance(call.args[1], relax.Var)):
+        return replace(pad, finite=False)
     return pad
+
+
+def taken(call, pad: "Padding | None") -> "Padding | None":
+    """The padding conv `call` reads and takes (a depthwise conv computes it on, a plain conv
+    absorbs it with zero weights): `pad` when it is finite and the conv can, else None."""
+    return pad if pad is not None and pad.finite and (is_depthwise(call) or absorbs(call)) else None
 
 
 def _pad_conv_weight(value: np.ndarray, pad_in: "Padding | None", depthwise: bool) -> np.ndarray:
@@ -179,7 +191,7 @@ class _PadOutputs(relax.PyExprMutator):
     def _conv(self, call, weight):
         """The conv reading padded channels where it can (a depthwise conv computes them too), and
         computing its output channels padded where chosen."""
-        pad_in = self._padding_of(call.args[0]) if self.flow and (is_depthwise(call) or absorbs(call)) else None
+        pad_in = taken(call, self._padding_of(call.args[0])) if self.flow else None
         chosen = next((n for w, n in self.padded.items() if weight.same_as(w)), None)
         if pad_in is None and chosen is None:
             return call

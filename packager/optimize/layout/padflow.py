@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tvm import relax
 
-from .pad import Padding, absorbs, channelwise, flows_through, is_depthwise, output_padding
+from .pad import Padding, absorbs, channelwise, flows_through, is_depthwise, output_padding, taken
 from .sites import ConvSite, PadContext
 
 WALK_AT_MOST = 64             # bindings followed downstream of one conv
@@ -47,10 +47,8 @@ class PadFlow:
         return p is not None
 
     def conv_input(self, call) -> Padding | None:
-        """The padding a conv reads and takes (a depthwise or plain conv), else None."""
-        if not self.flow or not (is_depthwise(call) or absorbs(call)):
-            return None
-        return self.padding.get(call.args[0])
+        """The padding a conv reads and takes (pad.taken), else None."""
+        return taken(call, self.padding.get(call.args[0])) if self.flow else None
 
     def decided_conv(self, b, site: ConvSite, d, pad_in: Padding | None) -> None:
         """Record a decided conv's output padding: its input's for a depthwise conv, else its own."""

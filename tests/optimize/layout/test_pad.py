@@ -228,3 +228,15 @@ def test_padding_that_flows_into_its_reader_is_charged_the_readers_time_not_a_sl
     assert (d.padded_from, d.out_block) == (20, 16)
     assert DEPTHWISE.reading(32, True) == replace(DEPTHWISE, data=(1, 32, 8, 8), weight=(32, 1, 3, 3), groups=32)
     assert SITE.reading(32, False).weight == (20, 32, 3, 3)
+
+
+def test_padding_after_a_square_root_is_taken_back_before_the_next_conv(monkeypatch):
+    """A square root (or a power, or a division by a tensor) may turn the padded channels into
+    NaN, which zero weights would not absorb (0 x NaN): the conv after it reads the real channels."""
+    m = _model([_conv("x", "w1", "b1", "a"), helper.make_node("Relu", ["a"], ["r"]),
+                helper.make_node("Sqrt", ["r"], ["s"]), _conv("s", "w2", None, "y")],
+               [1, 16, 4, 4], {"w1": _w(20, 16, 1, 1), "b1": _w(20), "w2": _w(16, 20, 1, 1)})
+    report, got, ref = _run_padded(m, [(16, 16), (1, 16)], monkeypatch)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    assert [c["weight"] for c in report.details["per_conv"]] == [[32, 16, 1, 1], [16, 20, 1, 1]]
+    assert not Padding(3, 5, finite=False).finite and Padding(3, 5) != Padding(3, 5, finite=False)
