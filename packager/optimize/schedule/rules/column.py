@@ -24,6 +24,8 @@ def column_reduction(rules, sch: s_tir.Schedule) -> KernelSchedule:
     reductions = [b for b in blocks if is_reduction(sch, b)]
     if len(blocks) < 2 or not reductions or is_reduction(sch, blocks[-1]):
         raise RuleMismatch("needs reductions followed by an element-wise block")
+    if any(rules._scatters(sch, b) for b in blocks[:-1]):
+        raise RuleMismatch("a block stores at a computed index (computed at the columns over a wrong region)")
     last = blocks[-1]
     loops = sch.get_loops(last)
     rank = len(sch.get(last).iter_vars)

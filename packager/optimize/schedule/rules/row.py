@@ -37,6 +37,8 @@ def row_region(rules, sch: s_tir.Schedule) -> KernelSchedule:
         raise RuleMismatch("a reduction after the anchor")
     staged = _inline_cheap(sch, producers, sch.get(anchor))
     staged, partials = _with_partials(rules, sch, staged, sch.get(anchor))
+    if any(rules._scatters(sch, b) for b in staged):
+        raise RuleMismatch("a block stores at a computed index (computed at the row region over a wrong region)")
 
     blk = sch.get(anchor)
     loops = sch.get_loops(anchor)
