@@ -4,10 +4,13 @@ once per tile (dlight's rule recomputed it per feature-map row, in scalar code: 
 0.1 ms for a 240 -> 960 conv over 14 x 14). A kernel whose producer stores at a computed index
 (TVM's layout_transform out of channel blocks, folded before a channel slice by global fusion) is
 not given to dlight's rule either, which computed that producer over a wrong region (4 of 8 lanes
-copied: the SE blocks after padded convs read garbage in ppocrv5_rec and regnety_002)."""
+copied: the SE blocks after padded convs read garbage in ppocrv5_rec and regnety_002); since
+padded channels flow into the convs reading them, such kernels come from other graphs
+(test_scatter_producers.py)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from packager.optimize.relax_util import prim_funcs
@@ -15,11 +18,11 @@ from packager.optimize.schedule.rules.cpu import CpuRules
 from support.kernel_cases import host_target, optimized_module, random_args, run_kernel
 
 
-def _se_block():
-    """conv -> global mean -> 1x1 conv to 60 channels (padded to whole blocks) -> ReLU -> 1x1
-    conv -> HardSigmoid -> scale: the unpacking of the padded conv's output and its channel slice
-    fold into the second conv's kernel."""
-    c, r = 240, 60
+def _se_block(r: int):
+    """conv -> global mean -> 1x1 conv to `r` channels -> ReLU -> 1x1 conv -> HardSigmoid ->
+    scale. With r = 60 the squeeze conv computes 64 (padded to whole blocks), which the excite
+    conv takes with zero weights (layout/pad.py), so no kernel unpacks and slices them."""
+    c = 240
     rng = np.random.default_rng(0)
 
     def w(*s):
@@ -39,13 +42,15 @@ def _se_block():
     return m
 
 
-def test_every_kernel_of_an_se_block_after_a_padded_conv_schedules_right():
+@pytest.mark.parametrize("squeezed", [60, 64])
+def test_every_kernel_of_an_se_block_schedules_right(squeezed):
     target = host_target()
     rules = CpuRules(target)
     excite = 0
-    for name, func in prim_funcs(optimized_module(_se_block(), target)).items():
+    for name, func in prim_funcs(optimized_module(_se_block(squeezed), target)).items():
         scheduled, info = rules.schedule(func)
         script = func.script()
+        assert "strided_slice" not in script, name
         if "conv2d" in script and "T_minimum" in script:          # the excite conv, HardSigmoid, scale
             excite += 1
             assert info.rule == "tiled-reduction", f"{name}: {info.summary()}"
@@ -53,4 +58,5 @@ def test_every_kernel_of_an_se_block_after_a_padded_conv_schedules_right():
         np.testing.assert_allclose(run_kernel(scheduled, target, [a.copy() for a in args]),
                                    run_kernel(func, target, [a.copy() for a in args]), rtol=1e-4, atol=1e-4,
                                    err_msg=f"{name}: {info.summary()}")
-    assert excite == 1
+    if squeezed == 64:                 # whole blocks: the excite conv's kernel scales the map
+        assert excite == 1
