@@ -17,7 +17,7 @@ PASS_NAMES = ("simplify", "fastmath", "fusion", "global_fusion", "schedule", "de
 # latency from 1.0x to 1.9x onnxruntime between cold builds; the tuner after it re-searches).
 # reuse_same (level 2 on) reuses only a measured program of the exact same workload.
 # pad_channels (level 2 on, part of `layout`): a conv may compute its output channels padded to
-# whole vector blocks (layout/pad.py). concat_in_place (level 1 on: it moves no value): a concat's
+# whole vector blocks (layout/pad.py), carried on through depthwise convs into the next conv. concat_in_place (level 1 on: it moves no value): a concat's
 # producers write their slices of its output, and the copy kernel is dropped (emit/in_place.py).
 # int8 (level 2 on): a QDQ model's matmuls and convs with 8-bit weights sum in int32 (optimize/int8.py),
 # which is what onnxruntime computes; the float path rounds every partial sum.

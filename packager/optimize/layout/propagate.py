@@ -35,7 +35,7 @@ import tvm
 from tvm import relax
 from tvm.ir import expr as ir
 
-from ..relax_util import is_const
+from ..relax_util import count_ops, is_const
 from ... import progress
 from ...targets import Target
 from ..base import PassReport
@@ -310,11 +310,14 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     matmuls = [(b.value.args[1], site, search.decide_matmul(site)) for b in bindings(mod)
                if isinstance(b.value, relax.Call) and (site := matmul_site(b.value)) is not None]
     search.save()
+    slices = count_ops(mod).get("relax.strided_slice", 0)
     padded_mod, padded = apply_padding(mod, decisions)
-    if not sites_match(padded_mod, padded):          # the walk and the rewrite disagree: a bug, not a
+    flowed = sites_match(padded_mod, padded)
+    if not flowed:                                   # the walk and the rewrite disagree: a bug, not a
         decisions = decide_layouts(mod, search, flow=False)   # choice; padding stops at the epilogue
         padded_mod, padded = apply_padding(mod, decisions, flow=False)
     mod, decisions = padded_mod, padded
+    slices = count_ops(mod).get("relax.strided_slice", 0) - slices
     converted, decisions, note = apply_conv_layouts(mod, decisions, target.vector_lanes_f32)
     converted, n_panels = pack_matmul_weights(converted, [(c, d.nt) for c, _, d in matmuls if d.nt])
     packed = [d for _, _, d in decisions if (d.data_block, d.out_block) != (1, 1)]
@@ -349,7 +352,10 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     if padded:
         kinds = ", ".join(f"{n}x {k}" for k, n in Counter(padded).most_common())
         conv_part += (f"; {len(padded)} convs compute their output channels padded to whole blocks "
-                      f"({kinds}), sliced back after their element-wise epilogue")
+                      f"({kinds}); " + (f"the padding carried on into the convs reading it, {slices} slice(s) "
+                                        "taking it back before other readers" if flowed else
+                                        "sliced back after their element-wise epilogue (the padding walk and "
+                                        "rewrite disagreed)"))
     summary = f"{note}{conv_part}; {mm_part}; candidates scored {how}"
     return converted, PassReport("layout", "applied", summary, {
         "convs": len(decisions), "packed": len(packed), "conversions_before": 2 * len(packed),
@@ -357,6 +363,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
         "constants_full_rank": promoted,
         "lookahead": {"convs": len(ahead), "changed": changed}, "shared_by_class": shared,
         "pooling": {"convs": len(pooled), "changed": pool_changed}, "padded_outputs": len(padded),
+        "padding_slices": slices, "padding_flowed": flowed,
         "matmuls": len(matmuls), "matmuls_packed": n_panels, "per_conv": _conv_details(decisions),
         "per_matmul": [{"a": list(s.a), "n": s.n, "n_t": d.nt, "scores_ms": d.scores, "from_database": d.reused}
                        for _, s, d in matmuls]})

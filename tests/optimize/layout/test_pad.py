@@ -173,6 +173,7 @@ def test_padded_channels_flow_through_depthwise_conv_and_se_block_into_the_next_
     assert [c["weight"] for c in convs] == [[32, 16, 1, 1], [32, 1, 3, 3], [16, 32, 1, 1], [32, 16, 1, 1],
                                             [16, 32, 1, 1]]
     assert convs[1]["groups"] == 32 and convs[1]["layouts"] == ["NCHW16c", "OIHW1i16o", "NCHW16c"]
+    assert report.details["padding_slices"] == 0 and "into the convs reading it, 0 slice(s)" in report.summary
     mod, _ = _relax(_inverted_residual())
     laid, _ = alter_layouts(mod, scheduler_for(X86), search=PaddingSearch(blocks))
     assert "relax.strided_slice" not in _ops(laid)
@@ -195,6 +196,7 @@ def test_padding_meeting_an_unpadded_tensor_is_taken_back_before_it(monkeypatch)
     laid, report = alter_layouts(mod, scheduler_for(X86), search=PadFirst([(16, 16), (16, 1), (1, 16)]))
     assert [c["weight"] for c in report.details["per_conv"]] == [[32, 16, 1, 1], [20, 16, 1, 1], [16, 20, 1, 1]]
     assert _ops(laid).count("relax.strided_slice") == 1
+    assert report.details["padding_slices"] == 1
 
 
 def test_search_and_rewrite_disagreeing_fall_back_to_padding_the_epilogue_only(monkeypatch):
@@ -207,6 +209,7 @@ def test_search_and_rewrite_disagreeing_fall_back_to_padding_the_epilogue_only(m
     report, got, ref = _run_padded(_inverted_residual(), blocks, monkeypatch)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
     assert [c["weight"][1] for c in report.details["per_conv"]] == [16, 1, 20, 8, 20]
+    assert not report.details["padding_flowed"] and "walk and rewrite disagreed" in report.summary
 
 
 DEPTHWISE = ConvSite((1, 20, 8, 8), (20, 1, 3, 3), (1, 1), (1,) * 4, (1, 1), 20, "float32")
