@@ -12,21 +12,11 @@ import tvm
 from tvm import relax
 
 from ..ieee import LEGALIZATIONS as IEEE_OPS
-from ..relax_util import is_const, rewrite_functions
+from ..relax_util import rewrite_functions
 from .isolate import isolate
+from .pad import is_plain_conv, op_name
 from .search import Decision
 from .sites import ConvSite
-
-
-def op_name(call) -> str | None:
-    return getattr(getattr(call, "op", None), "name", None)
-
-
-def is_plain_conv(call) -> bool:
-    if op_name(call) != "relax.nn.conv2d" or not is_const(call.args[1]):
-        return False
-    a = call.attrs
-    return (a.data_layout, a.kernel_layout, a.out_layout or "NCHW") == ("NCHW", "OIHW", "NCHW")
 
 
 def bindings(mod: tvm.IRModule):

@@ -91,13 +91,13 @@ class Padding:
         return relax.op.reshape(kept, (n, self.channels, h, w))
 
 
-def _op(call) -> str | None:
+def op_name(call) -> str | None:
     return getattr(getattr(call, "op", None), "name", None)
 
 
-def _nchw_conv(call) -> bool:
-    """A conv2d in ONNX layouts with a constant weight."""
-    if _op(call) != "relax.nn.conv2d" or not is_const(call.args[1]):
+def is_plain_conv(call) -> bool:
+    """A conv2d in ONNX layouts (NCHW / OIHW) with a constant weight."""
+    if op_name(call) != "relax.nn.conv2d" or not is_const(call.args[1]):
         return False
     a = call.attrs
     return (a.data_layout, a.kernel_layout, a.out_layout or "NCHW") == ("NCHW", "OIHW", "NCHW")
@@ -105,7 +105,7 @@ def _nchw_conv(call) -> bool:
 
 def is_depthwise(call) -> bool:
     """A conv computing each channel from its own input channel alone (one filter per group)."""
-    if not _nchw_conv(call):
+    if not is_plain_conv(call):
         return False
     o, per_group = (int(call.args[1].ty.shape[i]) for i in (0, 1))
     return per_group == 1 and int(call.attrs.groups) == o == int(call.args[0].ty.shape[1])
@@ -113,12 +113,12 @@ def is_depthwise(call) -> bool:
 
 def absorbs(call) -> bool:
     """A plain (ungrouped) conv: zero weights for padded input channels make them count nothing."""
-    return _nchw_conv(call) and int(call.attrs.groups) == 1
+    return is_plain_conv(call) and int(call.attrs.groups) == 1
 
 
 def channelwise(call) -> bool:
     """Channel c of the result depends on channel c of the tensor operands only."""
-    op = _op(call)
+    op = op_name(call)
     if op in UNARY or op in BINARY:
         return True
     if op in POOLS:
@@ -135,7 +135,7 @@ def flows_through(call, padding_of, flow: bool = True) -> "Padding | None":
     broadcast per channel. None where the channels must be taken back first. The layout search's
     walk and the rewrite both decide by this function. Without `flow`, padding moves through
     element-wise ops only (the conv's epilogue)."""
-    if not flow and _op(call) not in UNARY | BINARY:
+    if not flow and op_name(call) not in UNARY | BINARY:
         return None
     if is_depthwise(call):
         return padding_of(call.args[0])
@@ -148,7 +148,7 @@ def flows_through(call, padding_of, flow: bool = True) -> "Padding | None":
     for a in call.args:
         if not isinstance(a, relax.Var) and not (is_const(a) and pad.constant(a.value.numpy()) is not None):
             return None
-    op = _op(call)
+    op = op_name(call)
     if op in ("relax.sqrt", "relax.power") or (op == "relax.divide" and isinstance(call.args[1], relax.Var)):
         return replace(pad, finite=False)
     return pad
@@ -181,7 +181,7 @@ class _PadOutputs(relax.PyExprMutator):
         self.sliced: dict = {}            # a take-back we made -> (padded var, Padding)
 
     def visit_call_(self, call):
-        weight = call.args[1] if _op(call) == "relax.nn.conv2d" else None
+        weight = call.args[1] if op_name(call) == "relax.nn.conv2d" else None
         call = super().visit_call_(call)
         if weight is not None:
             return self._conv(call, weight)

@@ -43,9 +43,9 @@ from ..schedule.contract import KernelScheduler
 from ..variadic import variadic_to_binary
 from .broadcast import propagatable
 from .clip import clip_as_ops
-from .apply import apply_conv_layouts, bindings, is_plain_conv, op_name, unshare_conv_weights
+from .apply import apply_conv_layouts, bindings, unshare_conv_weights
 from .matmul import matmul_site, pack_matmul_weights
-from .pad import absorbs, apply_padding, is_depthwise
+from .pad import absorbs, apply_padding, is_depthwise, is_plain_conv, op_name
 from .padflow import PadFlow
 from .primitives import channel_blocked, conv_weight_blocked
 from .memo import ProfileMemo
