@@ -111,9 +111,10 @@ def is_depthwise(call) -> bool:
     return per_group == 1 and int(call.attrs.groups) == o == int(call.args[0].ty.shape[1])
 
 
-def absorbs(call) -> bool:
-    """A plain (ungrouped) conv: zero weights for padded input channels make them count nothing."""
-    return is_plain_conv(call) and int(call.attrs.groups) == 1
+def takes_padding(call) -> bool:
+    """A conv that can read padded channels: a depthwise conv computes them on (zero filters), a
+    plain (ungrouped) one absorbs them (zero weights for them count nothing)."""
+    return is_depthwise(call) or (is_plain_conv(call) and int(call.attrs.groups) == 1)
 
 
 def channelwise(call) -> bool:
@@ -157,14 +158,12 @@ def flows_through(call, padding_of, flow: bool = True) -> "Padding | None":
 def taken(call, pad: "Padding | None") -> "Padding | None":
     """The padding conv `call` reads and takes (a depthwise conv computes it on, a plain conv
     absorbs it with zero weights): `pad` when it is finite and the conv can, else None."""
-    return pad if pad is not None and pad.finite and (is_depthwise(call) or absorbs(call)) else None
+    return pad if pad is not None and pad.finite and takes_padding(call) else None
 
 
-def _pad_conv_weight(value: np.ndarray, pad_in: "Padding | None", depthwise: bool) -> np.ndarray:
+def _pad_conv_weight(value: np.ndarray, pad_in: Padding, depthwise: bool) -> np.ndarray:
     """The weight of a conv reading `pad_in`-padded channels: zero filters for the padded
     channels of a depthwise conv, zero input channels for a plain one."""
-    if pad_in is None:
-        return value
     return _pad_groups(value, 0 if depthwise else 1, pad_in.groups, pad_in.padded // pad_in.groups, "constant")
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tvm import relax
 
-from .pad import Padding, absorbs, channelwise, flows_through, is_depthwise, output_padding, taken
+from .pad import Padding, channelwise, flows_through, is_depthwise, output_padding, taken, takes_padding
 from .sites import ConvSite, PadContext
 
 WALK_AT_MOST = 64             # bindings followed downstream of one conv
@@ -27,7 +27,7 @@ def _channels(var) -> int | None:
 
 def _takes_padding(call, var) -> bool:
     """`call` is a conv that would read `var`'s channels padded."""
-    return (is_depthwise(call) or absorbs(call)) and call.args[0].same_as(var)
+    return takes_padding(call) and call.args[0].same_as(var)
 
 
 class PadFlow:
@@ -104,7 +104,7 @@ class PadFlow:
         b = self.producer.get(var)
         if b is None or depth > 16:
             return False
-        if is_depthwise(b.value) or absorbs(b.value):
+        if takes_padding(b.value):
             return b.var not in self.decided
         args = [a for a in b.value.args if _channels(a) is not None]
         return channelwise(b.value) and bool(args) and all(self._undecided_conv(a, depth + 1) for a in args)

@@ -45,7 +45,7 @@ from .broadcast import propagatable
 from .clip import clip_as_ops
 from .apply import apply_conv_layouts, bindings, unshare_conv_weights
 from .matmul import matmul_site, pack_matmul_weights
-from .pad import absorbs, apply_padding, is_depthwise, is_plain_conv, op_name
+from .pad import apply_padding, is_depthwise, is_plain_conv, op_name, takes_padding
 from .padflow import PadFlow
 from .primitives import channel_blocked, conv_weight_blocked
 from .memo import ProfileMemo
@@ -229,8 +229,7 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch, flow: bool = True
                 site = site.reading(pad_in.padded, is_depthwise(call))
             nxt = track.next_conv(b.var)
             nxt_site = replace(ConvSite.of(nxt.value), epilogue=track.epilogue(nxt.var)) if nxt is not None else None
-            if nxt_site is not None and pad_in is not None and is_depthwise(call) and \
-                    (is_depthwise(nxt.value) or absorbs(nxt.value)):
+            if nxt_site is not None and pad_in is not None and is_depthwise(call) and takes_padding(nxt.value):
                 nxt_site = nxt_site.reading(pad_in.padded, is_depthwise(nxt.value))   # the padding flows on
             ahead = NextConv(nxt_site, track.allowed_out(nxt.var)) if nxt_site and nxt_site.memory_bound else None
             pool = PoolSite.of(p.value) if (p := track.pool_after(b.var)) is not None else None
