@@ -33,6 +33,7 @@ from .precision import to_precision
 from .layout.memo import ProfileMemo
 from .relax_util import legalize
 from .variadic import variadic_to_binary
+from .winograd import winograd_convs
 from .derive.graph import derive_graph
 from .schedule.contract import KernelScheduler, Tally
 from .schedule.registry import scheduler_for
@@ -81,6 +82,9 @@ LAYOUT = Pass("layout", lambda mod, ctx: alter_layouts(mod, ctx.scheduler, memo=
               off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True, per_target=True)
 LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
                         off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True)
+# After the layout pass: it rewrites convs in the layouts the layout pass chose.
+WINOGRAD = Pass("winograd", lambda mod, ctx: winograd_convs(mod, ctx.scheduler),
+                off="off in the spec: every 3x3 conv direct", needs_target=True, per_target=True)
 # optimize.precision: on when any target computes in less than fp32; each target then gets its own
 # graph (its precision), and an fp32 target among them says so in its line. It runs on the graph
 # ops as imported (before fastmath turns softmax into a PrimFunc call, which TVM's rewrite rejects).
@@ -195,8 +199,8 @@ SCHEDULE_GPU = replace(SCHEDULE_CPU, off="", switch=lambda opt: True)   # reads 
 
 def graph_pipeline(layout: Pass) -> list[Pass]:
     """The graph passes every target kind runs, with its own layout pass."""
-    return [INT8, SIMPLIFY, PRECISION, FASTMATH, GLOBAL_FUSION_SIBLINGS, DERIVE, layout, LEGALIZE, FUSION, GLOBAL_FUSION,
-            REUSE, REUSE_SAME]
+    return [INT8, SIMPLIFY, PRECISION, FASTMATH, GLOBAL_FUSION_SIBLINGS, DERIVE, layout, WINOGRAD, LEGALIZE, FUSION,
+            GLOBAL_FUSION, REUSE, REUSE_SAME]
 
 
 # Per target kind (a backend's `kind`): its graph passes and its kernel passes, in order.

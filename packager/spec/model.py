@@ -10,7 +10,7 @@ from typing import Any
 
 DTYPES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 PASS_NAMES = ("simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse",
-              "reuse_same", "bridges", "pad_channels", "concat_in_place", "int8")
+              "reuse_same", "bridges", "pad_channels", "concat_in_place", "int8", "winograd")
 # Which passes each optimize.level turns on by default (a `passes:` entry overrides it).
 # Level 1 ("safe") keeps results bit-identical to TVM's exact math; level 2 adds approximations;
 # level 3 adds the measured tuner and ETO's reuse (level 2's top-k with reuse swung BERT-base's
@@ -19,15 +19,17 @@ PASS_NAMES = ("simplify", "fastmath", "fusion", "global_fusion", "schedule", "de
 # pad_channels (level 2 on, part of `layout`): a conv may compute its output channels padded to
 # whole vector blocks (layout/pad.py), carried on through depthwise convs into the next conv. concat_in_place (level 1 on: it moves no value): a concat's
 # producers write their slices of its output, and the copy kernel is dropped (emit/in_place.py).
+# winograd (level 2 on): a 3x3 stride-1 conv computed as Winograd F(4x4) or F(2x2) where timing on
+# the build machine says it is faster (optimize/winograd); untimed targets keep the direct conv.
 # int8 (level 2 on): a QDQ model's matmuls and convs with 8-bit weights sum in int32 (optimize/int8.py),
 # which is what onnxruntime computes; the float path rounds every partial sum.
 LEVEL_PASSES = {
     0: set(),
     1: {"simplify", "fusion", "schedule", "concat_in_place"},
     2: {"simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse_same",
-        "pad_channels", "concat_in_place", "int8"},
+        "pad_channels", "concat_in_place", "int8", "winograd"},
     3: {"simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse", "reuse_same",
-        "bridges", "pad_channels", "concat_in_place", "int8"},
+        "bridges", "pad_channels", "concat_in_place", "int8", "winograd"},
 }
 # optimize.precision: what a target's convs and matmuls compute in (optimize/precision.py).
 PRECISIONS = ("fp32", "fp16", "bf16")

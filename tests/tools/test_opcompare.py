@@ -97,6 +97,21 @@ def test_a_step_of_other_spatial_dims_does_not_carry_a_conv():
     assert n.kernel == "mine"
 
 
+def test_a_winograd_convs_three_steps_carry_the_conv():
+    """Input transform -> GEMM -> output transform (the conv's output, far fewer FLOPs): one step
+    carrying the conv, its time the three steps' sum; other steps stay as they are."""
+    n = [n for n in opcompare.heavy_nodes(_convs(), {"x": (1, 8, 16, 16)}) if n.name == "c3"][0]
+    steps = [{"step": 0, "kernel": "winograd_input", "ms": 0.2, "flops": 10, "out_elems": 36 * 16 * 8, "args": [0, 1]},
+             {"step": 1, "kernel": "matmul", "ms": 0.5, "flops": 100, "out_elems": 36 * 16 * 16, "args": [1, 9, 2]},
+             {"step": 2, "kernel": "fused_winograd_output_add", "ms": 0.1, "flops": 10, "out_elems": n.out_elems,
+              "args": [2, 8, 3], "shape": (1, 1, 16, 16, 16)},
+             {"step": 3, "kernel": "relu", "ms": 0.05, "flops": 0, "out_elems": n.out_elems, "args": [3, 4]}]
+    merged = opcompare._winograd_convs(steps)
+    assert [s["kernel"] for s in merged] == ["fused_winograd_output_add", "relu"]
+    opcompare.match([n], merged)
+    assert n.kernel == "fused_winograd_output_add" and n.ours_ms == pytest.approx(0.8)
+
+
 @pytest.mark.slow
 def test_bench_ops_places_every_conv_of_the_cnn_sample(cnn_copy, tmp_path):
     out = tmp_path / "bench.json"

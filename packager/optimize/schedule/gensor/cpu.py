@@ -20,6 +20,7 @@ from ....targets import Target
 from ...base import PassReport
 from ..rules.cpu import CpuRules
 from ..rules.int_dot import find_int_dot
+from ..rules.winograd import stage as winograd_stage
 from .cpu_lower import lower_cpu
 from .cpu_model import CpuSpace
 from ..measure.database import TuningDatabase
@@ -127,7 +128,7 @@ class GensorCpu:
         """The anchor's workload with the rules' vector iterator (what the plans and sketches are
         of), None for a kernel without a tileable one-reduction anchor (the rules take it)."""
         sch = s_tir.Schedule(func)
-        if find_int_dot(sch) is not None:        # the int-dot rule's kernel
+        if find_int_dot(sch) is not None or winograd_stage(func) is not None:     # kernels with their own rule
             return None
         try:
             anchor = self.rules.prepare_anchor(sch)

@@ -19,6 +19,8 @@ construction-based scheduler (gensor.py) improves on:
   is first cut apart where the selection changes (partition.py).
 * ``fallback``: outer loops in parallel, nothing else.
 * ``int-dot``: a QDQ model's integer matmul or convolution (int_dot.py: vpmaddwd on x86); it takes no other rule.
+* ``winograd-input`` / ``winograd-output``: a Winograd conv's transform kernels, unrolled so their
+  constant coefficients fold (winograd.py); they take no other rule.
 * ``recurrence``: a recurrent layer's loop kernel, regenerated with vector lanes and a parallel
   matrix-vector product (recurrence.py); it takes no other rule.
 
@@ -35,7 +37,7 @@ from tvm import s_tir, tirx
 
 from ....targets import Target
 from ...base import PassReport
-from . import padding, recurrence, tile_dot
+from . import padding, recurrence, tile_dot, winograd
 from .int_dot import find_int_dot, int_dot
 from .partition import partition_selects
 from .reduction_order import contiguous_reduction_last, unroll_contiguous
@@ -76,6 +78,14 @@ class CpuRules:
             if tiled is not None:
                 yield tiled
             yield func, KernelSchedule("naive", note="tile-dot: the plain loops" + ("" if tiled else " (no AMX-BF16)"))
+            return
+        if winograd.stage(func) is not None:     # a Winograd transform: its own schedule, or the plain loops
+            try:
+                yield winograd.cpu(self, func)
+                why = "winograd: the plain loops"
+            except Exception as e:  # noqa: BLE001 - schedule primitives raise many error kinds
+                why = f"winograd: {str(e).strip().splitlines()[-1][:100] if str(e).strip() else type(e).__name__}"
+            yield func, KernelSchedule("naive", note=why)
             return
         looped = recurrence.cpu(func, self.lanes(32))
         if looped is not None:                    # a recurrent loop: regenerated, not scheduled
