@@ -126,6 +126,12 @@ class KernelScheduler(ABC):
         ignores the target's cold-weights setting. Only where `can_measure`."""
         raise NotOffered(f"{self.target.name}: kernels are not timed at build time")
 
+    def time_as_built(self, funcs: list[tirx.PrimFunc]) -> list[float | None]:
+        """Seconds per run of each (already scheduled) kernel as the package runs it once per
+        inference: its activation just written, its weights out of the caches. Only where
+        `can_measure`."""
+        raise NotOffered(f"{self.target.name}: kernels are not timed at build time")
+
     def searcher(self, top_k: int, measure: bool = True, reuse: bool = False, db: TuningDatabase | None = None):
         """Gensor's search for this target (`schedule(func, name) -> (func, rule, Choice)`)."""
         raise NotOffered(f"{self.target.name}: {self.kind} targets offer no searcher to the graph passes (their layouts "

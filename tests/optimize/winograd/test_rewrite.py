@@ -74,7 +74,7 @@ def test_decision_replayed_from_the_database(tmp_path, monkeypatch):
     def not_timed(*args, **kwargs):
         raise AssertionError("a recorded decision is not timed again")
 
-    monkeypatch.setattr(type(sched), "time", not_timed)
+    monkeypatch.setattr(type(sched), "time_as_built", not_timed)
     assert decide(site, sched, db)["m"] == 4
 
 
@@ -82,3 +82,21 @@ def test_untimed_target_keeps_every_conv_direct():
     mod = _passes(_imported(_model())[0], OptimizeSpec(level=2, measure=False), "", "winograd")
     out, report = winograd_convs(mod, scheduler(host_target(), measure=False))
     assert report.status == "disabled" and out is mod
+
+
+@pytest.mark.parametrize("f4,f2,chosen", [((0.3, 0.4, 0.25), (0.5, 0.3, 0.2), 0),     # 0.95 and 1.0: within the margin
+                                          ((0.3, 0.4, 0.25), (0.4, 0.3, 0.15), 2),    # 0.85
+                                          ((0.2, 0.3, 0.1), (0.4, 0.3, 0.15), 4)])
+def test_winograd_is_chosen_only_past_the_margin(tmp_path, monkeypatch, f4, f2, chosen):
+    """Each kernel timed as built (direct: 1 ms); a Winograd tile wins only below MARGIN x direct."""
+    sched = scheduler(host_target(), database=tmp_path)
+    site = Site(Geometry(1, 32, 32, 14, 14, 14, 14, 1, 1, 0), 16, 16, (16, 16), np.zeros((32, 32, 3, 3), np.float32))
+
+    class Searcher:
+        def schedule(self, func, name):
+            return func, "stub", None
+
+    monkeypatch.setattr(type(sched), "searcher", lambda self, *a, **k: Searcher())
+    monkeypatch.setattr(type(sched), "time_as_built", lambda self, funcs: [s / 1e3 for s in (1.0, *f4, *f2)])
+    record = decide(site, sched, TuningDatabase(tmp_path))
+    assert record["m"] == chosen and record["f4_ms"] == pytest.approx(sum(f4))
