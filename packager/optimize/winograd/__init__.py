@@ -6,13 +6,15 @@ matmul on the transformed weight (a constant made at build time; Gensor schedule
 matmul) and the output transform, which takes the conv's epilogue (bias, activation, residual)
 when FuseOps fuses it. Per conv shape, the direct conv (as the layout pass chose it) and the
 three kernels of F(4x4) and of F(2x2) are scheduled and timed in alternation on the machine the
-target is timed on; the fastest wins, and the decision goes to the tuning database, so a rebuild
-replays it. A target whose kernels are not timed at build time keeps every conv direct.
+target is timed on, each as the package runs it (activation just written, weights out of the
+caches); a tile wins at MARGIN x the direct conv or less, and the decision goes to the tuning
+database, so a rebuild replays it. A target whose kernels are not timed at build time keeps
+every conv direct (docs/winograd.md).
 """
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -52,8 +54,7 @@ class Site:
                 f"{self.weight_blocks[0]}i{self.weight_blocks[1]}o")
 
     def with_tile(self, m: int) -> Geometry:
-        g = self.geometry
-        return Geometry(g.n, g.channels, g.out_channels, g.h, g.w, g.oh, g.ow, g.pad_top, g.pad_left, m)
+        return replace(self.geometry, m=m)
 
 
 def _oihw(weight: np.ndarray) -> np.ndarray:
