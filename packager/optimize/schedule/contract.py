@@ -24,6 +24,8 @@ from .measure.timing import Tally
 from .rules.int_dot import IntDot
 # The bf16 pass's kernel form (a tagged TileDot kernel of reference loops; each scheduler makes its own)
 from .rules.tile_dot import CHUNK as TILE_CHUNK, PANEL as TILE_PANEL, TileDot, reference_kernel, tile_height  # noqa: F401
+# The winograd pass's transform kernels (block annotations its CPU rule schedules by)
+from .rules.winograd import ATTR as WINOGRAD_ATTR, TILE as WINOGRAD_TILE, stage as winograd_stage  # noqa: F401
 
 
 ONLY_GENSOR_REUSES = ("nothing to reuse: only Gensor's measured CPU tuning reuses programs (GPU kernels are not "

@@ -24,8 +24,7 @@ from tvm import relax, te
 from ..base import PassReport
 from ..layout.conv import ConvLayouts, conv2d_packed, parse_data_layout, parse_kernel_layout
 from ..relax_util import bound_value, is_const, rewrite_functions
-from ..schedule.contract import KernelScheduler
-from ..schedule.rules.winograd import stage
+from ..schedule.contract import KernelScheduler, winograd_stage as stage
 from .compute import Geometry, batched_gemm, input_transform, output_transform, weight_transform
 
 TILES = (4, 2)                 # F(4x4, 3x3), F(2x2, 3x3)

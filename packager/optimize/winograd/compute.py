@@ -19,7 +19,7 @@ from tvm import te, tirx, topi
 from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
 from ..layout.conv import bounded_simplifier
-from ..schedule.rules.winograd import ATTR, TILE
+from ..schedule.contract import WINOGRAD_ATTR as ATTR, WINOGRAD_TILE as TILE
 
 KERNEL = 3
 
