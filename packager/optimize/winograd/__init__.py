@@ -213,9 +213,17 @@ def winograd_convs(mod: tvm.IRModule, scheduler: KernelScheduler) -> tuple[tvm.I
     if not scheduler.measuring:
         return mod, PassReport("winograd", "disabled", "this target's kernels are not timed at build time: every 3x3 "
                                "conv stays direct (the choice is made by timing)")
-    db = scheduler.database()
-    out, m = rewrite(mod, lambda site: decide(site, scheduler, db))
-    db.save()
+    opened: list = []                  # the tuning database, read at the first eligible conv only: a model
+                                       # without one (most conformance cases, every transformer) skips the parse
+
+    def choose(site: Site) -> dict:
+        if not opened:
+            opened.append(scheduler.database())
+        return decide(site, scheduler, opened[0])
+
+    out, m = rewrite(mod, choose)
+    for db in opened:
+        db.save()
     done = ", ".join(f"{n} as F({t}x{t}, 3x3)" for t, n in sorted(m.convs.items(), reverse=True) if t)
     direct = m.convs.get(0, 0)
     before = sum(d["direct_ms"] for d in m.decisions.values())
