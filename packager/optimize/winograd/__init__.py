@@ -229,7 +229,7 @@ def winograd_convs(mod: tvm.IRModule, scheduler: KernelScheduler) -> tuple[tvm.I
     before = sum(d["direct_ms"] for d in m.decisions.values())
     after = sum(d[f"f{d['m']}_ms"] if d["m"] else d["direct_ms"] for d in m.decisions.values())
     summary = (f"{sum(m.convs.values())} 3x3 stride-1 conv(s): {done or 'none as Winograd'}"
-               + (f", {direct} direct (faster when timed)" if direct else "")
+               + (f", {direct} direct (Winograd not under {MARGIN}x the direct conv when timed)" if direct else "")
                + (f"; {len(m.decisions)} conv shape(s) timed on this machine (or replayed from the tuning database): "
                   f"{before:.3f} ms direct -> {after:.3f} ms as chosen" if m.decisions else "")
                + ("; not eligible: " + ", ".join(f"{n} {why}" for why, n in sorted(m.skipped.items()))
