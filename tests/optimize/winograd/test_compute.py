@@ -18,7 +18,8 @@ def _conv(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
     n, c, h, wd = x.shape
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     oh, ow = h + 2 * pad - 2, wd + 2 * pad - 2
-    return sum(np.einsum("kc,nchw->nkhw", w[:, :, i, j], xp[:, :, i:i + oh, j:j + ow]) for i in range(3) for j in range(3))
+    return sum(np.einsum("kc,nchw->nkhw", w[:, :, i, j], xp[:, :, i:i + oh, j:j + ow])
+               for i in range(3) for j in range(3))
 
 
 def _packed(x: np.ndarray) -> np.ndarray:
@@ -26,8 +27,8 @@ def _packed(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x.reshape(n, c // BLOCK, BLOCK, h, w).transpose(0, 1, 3, 4, 2))
 
 
-@pytest.mark.parametrize("m,n,c,k,h,w,pad", [(4, 1, 16, 32, 10, 9, 1), (2, 1, 16, 16, 7, 7, 1), (4, 2, 32, 16, 8, 11, 0),
-                                             (2, 1, 16, 48, 5, 6, 1)])
+@pytest.mark.parametrize("m,n,c,k,h,w,pad", [(4, 1, 16, 32, 10, 9, 1), (2, 1, 16, 16, 7, 7, 1),
+                                             (4, 2, 32, 16, 8, 11, 0), (2, 1, 16, 48, 5, 6, 1)])
 def test_kernels_compute_the_conv(m, n, c, k, h, w, pad):
     target = host_target()
     rules = CpuRules(target)
