@@ -260,17 +260,22 @@ def _timed_rounds(lib, dev, args: list, which: list[int], rounds: int, target: T
 
 
 def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3,
-                     repeat: int = 2, tally: Tally | None = None) -> list[float | None]:
+                     repeat: int = 2, tally: Tally | None = None, as_built: bool = False) -> list[float | None]:
     """Seconds per run of different kernels (each on its own random inputs), timed in
     alternation for `rounds` rounds and the minimum kept per kernel: on a machine whose
     neighbours slow it for seconds at a time, kernels compared with each other (a merged kernel
     and the kernels it replaces) see the same slow and quiet periods (one repeat each once the
-    build's timing budget is spent). None: failed to run."""
+    build's timing budget is spent). None: failed to run. With `as_built` (on this machine),
+    each run as time_as_built says."""
     tally = tally if tally is not None else Tally()
     t0 = tally.start()
-    lib, dev = _load(_build(funcs, target, "k"), target)
+    as_built = as_built and target.rpc is None and all(f.params for f in funcs)
+    copies = {f"written_first{i}": _copy_kernel(f.params[0], target) for i, f in enumerate(funcs)} if as_built else None
+    lib, dev = _load(_build(funcs, target, "k", copies), target)
     rng = np.random.default_rng(0)
     args = [_args(f, rng, dev) for f in funcs]
+    stash = [tvm.runtime.tensor(a[0].numpy(), device=dev) for a in args] if as_built else []
+    timing = replace(target, cold_weights=True) if as_built else target
     best: list[float | None] = [None] * len(funcs)
     number = [1] * len(funcs)
     for i in range(len(funcs)):
@@ -285,8 +290,9 @@ def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3
     for _ in range(rounds):
         for i in range(len(funcs)):
             if best[i] is not None:
-                for _ in range(repeat):
-                    ev = _evaluator(lib, f"k{i}", dev, target, number[i])
+                for _ in range(1 if as_built else repeat):       # as built: one repeat of COLD_RUNS runs
+                    preproc = _written_first(lib, stash[i], timing, f"written_first{i}") if as_built else None
+                    ev = _evaluator(lib, f"k{i}", dev, timing, number[i], preproc)
                     best[i] = min(best[i], min(ev(*args[i]).results))
     tally.add(len(funcs), t0)
     return best
@@ -298,31 +304,7 @@ def time_as_built(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3,
     package runs it once per inference: before every run its first argument (the activation) is
     rewritten on all cores, as the kernel before it leaves it, and its other arguments (weights)
     are flushed from the caches, as the rest of the model leaves them. Interleaved rounds, the
-    fastest repeat kept; None: failed to run. An RPC target's kernels are timed warm
-    (time_interleaved). Warm timing made a Winograd conv's GEMM, whose transformed weights are
-    2.25x a conv's, look 1.5-4.5x faster than it ran in the model (optimize/winograd)."""
-    if target.rpc is not None or not all(f.params for f in funcs):
-        return time_interleaved(funcs, target, rounds, tally=tally)
-    tally = tally if tally is not None else Tally()
-    t0 = tally.start()
-    cold = replace(target, cold_weights=True)
-    copies = {f"written_first{i}": _copy_kernel(f.params[0], target) for i, f in enumerate(funcs)}
-    lib, dev = _load(_build(funcs, target, "k", copies), target)
-    rng = np.random.default_rng(0)
-    args = [_args(f, rng, dev) for f in funcs]
-    stash = [tvm.runtime.tensor(a[0].numpy(), device=dev) for a in args]
-    best: list[float | None] = [None] * len(funcs)
-    for i in range(len(funcs)):
-        try:
-            lib[f"k{i}"](*args[i])
-        except Exception:  # noqa: BLE001 - a kernel that fails to run is reported as untimed
-            continue
-        best[i] = float("inf")
-    for _ in range(1 if tally.over_budget() else rounds):
-        for i in range(len(funcs)):
-            if best[i] is not None:
-                preproc = _written_first(lib, stash[i], cold, f"written_first{i}")
-                ev = _evaluator(lib, f"k{i}", dev, cold, 1, preproc)
-                best[i] = min(best[i], min(ev(*args[i]).results))
-    tally.add(len(funcs), t0)
-    return best
+    fastest repeat kept; None: failed to run. An RPC target's kernels are timed warm. Warm timing
+    made a Winograd conv's GEMM, whose transformed weights are 2.25x a conv's, look 1.5-4.5x
+    faster than it ran in the model (optimize/winograd)."""
+    return time_interleaved(funcs, target, rounds, tally=tally, as_built=True)
