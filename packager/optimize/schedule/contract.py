@@ -128,9 +128,10 @@ class KernelScheduler(ABC):
         ignores the target's cold-weights setting. Only where `can_measure`."""
         raise NotOffered(f"{self.target.name}: kernels are not timed at build time")
 
-    def time_as_built(self, funcs: list[tirx.PrimFunc]) -> list[float | None]:
-        """Seconds per run of each (already scheduled) kernel as the package runs it once per
-        inference: its activation just written, its weights out of the caches. Only where
+    def time_chains(self, chains: list[list[tirx.PrimFunc]]) -> list[float | None]:
+        """Seconds per run of each chain of (already scheduled) kernels, each reading the one
+        before's output, as the package runs them once per inference: the chain's input just
+        written, every kernel's weights out of the caches (measure/chain.py). Only where
         `can_measure`."""
         raise NotOffered(f"{self.target.name}: kernels are not timed at build time")
 

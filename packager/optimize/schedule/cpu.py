@@ -14,7 +14,8 @@ from .gensor.cpu import GensorCpu, schedule_kernels_gensor, target_key
 from .hardware import Hardware, cpu_hardware, last_level_cache
 from .measure.check import check_untimed
 from .measure.database import TuningDatabase
-from .measure.timing import can_measure, time_as_built, time_interleaved, where_measured
+from .measure.chain import time_chains
+from .measure.timing import can_measure, time_interleaved, where_measured
 from .rules.cpu import CpuRules, schedule_kernels
 from .rules.int_dot import integer_dots
 from .tuning.tune import can_tune, tune_kernels
@@ -72,8 +73,8 @@ class CpuScheduler(KernelScheduler):
         target = replace(self.target, cold_weights=False) if warm else self.target
         return time_interleaved(funcs, target, tally=self.tally)
 
-    def time_as_built(self, funcs: list[tirx.PrimFunc]) -> list[float | None]:
-        return time_as_built(funcs, self.target, tally=self.tally)
+    def time_chains(self, chains: list[list[tirx.PrimFunc]]) -> list[float | None]:
+        return time_chains(chains, self.target, tally=self.tally)
 
     def searcher(self, top_k: int, measure: bool = True, reuse: bool = False,
                  db: TuningDatabase | None = None) -> GensorCpu:

@@ -6,10 +6,10 @@ matmul on the transformed weight (a constant made at build time; Gensor schedule
 matmul) and the output transform, which takes the conv's epilogue (bias, activation, residual)
 when FuseOps fuses it. Per conv shape, the direct conv (as the layout pass chose it) and the
 three kernels of F(4x4) and of F(2x2) are scheduled and timed in alternation on the machine the
-target is timed on, each as the package runs it (activation just written, weights out of the
-caches); a tile wins at MARGIN x the direct conv or less, and the decision goes to the tuning
-database, so a rebuild replays it. A target whose kernels are not timed at build time keeps
-every conv direct (docs/winograd.md).
+target is timed on, as the package runs them (each tile's kernels back to back, their input just
+written, their weights out of the caches: measure/chain.py); a tile wins at MARGIN x the direct
+conv or less, and the decision goes to the tuning database, so a rebuild replays it. A target
+whose kernels are not timed at build time keeps every conv direct (docs/winograd.md).
 """
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ from .compute import Geometry, batched_gemm, input_transform, output_transform, 
 TILES = (4, 2)                 # F(4x4, 3x3), F(2x2, 3x3)
 MIN_CHANNELS = 16              # fewer input or output channels leave the GEMMs too thin to pay
 TOP_K = 6                      # Gensor's plans timed per kernel (the schedule pass's default)
-MARGIN = 0.9                   # Winograd must time this fraction of the direct conv or less: three kernels
-                               # and their intermediates in memory pay more in a model than alone
+MARGIN = 0.9                   # Winograd must time this fraction of the direct conv or less: timing noise,
+                               # and the caches the rest of the model leaves, which a chain timed alone does not see
 RECORD = "winograd-cpu"        # tuning database kind of a decision
 OUT_ELEMWISE_FUSABLE = 4       # TVM's OpPatternKind kOutEWiseFusable
 
@@ -132,23 +132,22 @@ def _direct(site: Site) -> tvm.tirx.PrimFunc:
 
 
 def decide(site: Site, scheduler: KernelScheduler, db) -> dict:
-    """{"m": tile or 0 (direct), "direct_ms", "f4_ms", "f2_ms"}: recorded, or timed now, every
-    kernel as the package runs it (its activation just written, its weights out of the caches)."""
+    """{"m": tile or 0 (direct), "direct_ms", "f4_ms", "f2_ms"}: recorded, or timed now as the
+    package runs them (the direct conv, and each tile's three kernels back to back, their input
+    just written and their weights out of the caches)."""
     key = site.key(scheduler.target_key())
     record = db.get(key, measured_only=True, kind=RECORD)
     if record is not None:
         return record
     g = scheduler.searcher(TOP_K, db=db)
-    funcs = [g.schedule(_direct(site), "winograd: direct conv")[0]]
+    chains = [[g.schedule(_direct(site), "winograd: direct conv")[0]]]
     for m in TILES:
-        funcs += [g.schedule(f, f"winograd F({m}x{m}): {step}")[0]
-                  for f, step in zip(_kernels(site, m), ("input", "gemm", "output"))]
-    times = scheduler.time_as_built(funcs)
-    ms = [t * 1e3 if t is not None else float("inf") for t in times]
+        chains.append([g.schedule(f, f"winograd F({m}x{m}): {step}")[0]
+                       for f, step in zip(_kernels(site, m), ("input", "gemm", "output"))])
+    ms = [t * 1e3 if t is not None else float("inf") for t in scheduler.time_chains(chains)]
     record = {"direct_ms": ms[0], "measured": True}
     best, best_ms = 0, ms[0] * MARGIN
-    for i, m in enumerate(TILES):
-        total = sum(ms[1 + 3 * i:4 + 3 * i])
+    for m, total in zip(TILES, ms[1:]):
         record[f"f{m}_ms"] = total
         if total < best_ms:
             best, best_ms = m, total

@@ -46,8 +46,9 @@ RULES = {
                             # all cores; 5 = softmax / layer norm parts summed in vector partial sums;
                             # 6 = reduction epilogues, timed warm for every model; 7 = KxK convs with
                             # their input channels innermost; 8 = pooling / depthwise pad per task
-    "winograd-cpu": 2,      # direct conv vs Winograd F(4x4) / F(2x2), measured per conv shape (optimize/winograd);
-                            # 2: kernels timed as built (activation written, weights flushed), a 0.9 margin
+    "winograd-cpu": 3,      # direct conv vs Winograd F(4x4) / F(2x2), measured per conv shape (optimize/winograd);
+                            # 2: kernels timed as built (activation written, weights flushed), a 0.9 margin;
+                            # 3: each tile's kernels timed as a chain, only the weights flushed (measure/chain.py)
     "derive": 3,            # derive's measured decision per operator shape (derive/graph.py); 2: timed on
                             # all cores; 3: the conv it is timed against has its input channels innermost
 }

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import tvm
@@ -163,11 +163,11 @@ def _copy_kernel(param, target: Target) -> tirx.PrimFunc:
     return CpuRules(target).schedule(te.create_prim_func([src, dst]))[0]
 
 
-def _written_first(lib, stash, target: Target, copy_name: str = "written_first") -> str:
+def _written_first(lib, stash, target: Target) -> str:
     """Registers the f_preproc that flushes the arguments but the first (cold-weights targets) and
-    then rewrites the first from `stash` with the module's `copy_name` kernel; returns its name."""
+    then rewrites the first from `stash` with the module's `written_first` kernel; returns its name."""
     flush = tvm.get_global_func(COLD_FLUSH) if getattr(target, "cold_weights", False) else None
-    copy = lib[copy_name]
+    copy = lib["written_first"]
 
     def preproc(*args):
         if flush is not None:
@@ -260,22 +260,17 @@ def _timed_rounds(lib, dev, args: list, which: list[int], rounds: int, target: T
 
 
 def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3,
-                     repeat: int = 2, tally: Tally | None = None, as_built: bool = False) -> list[float | None]:
+                     repeat: int = 2, tally: Tally | None = None) -> list[float | None]:
     """Seconds per run of different kernels (each on its own random inputs), timed in
     alternation for `rounds` rounds and the minimum kept per kernel: on a machine whose
     neighbours slow it for seconds at a time, kernels compared with each other (a merged kernel
     and the kernels it replaces) see the same slow and quiet periods (one repeat each once the
-    build's timing budget is spent). None: failed to run. With `as_built` (on this machine),
-    each run as time_as_built says."""
+    build's timing budget is spent). None: failed to run."""
     tally = tally if tally is not None else Tally()
     t0 = tally.start()
-    as_built = as_built and target.rpc is None and all(f.params for f in funcs)
-    copies = {f"written_first{i}": _copy_kernel(f.params[0], target) for i, f in enumerate(funcs)} if as_built else None
-    lib, dev = _load(_build(funcs, target, "k", copies), target)
+    lib, dev = _load(_build(funcs, target, "k"), target)
     rng = np.random.default_rng(0)
     args = [_args(f, rng, dev) for f in funcs]
-    stash = [tvm.runtime.tensor(a[0].numpy(), device=dev) for a in args] if as_built else []
-    timing = replace(target, cold_weights=True) if as_built else target
     best: list[float | None] = [None] * len(funcs)
     number = [1] * len(funcs)
     for i in range(len(funcs)):
@@ -290,21 +285,8 @@ def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3
     for _ in range(rounds):
         for i in range(len(funcs)):
             if best[i] is not None:
-                for _ in range(1 if as_built else repeat):       # as built: one repeat of COLD_RUNS runs
-                    preproc = _written_first(lib, stash[i], timing, f"written_first{i}") if as_built else None
-                    ev = _evaluator(lib, f"k{i}", dev, timing, number[i], preproc)
+                for _ in range(repeat):
+                    ev = _evaluator(lib, f"k{i}", dev, target, number[i])
                     best[i] = min(best[i], min(ev(*args[i]).results))
     tally.add(len(funcs), t0)
     return best
-
-
-def time_as_built(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3,
-                  tally: Tally | None = None) -> list[float | None]:
-    """Seconds per run of different kernels (each on its own random inputs), each timed as a
-    package runs it once per inference: before every run its first argument (the activation) is
-    rewritten on all cores, as the kernel before it leaves it, and its other arguments (weights)
-    are flushed from the caches, as the rest of the model leaves them. Interleaved rounds, the
-    fastest repeat kept; None: failed to run. An RPC target's kernels are timed warm. Warm timing
-    made a Winograd conv's GEMM, whose transformed weights are 2.25x a conv's, look 1.5-4.5x
-    faster than it ran in the model (optimize/winograd)."""
-    return time_interleaved(funcs, target, rounds, tally=tally, as_built=True)

@@ -58,28 +58,6 @@ def test_interleaved_times_come_back_in_order_each_with_its_own_inputs(monkeypat
     assert tally.programs == 2
 
 
-def test_as_built_times_each_kernel_with_its_activation_written_and_its_weights_flushed(monkeypatch):
-    """time_as_built (a Winograd conv's kernels against the direct conv): every run of a kernel
-    is preceded by rewriting its own first argument and flushing the others (cold), in
-    alternation, and each time comes back at its kernel's position."""
-    import packager.optimize.schedule.measure.timing as measure
-
-    target = host_target()
-    rules = CpuRules(target)
-    big, small = (rules.schedule(_matmul(n))[0] for n in (64, 32))
-    written, evaluated = [], []
-    real_written, real_eval = measure._written_first, measure._evaluator
-    monkeypatch.setattr(measure, "_written_first", lambda lib, stash, t, copy: written.append(
-        (tuple(stash.shape), t.cold_weights, copy)) or real_written(lib, stash, t, copy))
-    monkeypatch.setattr(measure, "_evaluator", lambda lib, name, dev, t, number, preproc=None, runs=5: evaluated.append(
-        (name, t.cold_weights, preproc)) or real_eval(lib, name, dev, t, number, preproc, runs))
-    times = measure.time_as_built([big, small], target, rounds=2)
-    assert all(t is not None and t > 0 for t in times)
-    assert set(written) == {((64, 64), True, "written_first0"), ((32, 32), True, "written_first1")}
-    assert [e[0] for e in evaluated] == ["k0", "k1", "k0", "k1"]
-    assert all(cold and preproc == measure.WRITTEN_FIRST for _, cold, preproc in evaluated)
-
-
 def test_the_tally_counts_timed_candidates_only():
     """The build report's `measured.programs`: an untimed correctness reference is not counted."""
     target = host_target()
