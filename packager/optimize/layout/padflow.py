@@ -102,7 +102,7 @@ class PadFlow:
     def _undecided_conv(self, var, depth: int = 0) -> bool:
         """`var` is written by a conv not decided yet, directly or through channel-wise ops."""
         b = self.producer.get(var)
-        if b is None or depth > 16:
+        if b is None or depth > 16 or not isinstance(b.value, relax.Call):     # a split's part: not a conv's
             return False
         if takes_padding(b.value):
             return b.var not in self.decided

@@ -51,6 +51,7 @@ from .primitives import channel_blocked, conv_weight_blocked
 from .memo import ProfileMemo
 from .search import Decision, LayoutSearch
 from .sites import ConvSite, NextConv, PoolSite
+from .split import packed_split, splits_as_sections
 
 # Ops through which a channel-blocked layout flows unchanged: element-wise, broadcast binary,
 # pooling; each has a layout rule (FRelaxInferLayout) in TVM 0.27, checked by a test.
@@ -89,9 +90,9 @@ class _Tracker:
         self.users: dict = defaultdict(list)
         self.producer: dict = {}
         for b in bindings(mod):
-            if isinstance(b.value, relax.Call):
+            if isinstance(b.value, (relax.Call, relax.TupleGetItem)):
                 self.producer[b.var] = b
-                for a in _args(b.value):
+                for a in _args(b.value) if isinstance(b.value, relax.Call) else [b.value.tuple_value]:
                     self.users[a].append(b)
 
     def resolve(self, var, depth: int = 0) -> int:
@@ -100,6 +101,11 @@ class _Tracker:
         if var in self.block_of or depth > 32:
             return self.block_of.get(var, 1)
         b = self.producer.get(var)
+        if b is not None and isinstance(b.value, relax.TupleGetItem):
+            return self.resolve(b.value.tuple_value, depth + 1)
+        if b is not None and op_name(b.value) == "relax.split":
+            block = self.resolve(b.value.args[0], depth + 1)
+            return block if packed_split(b.value, block) else 1
         if b is None or op_name(b.value) not in FOLLOW:
             return 1
         return max((self.resolve(a, depth + 1) for a in b.value.args if isinstance(a, relax.Var)), default=1)
@@ -121,6 +127,13 @@ class _Tracker:
             blocks = {block.get(a, 1) for a in _args(call)}
             if len(blocks) == 1 and blocks != {1}:
                 self.block_of[b.var] = blocks.pop()
+        elif op == "relax.split" and packed_split(call, block.get(call.args[0], 1)):
+            self.block_of[b.var] = block[call.args[0]]
+
+    def visit_item(self, b) -> None:
+        """A part of a split keeps the split's block (ConvertLayout keeps packed parts packed)."""
+        if b.value.tuple_value in self.block_of:
+            self.block_of[b.var] = self.block_of[b.value.tuple_value]
 
     def next_conv(self, var):
         """The binding of the plain conv that alone reads `var`, directly or through element-wise
@@ -195,6 +208,11 @@ class _Tracker:
             v = stack.pop()
             for b in self.users.get(v, []):
                 op = op_name(b.value)
+                if op == "relax.split" or isinstance(b.value, relax.TupleGetItem):   # its parts meet what v meets
+                    if b.var not in seen:
+                        seen.add(b.var)
+                        stack.append(b.var)
+                    continue
                 if op not in FOLLOW and op != "relax.concat":
                     continue
                 found |= {blk for a in _args(b.value) if isinstance(a, relax.Var) and not a.same_as(v)
@@ -218,6 +236,8 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch, flow: bool = True
     with progress.task("layout candidates", convs, "convs") as bar:
         for b in bindings(mod):
             call = b.value
+            if isinstance(call, relax.TupleGetItem):
+                track.visit_item(b)
             if not isinstance(call, relax.Call):
                 continue
             if not is_plain_conv(call):
@@ -299,6 +319,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     first shape profile's choices to the others. `pad` lets convs compute their output channels
     padded to whole blocks (optimize.passes.pad_channels)."""
     mod, clips = clip_as_ops(variadic_to_binary(mod))   # ONNX Max/Min/Sum/Mean as binary ops, not stack + reduce
+    mod, splits = splits_as_sections(mod)
     mod, bns, promoted = propagatable(mod)
     mod, _ = unshare_conv_weights(mod)
     target = scheduler.target
@@ -325,8 +346,9 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     chosen = Counter("/".join(d.layouts()) for _, _, d in decisions)
     conv_part = (f"{len(packed)}/{len(decisions)} convs packed ({', '.join(f'{n}x {k}' for k, n in chosen.most_common())}); "
                  f"activation conversions {2 * len(packed)} before propagation -> {act} after; {const} weight/bias "
-                 f"re-layouts folded at build time; {clips} Clip/LeakyRelu as max/min ops, {bns} BatchNorm(s) (as element-wise ops) "
-                 f"and {promoted} lower-rank broadcast constant(s) made propagatable"
+                 f"re-layouts folded at build time; {clips} Clip/LeakyRelu as max/min ops, {bns} BatchNorm(s) (as element-wise ops), "
+                 f"{splits} split(s) into equal parts (as sections) and {promoted} lower-rank broadcast constant(s) "
+                 "made propagatable"
                  if decisions else "no convs")
     widths = Counter(d.nt for _, _, d in matmuls if d.nt)
     mm_part = (f"{n_panels}/{len(matmuls)} constant-weight matmuls with B in n_t panels "
@@ -359,6 +381,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     return converted, PassReport("layout", "applied", summary, {
         "convs": len(decisions), "packed": len(packed), "conversions_before": 2 * len(packed),
         "conversions_after": act, "constants_relaid": const, "clip_ops_rewritten": clips, "batchnorms_decomposed": bns,
+        "splits_as_sections": splits,
         "constants_full_rank": promoted,
         "lookahead": {"convs": len(ahead), "changed": changed}, "shared_by_class": shared,
         "pooling": {"convs": len(pooled), "changed": pool_changed}, "padded_outputs": len(padded),

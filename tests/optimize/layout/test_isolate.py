@@ -88,21 +88,46 @@ def test_a_variadic_max_after_a_conv_keeps_the_conv_packed():
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
-def test_a_split_that_fails_only_beside_packed_convs_keeps_the_searched_layouts():
-    """YOLO's C2f block: a 1x1 conv's output split in two along channels, each half read by a conv.
-    Split at a block edge of the conv's packed output, TVM's layout inference gives the second
-    half 0 channels; the split is lowered with NCHW around it and every conv keeps its searched
-    layout (nudenet's 64 convs had all fallen back to uniform blocking)."""
+def _split_model(sizes: list[int]):
+    """YOLO's C2f block: a 1x1 conv's output split along channels into `sizes` (times the vector
+    width), each part read by a 3x3 conv, the results summed."""
     from onnx import helper, numpy_helper
 
     n = X86.vector_lanes_f32
-    split = numpy_helper.from_array(np.array([n, n], np.int64), "halves")
-    nodes = [_conv("x", "w1", None, "c"), helper.make_node("Split", ["c", "halves"], ["a", "b"], axis=1),
-             _conv("a", "w2", None, "ca", pads=[1] * 4), _conv("b", "w3", None, "cb", pads=[1] * 4),
-             helper.make_node("Add", ["ca", "cb"], ["y"])]
-    m = _model(nodes, [1, n, 6, 6], {"w1": _w(2 * n, n, 1, 1), "w2": _w(n, n, 3, 3), "w3": _w(n, n, 3, 3)})
-    m.graph.initializer.append(split)
-    report, got, ref = run_onnx(m, [(n, n), (n, n), (n, n)])     # the split point is a block edge
+    parts = [f"p{i}" for i in range(len(sizes))]
+    nodes = [_conv("x", "w0", None, "c"), helper.make_node("Split", ["c", "sizes"], parts, axis=1)]
+    inits = {"w0": _w(sum(sizes) * n, n, 1, 1)}
+    for i, (p, k) in enumerate(zip(parts, sizes)):
+        nodes.append(_conv(p, f"w{i + 1}", None, f"c{i}", pads=[1] * 4))
+        inits[f"w{i + 1}"] = _w(n, k * n, 3, 3)
+    total = "c0"
+    for i in range(1, len(sizes)):
+        nodes.append(helper.make_node("Add", [total, f"c{i}"], [f"s{i}"]))
+        total = f"s{i}"
+    nodes.append(helper.make_node("Identity", [total], ["y"]))
+    m = _model(nodes, [1, n, 6, 6], inits)
+    m.graph.initializer.append(numpy_helper.from_array(np.array(sizes, np.int64) * n, "sizes"))
+    return m
+
+
+def test_a_split_into_equal_parts_stays_packed():
+    """Split at block edges into equal parts, the split becomes TVM's sections form, whose layout
+    rule keeps the parts packed: the convs reading them take the split's block (the walk follows
+    it), and no conversion is left around the split."""
+    n = X86.vector_lanes_f32
+    report, got, ref = run_onnx(_split_model([1, 1]), [(n, n), (None, n), (None, n)])
+    assert report.details["splits_as_sections"] == 1 and "split lowered" not in report.summary, report.summary
+    assert report.details["packed"] == 3 and report.details["conversions_after"] == 2, report.summary
+    assert all(c["layouts"][0] == f"NCHW{n}c" for c in report.details["per_conv"]), report.details["per_conv"]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_an_unequal_split_that_fails_beside_packed_convs_is_lowered_alone():
+    """Split at block edges into unequal parts, TVM's layout inference gives a part 0 channels: the
+    split is lowered with NCHW around it and every conv keeps its searched layout (nudenet's 64
+    convs had all fallen back to uniform blocking)."""
+    n = X86.vector_lanes_f32
+    report, got, ref = run_onnx(_split_model([1, 2]), [(n, n), (n, n), (n, n)])
     assert report.details["packed"] == 3 and "relax.split lowered" in report.summary, report.summary
     assert "uniform" not in report.summary and "NCHW kept" not in report.summary, report.summary
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
