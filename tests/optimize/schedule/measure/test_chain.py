@@ -74,3 +74,23 @@ def test_a_chain_without_weights_flushes_nothing(flushed):
 def test_a_chain_that_does_not_wire_is_refused():
     with pytest.raises(ValueError, match="not the previous kernel's output"):
         measure.time_chains([_scheduled(_scaled(16), _plus_weight(8))], host_target(), rounds=1)
+
+
+def test_an_rpc_target_sums_each_chain_of_kernels_timed_there(monkeypatch):
+    """A board's kernels are timed one by one on it (time_interleaved) and summed per chain; a
+    kernel that failed there fails its chain."""
+    from dataclasses import replace
+
+    from packager.targets.table import RpcDevice
+
+    seen = []
+
+    def remote(funcs, target, rounds, tally=None):
+        seen.append((len(funcs), target.rpc is not None))
+        return [1.0, 2.0, 4.0, None, 8.0]
+
+    monkeypatch.setattr(measure, "time_interleaved", remote)
+    board = replace(host_target(), rpc=RpcDevice("127.0.0.1", 9190, "board"))
+    one, two = _scheduled(_scaled(8)), _scheduled(_scaled(8), _plus_weight(8))
+    assert measure.time_chains([one, two, two], board) == [1.0, 6.0, None]
+    assert seen == [(5, True)]
