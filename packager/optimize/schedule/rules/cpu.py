@@ -47,9 +47,6 @@ from ..tir_util import (PARALLEL_MIN_COPY, PARALLEL_MIN_WORK, Anchor, KernelSche
                        vector_factor)
 
 
-REG_MIN_EXTENT = 8            # an output axis this long or longer can hold a register tile of its own
-
-
 def _elements(region) -> int:
     """Elements of the buffer a block region belongs to."""
     n = 1
@@ -371,11 +368,7 @@ class CpuRules:
     def _pick_axes(blk, spatial: list, extents: dict) -> tuple:
         """The vector axis (the output's innermost index, so stores are contiguous) and the
         register-tile axis (an output axis that the vector operand's index does not use, so each
-        vector load is reused across the tile: output channels for conv, rows for matmul). Of
-        several, the innermost in the output with REG_MIN_EXTENT or more, else the longest: a
-        conv's tile along a row of output pixels reads and writes contiguous memory, where one down
-        a column touches a row per pixel (stem convs, tile along w instead of h: 1->128 at 900 x
-        161 16.3 -> 7.6 ms at NCHW16c, 3->64 stride 2 at 224 x 224 0.76 -> 0.44 ms)."""
+        vector load is reused across the tile: output channels for conv, rows for matmul)."""
         last_index_vars = free_vars(blk.writes[0].region[-1].min)
         vec = next((s for s in reversed(spatial) if s[0].var in last_index_vars and extents[s[0].var] > 1), None)
         if vec is None:
@@ -388,10 +381,7 @@ class CpuRules:
             if vec[0].var in used:
                 dependent |= used
         candidates = [s for s in spatial if s is not vec and s[0].var not in dependent and extents[s[0].var] > 1]
-        if not candidates:
-            return vec, None
-        inner = candidates[-1]
-        return vec, inner if extents[inner[0].var] >= REG_MIN_EXTENT else max(candidates, key=lambda s: extents[s[0].var])
+        return vec, max(candidates, key=lambda s: extents[s[0].var]) if candidates else None
 
     def _deinterleave_strided(self, sch: s_tir.Schedule, blk, staged: list, vec_var) -> int:
         """Store a staged input (padding) as [..., phase, w // s] when the vector loop reads it with

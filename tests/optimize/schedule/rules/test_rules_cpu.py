@@ -74,24 +74,3 @@ def test_reduction_split_at_a_folded_reshape_period():
     ref = run_kernel(func, target, [a.copy() for a in args])
     got = run_kernel(scheduled, target, [a.copy() for a in args])
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("h,w,picked", [(40, 12, "v_x"), (12, 40, "v_x"), (40, 4, "v_y")])
-def test_a_conv_register_tile_runs_along_its_output_rows(h, w, picked):
-    """The register tile goes along the output's innermost spatial axis (contiguous reads and
-    writes) when that axis is long enough to hold one, else along the longest."""
-    from tvm import s_tir, te
-
-    from packager.optimize.layout.conv import ConvLayouts, conv2d_packed
-
-    d = te.placeholder((1, 3, h, w), name="d")
-    wt = te.placeholder((1, 3, 3, 3, 1, 16), name="w")
-    y = conv2d_packed(d, wt, ConvLayouts(1, 1, 16, 16), 3, 16, (1, 1), (1, 1, 1, 1), (1, 1), 1, "float32")
-    func = te.create_prim_func([d, wt, y])
-    sch = s_tir.Schedule(func)
-    anchor = CpuRules(host_target()).prepare_anchor(sch)
-    assert anchor.reg[0].var.name == picked
-    scheduled, info = CpuRules(host_target()).schedule(func)
-    args = random_args(func)
-    np.testing.assert_allclose(run_kernel(scheduled, host_target(), [a.copy() for a in args]),
-                               run_kernel(func, host_target(), [a.copy() for a in args]), rtol=1e-5, atol=1e-5)
