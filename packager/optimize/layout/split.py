@@ -6,7 +6,7 @@ layout rule for `relax.split` maps indices into a channel-blocked layout wrongly
 NCHW16c at channel 32 gives a 0-channel part, and ConvertLayout fails), so the layout pass had
 to lower every split to a kernel with NCHW around it (isolate.py). The rule for sections is
 right: a split into parts of whole blocks stays packed, and one that is not falls back to NCHW.
-CSP blocks (YOLOv5/v8/v11's C2f and C3k2, ShuffleNetV2's channel split) halve their channels
+CSP blocks (YOLOv5/v8/v11's C2f and C3k2) halve their channels
 with a split like this; in YOLO11n 20 of 88 convs read NCHW because of it.
 """
 from __future__ import annotations
