@@ -51,14 +51,13 @@ class _Chain:
 def _wire(chain: list[tirx.PrimFunc], rng: np.random.Generator, dev) -> list[list]:
     """Random arguments for each kernel, each kernel's first being the previous one's output."""
     wired: list[list] = []
-    for func in chain:
+    for k, func in enumerate(chain):
         args = _args(func, rng, dev)
         if wired:
             out = wired[-1][-1]
             if tuple(out.shape) != tuple(args[0].shape) or out.dtype != args[0].dtype:
-                raise ValueError(f"{func.attrs['global_symbol'] if func.attrs else 'kernel'}: its first argument "
-                                 f"{tuple(args[0].shape)} {args[0].dtype} is not the previous kernel's output "
-                                 f"{tuple(out.shape)} {out.dtype}")
+                raise ValueError(f"kernel {k} of a chain: its first argument {tuple(args[0].shape)} {args[0].dtype} "
+                                 f"is not the previous kernel's output {tuple(out.shape)} {out.dtype}")
             args[0] = out
         wired.append(args)
     return wired
