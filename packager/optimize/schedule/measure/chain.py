@@ -52,14 +52,14 @@ def _wire(chain: list[tirx.PrimFunc], rng: np.random.Generator, dev) -> list[lis
     """Random arguments for each kernel, each kernel's first being the previous one's output."""
     wired: list[list] = []
     for k, func in enumerate(chain):
-        args = _args(func, rng, dev)
-        if wired:
-            out = wired[-1][-1]
-            if tuple(out.shape) != tuple(args[0].shape) or out.dtype != args[0].dtype:
-                raise ValueError(f"kernel {k} of a chain: its first argument {tuple(args[0].shape)} {args[0].dtype} "
-                                 f"is not the previous kernel's output {tuple(out.shape)} {out.dtype}")
-            args[0] = out
-        wired.append(args)
+        out = wired[-1][-1] if wired else None
+        if out is not None:
+            p = func.params[0]
+            shape, dtype = tuple(int(d) for d in p.shape), str(p.dtype)
+            if tuple(out.shape) != shape or str(out.dtype) != dtype:
+                raise ValueError(f"kernel {k} of a chain: its first argument {shape} {dtype} is not the "
+                                 f"previous kernel's output {tuple(out.shape)} {out.dtype}")
+        wired.append(_args(func, rng, dev, first=out))   # an intermediate (Winograd's V: 170 MB) is not made twice
     return wired
 
 

@@ -133,9 +133,11 @@ def _load(lib: Library, target: Target):
     return lib, tvm.cpu()
 
 
-def _args(func: tirx.PrimFunc, rng: np.random.Generator, dev) -> list:
-    out = []
-    for p in func.params:
+def _args(func: tirx.PrimFunc, rng: np.random.Generator, dev, first=None) -> list:
+    """Random tensors for `func`'s parameters (zeros for integers); `first`, when given, is used
+    as the first instead of making one."""
+    out = [first] if first is not None else []
+    for p in func.params[len(out):]:
         shape = [int(d) for d in p.shape]
         dt = str(p.dtype)
         data = rng.standard_normal(shape).astype(dt) if dt.startswith("float") else np.zeros(shape, dt)
