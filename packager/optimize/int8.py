@@ -12,15 +12,19 @@ kernel, in the first of the target's integer dot forms (`IntDot`) that takes it:
 
 * QUAD (AVX-512 VNNI): the activation is x_q itself as uint8 (an int8 x_q offset by 128), the
   weights [N/16, K/4, 16, 4] panels, and the kernel subtracts x_zp * (sum of an output's weights)
-  from the sums. Needs N a multiple of 16 (and K of 4 for a matmul).
+  from the sums. A matmul needs K a multiple of 4.
 * PAIR (any CPU): the activation is x_q - x_zp as int16, the weights [N/8, K/2, 8, 2] panels.
+
+N (a conv's output channels) need not be whole panels: the last panel is padded with zero
+columns, its sums computed in registers and only the real ones written (ShuffleNetV2's 58, 116
+and 232 channels), as long as it holds at least half real columns.
 
 A convolution's activation is first laid out N[H]WC (channels in whole groups, the spatial padding
 and the filling channels holding the activation's zero) so a group of channels is one 32-bit
 load; its weights are panels [OC/L, *K, C/G, L, G]. The output stays NC[H]W, as the float graph
 around it.
 
-A conv the panels do not take (grouped or depthwise, output channels not whole panels, a weight
+A conv the panels do not take (grouped or depthwise, fewer output channels than half a panel, a weight
 zero point that takes w_q - w_zp out of int8) is computed exactly in float32 when it can be:
 where the largest |x_q - x_zp| times the largest sum of |w_q - w_zp| over one output's products
 stays below 2^24, every partial sum in any order is an integer float32 holds, so a float32 conv
@@ -30,7 +34,7 @@ onnxruntime's time on a YOLO11n node).
 
 Not (yet) in integers, and counted in the report line by reason: matmuls of two activations
 (attention), convs the panels do not take whose sums could pass 2^24, 3-D and transposed
-convolutions, matmul weights whose zero point leaves int8 range, K odd or N not whole panels.
+convolutions, matmul weights whose zero point leaves int8 range, K odd or N under half a panel.
 CUDA targets keep the float path (dp4a / integer tensor cores are not built).
 """
 from __future__ import annotations
@@ -49,6 +53,7 @@ from .schedule.contract import IntDot
 
 PANEL = 8          # weight columns per panel: the int32 lanes of the CPU int-dot rule's vector
 EXACT = 1 << 24    # float32 holds every integer up to 2^24 exactly
+MAX_PADDING = 2    # panels may hold up to this many times the real columns (a partial last panel)
 QUANTIZED = ("uint8", "int8")
 GROUP_NAMES = {4: "u8 x s8 quads (vpdpbusd)", 2: "int16 x int8 pairs"}
 LAYOUTS = {"relax.nn.conv1d": ("NCW", "OIW", "NCW"), "relax.nn.conv2d": ("NCHW", "OIHW", "NCHW")}
@@ -56,17 +61,25 @@ CONVS = {"relax.nn.conv3d": "3-D convolutions",
          "relax.nn.conv1d_transpose": "transposed convolutions", "relax.nn.conv2d_transpose": "transposed convolutions"}
 
 
+def padded(n: int, lanes: int) -> int:
+    """n columns (output channels) rounded up to whole panels of `lanes`."""
+    return n - n % -lanes
+
+
 def pack_panels(w: np.ndarray, lanes: int = PANEL, group: int = 2) -> np.ndarray:
-    """K x N int8 -> [N/lanes, K/group, lanes, group]: a panel's columns, k in groups innermost."""
+    """K x N int8 -> [ceil(N/lanes), K/group, lanes, group]: a panel's columns, k in groups
+    innermost; the last panel's missing columns are zero weights."""
     k, n = w.shape
-    return np.ascontiguousarray(w.reshape(k // group, group, n // lanes, lanes).transpose(2, 0, 3, 1))
+    w = np.pad(w, [(0, 0), (0, padded(n, lanes) - n)])
+    return np.ascontiguousarray(w.reshape(k // group, group, -1, lanes).transpose(2, 0, 3, 1))
 
 
 def pack_conv(w: np.ndarray, lanes: int = PANEL, group: int = 2) -> np.ndarray:
-    """OC x C x *K int8 (1-D or 2-D kernel) -> [OC/lanes, *K, CG, lanes, group], C zero-padded to
-    group * CG."""
+    """OC x C x *K int8 (1-D or 2-D kernel) -> [ceil(OC/lanes), *K, CG, lanes, group], C zero-padded
+    to group * CG and OC to whole panels."""
     oc, c, *k = w.shape
-    w = np.pad(w, [(0, 0), (0, -c % group)] + [(0, 0)] * len(k))
+    w = np.pad(w, [(0, padded(oc, lanes) - oc), (0, -c % group)] + [(0, 0)] * len(k))
+    oc = w.shape[0]
     order = (0, *range(4, 4 + len(k)), 2, 1, 3)
     return np.ascontiguousarray(w.reshape(oc // lanes, lanes, -1, group, *k).transpose(order))
 
@@ -90,9 +103,11 @@ def channels_last_pad(x: te.Tensor, before: list[int], after: list[int], group: 
 
 
 def int_conv(xp: te.Tensor, panels: te.Tensor, out_space: list[int], strides: list[int],
-             dilation: list[int]) -> te.Tensor:
+             dilation: list[int], channels: int | None = None) -> te.Tensor:
     """C[n, o, *pos] = sum over (kernel taps, channel groups) of int32(xp) * int32(W): NC[H]W
-    int32 out of an N[H]WC input and [O/L, *K, C/G, L, G] panels (1-D or 2-D)."""
+    int32 out of an N[H]WC input and [O/L, *K, C/G, L, G] panels (1-D or 2-D). With `channels`
+    fewer than the panels' columns, the sums cover whole panels and the first `channels` are the
+    result (the int-dot rule keeps the padded tile in registers and writes only these)."""
     *taps, cg = (int(d) for d in panels.shape[1:-2])
     lanes, group = (int(d) for d in panels.shape[-2:])
     k = [te.reduce_axis((0, t), name=f"k{i}") for i, t in enumerate(taps)]
@@ -102,18 +117,28 @@ def int_conv(xp: te.Tensor, panels: te.Tensor, out_space: list[int], strides: li
         at = [p * s + t * d for p, s, t, d in zip(pos, strides, k, dilation)]
         return te.sum(xp[(i, *at, group * ko + ki)].astype("int32")
                       * panels[(o // lanes, *k, ko, o % lanes, ki)].astype("int32"), axis=[*k, ko, ki])
-    return te.compute((xp.shape[0], int(panels.shape[0]) * lanes, *out_space), value,
-                      name=f"conv{len(taps)}d_int8")
+    acc = te.compute((xp.shape[0], int(panels.shape[0]) * lanes, *out_space), value, name=f"conv{len(taps)}d_int8")
+    return _first(acc, 1, channels)
 
 
-def int_matmul(a: te.Tensor, panels: te.Tensor) -> te.Tensor:
-    """C[..., m, n] = sum over k groups of int32(A[..., m, k]) * int32(W[k, n]), W in [N/L, K/G, L, G] panels."""
+def int_matmul(a: te.Tensor, panels: te.Tensor, columns: int | None = None) -> te.Tensor:
+    """C[..., m, n] = sum over k groups of int32(A[..., m, k]) * int32(W[k, n]), W in [N/L, K/G, L, G]
+    panels; the first `columns` of them where the last panel is padded (int_conv's `channels`)."""
     lanes, group = (int(d) for d in panels.shape[-2:])
     kdim, n = int(a.shape[-1]), int(panels.shape[0]) * lanes
     ko, ki = te.reduce_axis((0, kdim // group), name="ko"), te.reduce_axis((0, group), name="ki")
-    return te.compute((*a.shape[:-1], n), lambda *i: te.sum(
+    acc = te.compute((*a.shape[:-1], n), lambda *i: te.sum(
         a[(*i[:-1], group * ko + ki)].astype("int32")
         * panels[i[-1] // lanes, ko, i[-1] % lanes, ki].astype("int32"), axis=[ko, ki]), name="matmul_int8")
+    return _first(acc, acc.ndim - 1, columns)
+
+
+def _first(acc: te.Tensor, axis: int, count: int | None) -> te.Tensor:
+    """acc's first `count` indices along `axis` (acc itself when that is all of them)."""
+    if count is None or count == int(acc.shape[axis]):
+        return acc
+    shape = [*acc.shape[:axis], count, *acc.shape[axis + 1:]]
+    return te.compute(shape, lambda *i: acc[i], name=f"{acc.op.name}_columns")
 
 
 def _exact_in_float32(x: relax.Call, w: np.ndarray) -> bool:
@@ -139,6 +164,7 @@ class _IntegerKernels(relax.PyExprMutator):
         self.integer = 0                        # matmuls and convs in integers
         self.convs = 0
         self.exact = 0                          # of the convs: exact integer sums in float32
+        self.padded = 0                         # matmuls and convs whose last panel is partly zero columns
         self.kept: Counter = Counter()          # why a dequantized matmul or conv stayed in float
 
     def _dequantized(self, e) -> relax.Call | None:
@@ -201,7 +227,9 @@ class _IntegerKernels(relax.PyExprMutator):
         self.used[form.group] += 1
         xi, zp = self._activation(x, form)
         panels = pack_panels(w[0].astype(np.int8), form.lanes, form.group)
-        acc = self.builder_.emit_te(int_matmul, xi, relax.const(panels), primfunc_name_hint="matmul_int8")
+        self.padded += w[0].shape[1] % form.lanes != 0
+        acc = self.builder_.emit_te(int_matmul, xi, relax.const(panels), w[0].shape[1],
+                                    primfunc_name_hint="matmul_int8")
         return self._scaled(self._compensated(acc, zp, w[0].sum(axis=0), 1), x, w[1], 1)
 
     def _conv(self, call: relax.Call) -> relax.Expr:
@@ -226,7 +254,8 @@ class _IntegerKernels(relax.PyExprMutator):
         xp = self.builder_.emit_te(channels_last_pad, xi, pad[:ndim - 2], pad[ndim - 2:], form.group, zp,
                                    primfunc_name_hint="channels_last_pad")
         panels = pack_conv(w[0].astype(np.int8), form.lanes, form.group)
-        acc = self.builder_.emit_te(int_conv, xp, relax.const(panels), space, strides, dilation,
+        self.padded += w[0].shape[0] % form.lanes != 0
+        acc = self.builder_.emit_te(int_conv, xp, relax.const(panels), space, strides, dilation, w[0].shape[0],
                                     primfunc_name_hint=f"conv{ndim - 2}d_int8")
         sums = w[0].reshape(w[0].shape[0], -1).sum(axis=1)
         return self._scaled(self._compensated(acc, zp, sums, ndim), x, w[1], ndim)
@@ -269,7 +298,10 @@ class _IntegerKernels(relax.PyExprMutator):
 
     def _fit(self, x: relax.Call, w: np.ndarray, conv: bool = False) -> tuple[IntDot | None, str]:
         """The first of the target's forms whose panels take this activation and K x N weight, or
-        why the last (the most general) does not. A conv's channels are padded to whole groups."""
+        why the last (the most general) does not. N may end in a partial panel that is at least
+        half real columns (MAX_PADDING): the padded columns are zero weights whose sums stay in
+        registers, cheaper than any float path (a QUAD step is 64 products, a float FMA 16). A
+        conv's channels are padded to whole groups."""
         why = self._activation_unfit(x)
         if why:
             return None, why
@@ -277,8 +309,9 @@ class _IntegerKernels(relax.PyExprMutator):
         if w.min() < -128 or w.max() > 127:
             return None, "weight minus zero point leaves int8"
         for form in self.forms:
-            why = f"{'output channels' if conv else 'N'} not a multiple of {form.lanes}" if n % form.lanes else \
-                f"K not a multiple of {form.group}" if k % form.group and not conv else ""
+            why = (f"{'output channels' if conv else 'N'} fewer than half a panel of {form.lanes}"
+                   if padded(n, form.lanes) > MAX_PADDING * n else
+                   f"K not a multiple of {form.group}" if k % form.group and not conv else "")
             if not why:
                 return form, ""
         return None, why
@@ -331,7 +364,7 @@ def integer_kernels(mod: tvm.IRModule, forms: tuple[IntDot, ...]) -> tuple[tvm.I
     kept = ", ".join(f"{n} {why}" for why, n in sorted(m.kept.items()))
     moved = (f"; {moves.ops} data movement op(s) on 8-bit values ({moves.moved} quantize/dequantize round trip(s) "
              "removed)" if moves.moved else "")
-    details = {"integer": m.integer, "convs": m.convs, "exact": m.exact, "kept": dict(m.kept),
+    details = {"integer": m.integer, "convs": m.convs, "exact": m.exact, "padded": m.padded, "kept": dict(m.kept),
                "groups": {str(g): n for g, n in sorted(m.used.items())},
                "moves": moves.ops, "round_trips": moves.moved}
     if not m.integer and not kept:
@@ -341,5 +374,6 @@ def integer_kernels(mod: tvm.IRModule, forms: tuple[IntDot, ...]) -> tuple[tvm.I
              "their weights float32 integers" if m.exact else "")
     groups = ", ".join(f"{n} as {GROUP_NAMES.get(g, g)}" for g, n in sorted(m.used.items(), reverse=True))
     exact += f"; {groups}" if len(forms) > 1 and groups else ""
+    exact += f"; {m.padded} with N (output channels) padded to whole panels" if m.padded else ""
     return out, PassReport("int8", "applied", f"{done or 'nothing'} in int8 (int32 sums, int8 weights{exact})"
                            + moved + (f"; kept in float: {kept}" if kept else ""), details)

@@ -8,7 +8,7 @@ import pytest
 import tvm
 from tvm import te
 
-from packager.optimize.int8 import PANEL, int_conv, int_matmul, pack_conv, pack_panels
+from packager.optimize.int8 import PANEL, int_conv, int_matmul, pack_conv, pack_panels, padded
 from packager.optimize.schedule.gensor.cpu import GensorCpu
 from packager.optimize.schedule.measure.database import TuningDatabase
 from packager.optimize.schedule.rules.cpu import CpuRules
@@ -118,9 +118,9 @@ def _conv_kernel(n: int, c: int, hw: tuple[int, int], oc: int, k: int, stride: i
     """A pair-padded NHWC int16 input x conv panels -> int32 -> float scale per output channel."""
     h, w = hw
     xp = te.placeholder((n, h + 2 * pad, w + 2 * pad, c + c % 2), "int16", "xp")
-    panels = te.placeholder((oc // PANEL, k, k, (c + 1) // 2, PANEL, 2), "int8", "w")
+    panels = te.placeholder((padded(oc, PANEL) // PANEL, k, k, (c + 1) // 2, PANEL, 2), "int8", "w")
     out_hw = tuple((d + 2 * pad - dil * (k - 1) - 1) // stride + 1 for d in hw)
-    acc = int_conv(xp, panels, list(out_hw), [stride, stride], [dil, dil])
+    acc = int_conv(xp, panels, list(out_hw), [stride, stride], [dil, dil], oc)
     scale = te.placeholder((oc, 1, 1), "float32", "s")
     y = te.compute((n, oc, *out_hw), lambda b, o, i, j: acc[b, o, i, j].astype("float32") * scale[o, 0, 0],
                    name="scaled")
@@ -142,6 +142,7 @@ def _conv_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dil: in
     (1, 3, (15, 15), 16, 3, 2, 1, 1, 16),     # 3 channels (a zero channel completes the pairs): 18 steps, 8 x 2
     (2, 16, (8, 8), 24, 3, 1, 2, 2, 12),      # dilated, two images
     (1, 8, (12, 1), 16, 1, 1, 0, 1, 12),      # a map one wide: 6 positions along y x 2 vectors
+    (1, 12, (6, 6), 12, 1, 1, 0, 1, 12),      # 12 channels: the second panel half zero columns, never written
 ])
 def test_a_conv_is_exact_and_uses_vpmaddwd(n, c, hw, oc, k, stride, pad, dil, tile):
     target = host_target()
@@ -211,9 +212,9 @@ def _quad_conv_kernel(c: int, hw: tuple[int, int], oc: int, k: int, stride: int,
     """A channels-last uint8 input (C in groups of 4) x quad panels -> int32 -> float scale."""
     h, w = hw
     xp = te.placeholder((1, h + 2 * pad, w + 2 * pad, c - c % -4), "uint8", "xp")
-    panels = te.placeholder((oc // 16, k, k, -(-c // 4), 16, 4), "int8", "w")
+    panels = te.placeholder((padded(oc, 16) // 16, k, k, -(-c // 4), 16, 4), "int8", "w")
     out_hw = tuple((d + 2 * pad - k) // stride + 1 for d in hw)
-    acc = int_conv(xp, panels, list(out_hw), [stride, stride], [1, 1])
+    acc = int_conv(xp, panels, list(out_hw), [stride, stride], [1, 1], oc)
     scale = te.placeholder((oc, 1, 1), "float32", "s")
     y = te.compute((1, oc, *out_hw), lambda b, o, i, j: acc[b, o, i, j].astype("float32") * scale[o, 0, 0],
                    name="scaled")
@@ -224,6 +225,8 @@ def _quad_conv_kernel(c: int, hw: tuple[int, int], oc: int, k: int, stride: int,
     (16, (8, 8), 32, 3, 1, 1),       # 36 k-quad steps, two panels of 16 channels
     (3, (15, 15), 16, 3, 2, 1),      # 3 channels filled to 4 (the pass fills with the zero point; here 0)
     (64, (7, 7), 48, 1, 1, 0),       # a 7x7 map: 7 positions x 3 vectors, the epilogue over 7 positions
+    (116, (7, 7), 116, 1, 1, 0),     # ShuffleNetV2's 116 channels: 8 panels, the last 4 real columns of 16
+    (3, (16, 16), 24, 3, 2, 1),      # a stem to 24 channels: one and a half panels
 ])
 def test_a_quad_conv_is_exact_and_uses_vpdpbusd(c, hw, oc, k, stride, pad):
     target = _vnni_target()
@@ -242,19 +245,21 @@ def test_a_quad_conv_is_exact_and_uses_vpdpbusd(c, hw, oc, k, stride, pad):
     np.testing.assert_array_equal(got, want.astype(np.float32) * s)
 
 
-def test_a_quad_matmul_is_exact():
-    """uint8 rows x [N/16, K/4, 16, 4] panels: the largest sums (255 x -128 x K) stay exact."""
+@pytest.mark.parametrize("n", [48, 40])
+def test_a_quad_matmul_is_exact(n):
+    """uint8 rows x [N/16, K/4, 16, 4] panels: the largest sums (255 x -128 x K) stay exact; 40
+    columns end in a half panel whose zero columns are not written."""
     target = _vnni_target()
     a = te.placeholder((1, 24, 128), "uint8", "a")
     panels = te.placeholder((3, 32, 16, 4), "int8", "w")
-    acc = int_matmul(a, panels)
-    y = te.compute((1, 24, 48), lambda b, i, j: acc[b, i, j], name="out")
+    acc = int_matmul(a, panels, n)
+    y = te.compute((1, 24, n), lambda b, i, j: acc[b, i, j], name="out")
     scheduled, info = CpuRules(target).schedule(te.create_prim_func([a, panels, y]))
     assert info.rule == "int-dot" and info.note == "vpdpbusd"
     rng = np.random.default_rng(4)
     an = rng.integers(0, 256, (1, 24, 128)).astype(np.uint8)
     an[0, 0] = 255
-    wn = rng.integers(-128, 128, (128, 48)).astype(np.int8)
+    wn = rng.integers(-128, 128, (128, n)).astype(np.int8)
     wn[:, 0] = -128
-    got = run_kernel(scheduled, target, [an, pack_panels(wn, 16, 4), np.zeros((1, 24, 48), np.int32)])
+    got = run_kernel(scheduled, target, [an, pack_panels(wn, 16, 4), np.zeros((1, 24, n), np.int32)])
     np.testing.assert_array_equal(got[0], an[0].astype(np.int64) @ wn.astype(np.int64))
