@@ -140,8 +140,11 @@ class CpuRules:
         """Parallel outer loops x vectorized inner loop for a root-level spatial block.
 
         With a long innermost axis, vector lanes run along it and the other loops are fused for
-        threads (index math stays affine). Otherwise all loops are fused and split into parallel
-        chunks x lanes, which vectorizes short rows too."""
+        threads (index math stays affine). Otherwise the fewest innermost loops whose extents
+        give a vector of at least half the lanes are fused and split into lanes, and the rest
+        into parallel chunks: short rows are vectorized too, and a vector never straddles an
+        outer index (a channel shuffle's vectors of 58 uint8 over 58x28x28 read across channels,
+        gathers: 0.44 ms; over its 28x28 planes, contiguous: 0.08 ms)."""
         loops = sch.get_loops(block)
         if not loops:
             return 1, 1
@@ -165,8 +168,12 @@ class CpuRules:
             if par > 1:
                 sch.parallel(outer)
             return par, vec
-        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-        vec = best_factor(total, lanes) if total >= 4 else 1
+        k, span = len(loops) - 1, inner_ext
+        while k > 0 and best_factor(span, lanes) < lanes // 2:
+            k -= 1
+            span *= loop_extent(sch, loops[k])
+        fused = sch.fuse(*loops[k:]) if len(loops) - k > 1 else loops[k]
+        vec = best_factor(span, lanes) if span >= 4 else 1
         if vec < 4:
             vec = 1
         par = 1
@@ -175,6 +182,8 @@ class CpuRules:
             sch.vectorize(inner)
         else:
             outer = fused
+        if k > 0:
+            outer = sch.fuse(*loops[:k], outer)
         n_outer = total // vec
         if total >= min_work and n_outer > 1:
             chunk = best_factor(n_outer, max(1, n_outer // 256))

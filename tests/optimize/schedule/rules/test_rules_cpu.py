@@ -74,3 +74,20 @@ def test_reduction_split_at_a_folded_reshape_period():
     ref = run_kernel(func, target, [a.copy() for a in args])
     got = run_kernel(scheduled, target, [a.copy() for a in args])
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_short_rows_are_vectorized_within_a_channel():
+    """A uint8 channel shuffle over 28x28 planes (rows of 28, under AVX-512's 64 lanes): the vector
+    runs over one channel's plane (its width divides 784), so its loads are contiguous instead of
+    gathers across channels; the result is the unscheduled kernel's."""
+    from tvm import te
+
+    x = te.placeholder((1, 116, 28, 28), "uint8", "x")
+    y = te.compute((1, 116, 28, 28), lambda b, c, h, w: x[b, c % 2 * 58 + c // 2, h, w], name="shuffle")
+    func = te.create_prim_func([x, y])
+    target = host_target()
+    scheduled, info = CpuRules(target).schedule(func)
+    assert info.rule == "injective" and 784 % info.vector == 0 and info.vector >= 16, info
+    xs = np.random.default_rng(0).integers(0, 256, (1, 116, 28, 28)).astype(np.uint8)
+    got = run_kernel(scheduled, target, [xs, np.zeros_like(xs)])
+    np.testing.assert_array_equal(got, xs[:, np.arange(116) % 2 * 58 + np.arange(116) // 2])
