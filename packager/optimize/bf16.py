@@ -24,9 +24,10 @@ import tvm
 from tvm import relax, te, tirx
 
 from .base import PassReport
-from .int8 import channels_last_pad
+from .int8_kernels import channels_last_pad
 from .relax_util import bound_value, is_const, rewrite_functions
-from .schedule.contract import TILE_CHUNK as CHUNK, TILE_PANEL as PANEL, TileDot, reference_kernel, tile_height
+from .schedule.contract import TILE_CHUNK as CHUNK, TILE_PANEL as PANEL, TileDot, reference_kernel, tile_height, \
+    tiled_rows
 
 MIN_PADDED = 64               # fewer input channels than this are padded to CHUNK only when already whole
 
@@ -55,12 +56,6 @@ def bf16_rows(x: te.Tensor, channels: int, rows: int) -> te.Tensor:
     return te.compute((1, 1, rows, channels), lambda a, b, i, j: te.if_then_else(
         tirx.all(i < m, j < k), bf16_bits(x[tirx.min(i, m - 1), tirx.min(j, k - 1)]), tirx.const(0, "uint16")),
         name="bf16_rows")
-
-
-def tiled_rows(m: int) -> int:
-    """The rows a matmul of m rows computes: m where a tile height from 4 to 16 divides it (or m
-    is below 4: one tile), else m rounded up to 16 (zero rows, sliced off after: ViT's 197 tokens)."""
-    return m if m < 4 or tile_height(m) >= 4 else m - m % -PANEL
 
 
 def pack_bf16(w: np.ndarray, channels: int) -> np.ndarray:

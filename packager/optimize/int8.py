@@ -40,105 +40,25 @@ CUDA targets keep the float path (dp4a / integer tensor cores are not built).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
 
 import numpy as np
 import tvm
-from tvm import relax, te, tirx
+from tvm import relax, tirx
 
+from . import int8_tiles
 from .base import PassReport
+from .int8_kernels import PANEL, channels_last_pad, int_conv, int_matmul, pack_conv, pack_panels, padded  # noqa: F401
 from .qdq_moves import EightBitMoves
 from .relax_util import bound_value, is_const, rewrite_functions
-from .schedule.contract import IntDot
+from .schedule.contract import TILE_DOT, IntDot
 
-PANEL = 8          # weight columns per panel: the int32 lanes of the CPU int-dot rule's vector
 EXACT = 1 << 24    # float32 holds every integer up to 2^24 exactly
 MAX_PADDING = 2    # panels may hold up to this many times the real columns (a partial last panel)
 QUANTIZED = ("uint8", "int8")
-GROUP_NAMES = {4: "u8 x s8 quads (vpdpbusd)", 2: "int16 x int8 pairs"}
+GROUP_NAMES = {TILE_DOT.group: "AMX-INT8 tiles (tdpbusd)", 4: "u8 x s8 quads (vpdpbusd)", 2: "int16 x int8 pairs"}
 LAYOUTS = {"relax.nn.conv1d": ("NCW", "OIW", "NCW"), "relax.nn.conv2d": ("NCHW", "OIHW", "NCHW")}
 CONVS = {"relax.nn.conv3d": "3-D convolutions",
          "relax.nn.conv1d_transpose": "transposed convolutions", "relax.nn.conv2d_transpose": "transposed convolutions"}
-
-
-def padded(n: int, lanes: int) -> int:
-    """n columns (output channels) rounded up to whole panels of `lanes`."""
-    return n - n % -lanes
-
-
-def pack_panels(w: np.ndarray, lanes: int = PANEL, group: int = 2) -> np.ndarray:
-    """K x N int8 -> [ceil(N/lanes), K/group, lanes, group]: a panel's columns, k in groups
-    innermost; the last panel's missing columns are zero weights."""
-    k, n = w.shape
-    w = np.pad(w, [(0, 0), (0, padded(n, lanes) - n)])
-    return np.ascontiguousarray(w.reshape(k // group, group, -1, lanes).transpose(2, 0, 3, 1))
-
-
-def pack_conv(w: np.ndarray, lanes: int = PANEL, group: int = 2) -> np.ndarray:
-    """OC x C x *K int8 (1-D or 2-D kernel) -> [ceil(OC/lanes), *K, CG, lanes, group], C zero-padded
-    to group * CG and OC to whole panels."""
-    oc, c, *k = w.shape
-    w = np.pad(w, [(0, padded(oc, lanes) - oc), (0, -c % group)] + [(0, 0)] * len(k))
-    oc = w.shape[0]
-    order = (0, *range(4, 4 + len(k)), 2, 1, 3)
-    return np.ascontiguousarray(w.reshape(oc // lanes, lanes, -1, group, *k).transpose(order))
-
-
-def channels_last_pad(x: te.Tensor, before: list[int], after: list[int], group: int = 2, fill: int = 0,
-                      convert: Callable[[tirx.PrimExpr], tirx.PrimExpr] | None = None, dtype: str = "") -> te.Tensor:
-    """NC[H]W -> N[H]WC with C rounded up to a multiple of `group` and the spatial padding (before,
-    after each spatial axis) as `fill` (the activation's zero), so a group of channels at one
-    position is one contiguous load. `convert` maps each value on the way to `dtype` (the bf16 pass's
-    rounding)."""
-    n, c, *space = (int(d) for d in x.shape)
-    convert = convert or (lambda v: v)
-
-    def value(i, *pos):
-        *where, ch = pos
-        inside = [tirx.all(p >= lo, p < d + lo) for p, lo, d in zip(where, before, space)]
-        kept = convert(x[(i, tirx.min(ch, c - 1), *(p - lo for p, lo in zip(where, before)))])
-        return te.if_then_else(tirx.all(*inside, ch < c), kept, tirx.const(fill, dtype or x.dtype))
-    return te.compute((n, *(d + lo + hi for d, lo, hi in zip(space, before, after)), c - c % -group), value,
-                      name="channels_last_pad")
-
-
-def int_conv(xp: te.Tensor, panels: te.Tensor, out_space: list[int], strides: list[int],
-             dilation: list[int], channels: int | None = None) -> te.Tensor:
-    """C[n, o, *pos] = sum over (kernel taps, channel groups) of int32(xp) * int32(W): NC[H]W
-    int32 out of an N[H]WC input and [O/L, *K, C/G, L, G] panels (1-D or 2-D). With `channels`
-    fewer than the panels' columns, the sums cover whole panels and the first `channels` are the
-    result (the int-dot rule keeps the padded tile in registers and writes only these)."""
-    *taps, cg = (int(d) for d in panels.shape[1:-2])
-    lanes, group = (int(d) for d in panels.shape[-2:])
-    k = [te.reduce_axis((0, t), name=f"k{i}") for i, t in enumerate(taps)]
-    ko, ki = te.reduce_axis((0, cg), name="ko"), te.reduce_axis((0, group), name="ki")
-
-    def value(i, o, *pos):
-        at = [p * s + t * d for p, s, t, d in zip(pos, strides, k, dilation)]
-        return te.sum(xp[(i, *at, group * ko + ki)].astype("int32")
-                      * panels[(o // lanes, *k, ko, o % lanes, ki)].astype("int32"), axis=[*k, ko, ki])
-    acc = te.compute((xp.shape[0], int(panels.shape[0]) * lanes, *out_space), value, name=f"conv{len(taps)}d_int8")
-    return _first(acc, 1, channels)
-
-
-def int_matmul(a: te.Tensor, panels: te.Tensor, columns: int | None = None) -> te.Tensor:
-    """C[..., m, n] = sum over k groups of int32(A[..., m, k]) * int32(W[k, n]), W in [N/L, K/G, L, G]
-    panels; the first `columns` of them where the last panel is padded (int_conv's `channels`)."""
-    lanes, group = (int(d) for d in panels.shape[-2:])
-    kdim, n = int(a.shape[-1]), int(panels.shape[0]) * lanes
-    ko, ki = te.reduce_axis((0, kdim // group), name="ko"), te.reduce_axis((0, group), name="ki")
-    acc = te.compute((*a.shape[:-1], n), lambda *i: te.sum(
-        a[(*i[:-1], group * ko + ki)].astype("int32")
-        * panels[i[-1] // lanes, ko, i[-1] % lanes, ki].astype("int32"), axis=[ko, ki]), name="matmul_int8")
-    return _first(acc, acc.ndim - 1, columns)
-
-
-def _first(acc: te.Tensor, axis: int, count: int | None) -> te.Tensor:
-    """acc's first `count` indices along `axis` (acc itself when that is all of them)."""
-    if count is None or count == int(acc.shape[axis]):
-        return acc
-    shape = [*acc.shape[:axis], count, *acc.shape[axis + 1:]]
-    return te.compute(shape, lambda *i: acc[i], name=f"{acc.op.name}_columns")
 
 
 def _exact_in_float32(x: relax.Call, w: np.ndarray) -> bool:
@@ -151,6 +71,12 @@ def _exact_in_float32(x: relax.Call, w: np.ndarray) -> bool:
     return x_max * int(np.abs(w.astype(np.int64)).reshape(w.shape[0], -1).sum(axis=1).max()) < EXACT
 
 
+def _static(*exprs: relax.Expr) -> bool:
+    """Whether every expr's shape is known to the last dimension."""
+    shapes = [getattr(e.ty, "shape", None) for e in exprs]
+    return all(s is not None and all(isinstance(d, tirx.IntImm) for d in s.values) for s in shapes)
+
+
 def _scalar(e) -> np.ndarray | None:
     return e.value.numpy() if is_const(e) and e.value.numpy().size == 1 else None
 
@@ -159,7 +85,8 @@ def _scalar(e) -> np.ndarray | None:
 class _IntegerKernels(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, forms: tuple[IntDot, ...]):
         super().__init__(mod)
-        self.forms = forms                      # the target's integer dots, preferred first
+        self.tiles = TILE_DOT in forms          # AMX-INT8: convs and matmuls that fit take tiles first
+        self.forms = tuple(f for f in forms if f != TILE_DOT)   # the target's integer dots, preferred first
         self.used: Counter = Counter()          # matmuls and convs per form (its group: 2 or 4)
         self.integer = 0                        # matmuls and convs in integers
         self.convs = 0
@@ -224,6 +151,12 @@ class _IntegerKernels(relax.PyExprMutator):
             self.kept[why] += 1
             return call
         self.integer += 1
+        rows = int(np.prod([int(d) for d in call.ty.shape.values[:-1]])) if _static(call, x.args[0]) else 0
+        if rows and self.tiles and not int8_tiles.unfit(*w[0].shape, int8_tiles.tiled_rows(rows)):
+            self.used[TILE_DOT.group] += 1
+            xi, zp = self._activation(x, TILE_DOT)
+            acc = int8_tiles.matmul(self.builder_, xi, zp, w[0].astype(np.int8))
+            return self._scaled(self._compensated(acc, zp, w[0].sum(axis=0), 1), x, w[1], 1)
         self.used[form.group] += 1
         xi, zp = self._activation(x, form)
         panels = pack_panels(w[0].astype(np.int8), form.lanes, form.group)
@@ -249,6 +182,11 @@ class _IntegerKernels(relax.PyExprMutator):
             self.exact += 1
             return self._scaled(self._exact_float(call, x, w[0]), x, w[1], ndim)
         self.used[form.group] += 1
+        sums = w[0].reshape(w[0].shape[0], -1).sum(axis=1)
+        if form == TILE_DOT:
+            xi, zp = self._activation(x, form)
+            acc = int8_tiles.conv(self.builder_, call, xi, zp, w[0].astype(np.int8))
+            return self._scaled(self._compensated(acc, zp, sums, ndim), x, w[1], ndim)
         pad, (xi, zp) = [int(p) for p in a.padding], self._activation(x, form)
         space, strides, dilation = [int(d) for d in shape[2:]], [int(v) for v in a.strides], [int(v) for v in a.dilation]
         xp = self.builder_.emit_te(channels_last_pad, xi, pad[:ndim - 2], pad[ndim - 2:], form.group, zp,
@@ -257,7 +195,6 @@ class _IntegerKernels(relax.PyExprMutator):
         self.padded += w[0].shape[0] % form.lanes != 0
         acc = self.builder_.emit_te(int_conv, xp, relax.const(panels), space, strides, dilation, w[0].shape[0],
                                     primfunc_name_hint=f"conv{ndim - 2}d_int8")
-        sums = w[0].reshape(w[0].shape[0], -1).sum(axis=1)
         return self._scaled(self._compensated(acc, zp, sums, ndim), x, w[1], ndim)
 
     def _exact_float(self, call: relax.Call, x: relax.Call, w: np.ndarray) -> relax.Expr:
@@ -286,6 +223,11 @@ class _IntegerKernels(relax.PyExprMutator):
         if int(a.groups) > 1:
             return "exact" if exact else "grouped convolutions whose sums can pass 2^24"
         form, why = self._fit(x, w[0].reshape(w[0].shape[0], -1).T, conv=True)
+        if not why and self.tiles and call.op.name == "relax.nn.conv2d":
+            oc, c, kh, kw = w[0].shape
+            oh, ow = (int(d) for d in call.ty.shape.values[2:])
+            flat = (kh, kw) == (1, 1) and [int(v) for v in a.strides] == [1, 1] and not any(int(p) for p in a.padding)
+            return TILE_DOT if not int8_tiles.unfit(c, oc, oh * ow if flat else ow) else form
         return form if not why else "exact" if exact else why
 
     @staticmethod

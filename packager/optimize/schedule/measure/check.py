@@ -46,7 +46,7 @@ class CheckReport:
 
 # LLVM intrinsics a schedule calls by name (rules/int_dot.py, rules/tile_dot.py) -> the CPU flag they need. LLVM
 # aborts the process when it cannot lower one for this machine, so such a kernel is left unchecked.
-INTRINSIC_FLAGS = (("llvm.x86.tdpbf16ps", "amx_bf16"), ("llvm.x86.tile", "amx_tile"), ("llvm.x86.ldtilecfg", "amx_tile"),
+INTRINSIC_FLAGS = (("llvm.x86.tdpbf16ps", "amx_bf16"), ("llvm.x86.tdpbusd", "amx_int8"), ("llvm.x86.tile", "amx_tile"), ("llvm.x86.ldtilecfg", "amx_tile"),
                    ("llvm.x86.avx512.vpdpbusd", "avx512_vnni"), ("llvm.x86.avx512.", "avx512f"),
                    ("llvm.x86.avx2.", "avx2"))
 

@@ -73,11 +73,13 @@ class CpuRules:
 
     def candidates(self, func: tirx.PrimFunc) -> Iterator[tuple[tirx.PrimFunc, KernelSchedule]]:
         """Every rule that fits, in order of preference, then the naive loops (`func` itself)."""
-        if tile_dot.of(func) is not None:         # a bf16 conv / matmul: AMX tiles, or its plain loops
+        dot = tile_dot.of(func)
+        if dot is not None:                       # a bf16 / int8 conv or matmul: AMX tiles, or its plain loops
             tiled = tile_dot.cpu(func, self.target)
             if tiled is not None:
                 yield tiled
-            yield func, KernelSchedule("naive", note="tile-dot: the plain loops" + ("" if tiled else " (no AMX-BF16)"))
+            unit = f" (no {dot.k.feature.upper()})"
+            yield func, KernelSchedule("naive", note="tile-dot: the plain loops" + ("" if tiled else unit))
             return
         if winograd.stage(func) is not None:     # a Winograd transform: its own schedule, or the plain loops
             try:

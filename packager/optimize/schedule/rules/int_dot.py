@@ -53,6 +53,7 @@ class IntDot(NamedTuple):
 
 PAIR = IntDot(8, 2, "int16")
 QUAD = IntDot(16, 4, "uint8")
+TILE = IntDot(16, 64, "uint8")     # AMX-INT8: 16 int32 per tile row, each adding 64 products (rules/tile_dot.py)
 INTRINSICS = {PAIR: "packager_pair_dot_8x2_i16i8", QUAD: "packager_quad_dot_16x4_u8i8"}
 INSTRUCTION = {PAIR: "vpmaddwd", QUAD: "vpdpbusd"}
 # per form: registers, a matmul's most rows and vectors, a conv tile's most rows and vectors
@@ -61,12 +62,14 @@ SHORT_STEPS, SPILLS = 64, 3                      # k-group steps of a short redu
 
 
 def integer_dots(target) -> tuple[IntDot, ...]:
-    """The forms a CPU target computes, preferred first: QUAD where LLVM may emit AVX-512 VNNI
-    (`+avx512vnni` from the build host or the x86-avx512-vnni row, or a named CPU that has it),
-    PAIR everywhere (vpmaddwd on x86, vectorized loops on arm64)."""
+    """The forms a CPU target computes, preferred first: TILE where LLVM may emit AMX-INT8 (a named
+    CPU that has it, or the mattr; its kernels are TileDots, not this rule's), QUAD where it may
+    emit AVX-512 VNNI (`+avx512vnni` from the build host or the x86-avx512-vnni row, or a named
+    CPU that has it), PAIR everywhere (vpmaddwd on x86, vectorized loops on arm64)."""
+    tiles = (TILE,) if target.arch == "x86_64" and "amx-int8" in target.llvm_features else ()
     if target.arch == "x86_64" and target.vector_bits >= 512 and "avx512vnni" in target.llvm_features:
-        return (QUAD, PAIR)
-    return (PAIR,)
+        return (*tiles, QUAD, PAIR)
+    return (*tiles, PAIR)
 
 
 def _dot_desc(form: IntDot):
