@@ -14,6 +14,7 @@ kernel, in the first of the target's integer dot forms (`IntDot`) that takes it:
   weights [N/16, K/4, 16, 4] panels, and the kernel subtracts x_zp * (sum of an output's weights)
   from the sums. A matmul needs K a multiple of 4.
 * PAIR (any CPU): the activation is x_q - x_zp as int16, the weights [N/8, K/2, 8, 2] panels.
+* TILE (AMX-INT8, a target that names such a CPU) comes first where it fits: int8_tiles.py.
 
 N (a conv's output channels) need not be whole panels: the last panel is padded with zero
 columns, its sums computed in registers and only the real ones written (ShuffleNetV2's 58, 116
