@@ -24,12 +24,11 @@ import tvm
 from tvm import relax, te, tirx
 
 from .base import PassReport
-from .int8_kernels import channels_last_pad
+from .int8_kernels import channels_last_pad, padded_rows
 from .relax_util import bound_value, is_const, rewrite_functions
-from .schedule.contract import TILE_CHUNK as CHUNK, TILE_PANEL as PANEL, TileDot, reference_kernel, tile_height, \
-    tiled_rows
+from .schedule.contract import TILE_CHUNK as CHUNK, TILE_PANEL as PANEL, TileDot, reference_kernel, \
+    tile_channels, tile_unfit, tiled_rows
 
-MIN_PADDED = 64               # fewer input channels than this are padded to CHUNK only when already whole
 
 
 def bf16_bits(v: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -52,10 +51,7 @@ def bf16_numpy(w: np.ndarray) -> np.ndarray:
 
 def bf16_rows(x: te.Tensor, channels: int, rows: int) -> te.Tensor:
     """[M, K] float32 -> [1, 1, rows, channels] bf16 bits, K zero-padded to `channels` and M to `rows`."""
-    m, k = (int(d) for d in x.shape)
-    return te.compute((1, 1, rows, channels), lambda a, b, i, j: te.if_then_else(
-        tirx.all(i < m, j < k), bf16_bits(x[tirx.min(i, m - 1), tirx.min(j, k - 1)]), tirx.const(0, "uint16")),
-        name="bf16_rows")
+    return padded_rows(x, channels, rows, 0, "uint16", bf16_bits, name="bf16_rows")
 
 
 def pack_bf16(w: np.ndarray, channels: int) -> np.ndarray:
@@ -63,11 +59,6 @@ def pack_bf16(w: np.ndarray, channels: int) -> np.ndarray:
     oc, c, kh, kw = w.shape
     w = np.pad(bf16_numpy(w), [(0, 0), (0, channels - c), (0, 0), (0, 0)])
     return np.ascontiguousarray(w.reshape(oc // PANEL, PANEL, channels // 2, 2, kh, kw).transpose(0, 4, 5, 2, 1, 3))
-
-
-def _channels(c: int) -> int | None:
-    """The input channels a TileDot computes over for c (a multiple of CHUNK), None: stays float32."""
-    return c if c % CHUNK == 0 else (c - c % -CHUNK if c >= MIN_PADDED else None)
 
 
 def _static(e: relax.Expr) -> bool:
@@ -96,16 +87,6 @@ class _TileDots(relax.PyExprMutator):
             return call
         return self._conv(call) if op == "relax.nn.conv2d" else self._matmul(call)
 
-    @staticmethod
-    def _fits(channels: int | None, out_channels: int, positions: int) -> str:
-        if channels is None:
-            return "input channels below 64, not a multiple of 32"
-        if out_channels % PANEL:
-            return "output channels not a multiple of 16"
-        if positions >= 4 and tile_height(positions) < 4:
-            return "positions per row with no divisor from 4 to 16"
-        return ""
-
     def _conv(self, call: relax.Call) -> relax.Expr:
         a, w = call.attrs, bound_value(self, call.args[1])
         if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW") or int(a.groups) != 1:
@@ -119,8 +100,8 @@ class _TileDots(relax.PyExprMutator):
         oh, ow = (int(d) for d in call.ty.shape.values[2:])
         pad, strides, dil = [int(p) for p in a.padding], [int(s) for s in a.strides], [int(d) for d in a.dilation]
         flat = (kh, kw) == (1, 1) and strides == [1, 1] and not any(pad)
-        channels = _channels(c)
-        why = self._fits(channels, oc, oh * ow if flat else ow)
+        channels = tile_channels("bf16", c)
+        why = tile_unfit("bf16", c, oc, oh * ow if flat else ow)
         if why:
             self.kept[why] += 1
             return call
@@ -142,9 +123,9 @@ class _TileDots(relax.PyExprMutator):
         weight = w.value.numpy()
         shape = [int(d) for d in x.ty.shape.values]
         k, n_out, m = shape[-1], int(weight.shape[1]), int(np.prod(shape[:-1]))
-        channels = _channels(k)
+        channels = tile_channels("bf16", k)
         mp = tiled_rows(m)
-        why = self._fits(channels, n_out, mp)
+        why = tile_unfit("bf16", k, n_out, mp)
         if why:
             self.kept[why] += 1
             return call

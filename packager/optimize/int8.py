@@ -51,7 +51,7 @@ from .base import PassReport
 from .int8_kernels import PANEL, channels_last_pad, int_conv, int_matmul, pack_conv, pack_panels, padded  # noqa: F401
 from .qdq_moves import EightBitMoves
 from .relax_util import bound_value, is_const, rewrite_functions
-from .schedule.contract import TILE_DOT, IntDot
+from .schedule.contract import TILE_DOT, IntDot, tiled_rows
 
 EXACT = 1 << 24    # float32 holds every integer up to 2^24 exactly
 MAX_PADDING = 2    # panels may hold up to this many times the real columns (a partial last panel)
@@ -153,7 +153,7 @@ class _IntegerKernels(relax.PyExprMutator):
             return call
         self.integer += 1
         rows = int(np.prod([int(d) for d in call.ty.shape.values[:-1]])) if _static(call, x.args[0]) else 0
-        if rows and self.tiles and not int8_tiles.unfit(*w[0].shape, int8_tiles.tiled_rows(rows)):
+        if rows and self.tiles and not int8_tiles.unfit(*w[0].shape, tiled_rows(rows)):
             self.used[TILE_DOT.group] += 1
             xi, zp = self._activation(x, TILE_DOT)
             acc = int8_tiles.matmul(self.builder_, xi, zp, w[0].astype(np.int8))

@@ -53,6 +53,17 @@ def channels_last_pad(x: te.Tensor, before: list[int], after: list[int], group: 
                       name="channels_last_pad")
 
 
+def padded_rows(x: te.Tensor, width: int, rows: int, fill: int = 0, dtype: str = "",
+                convert: Callable[[tirx.PrimExpr], tirx.PrimExpr] | None = None, name: str = "rows") -> te.Tensor:
+    """[M, K] -> [1, 1, rows, width]: a matmul's rows as a TileDot's channels-last input, K filled to
+    `width` and M to `rows` with `fill`; `convert` maps each value on the way to `dtype` (bf16)."""
+    m, k = (int(d) for d in x.shape)
+    convert = convert or (lambda v: v)
+    return te.compute((1, 1, rows, width), lambda a, b, i, j: te.if_then_else(
+        tirx.all(i < m, j < k), convert(x[tirx.min(i, m - 1), tirx.min(j, k - 1)]), tirx.const(fill, dtype or x.dtype)),
+        name=name)
+
+
 def int_conv(xp: te.Tensor, panels: te.Tensor, out_space: list[int], strides: list[int],
              dilation: list[int], channels: int | None = None) -> te.Tensor:
     """C[n, o, *pos] = sum over (kernel taps, channel groups) of int32(xp) * int32(W): NC[H]W

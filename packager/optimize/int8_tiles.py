@@ -18,38 +18,19 @@ are padded to 16 instead). Anything else takes the VNNI or pair forms.
 from __future__ import annotations
 
 import numpy as np
-from tvm import relax, te, tirx
+from tvm import relax
 
-from .int8_kernels import channels_last_pad, pack_conv
-from .schedule.contract import TILE_KINDS, TILE_PANEL as PANEL, TileDot, reference_kernel, tile_height, tiled_rows
+from .int8_kernels import channels_last_pad, pack_conv, padded_rows
+from .schedule.contract import TILE_KINDS, TILE_PANEL as PANEL, TileDot, reference_kernel, tile_channels, tile_unfit, \
+    tiled_rows
 
 KIND = "u8s8"
 CHUNK = TILE_KINDS[KIND].chunk          # uint8 channels per 64-byte tile row
-MIN_PADDED = 64                         # fewer input channels are not padded to a chunk
-
-
-def channels(c: int) -> int | None:
-    """The input channels a tile computes over for c: c in whole chunks, None when c is under 64
-    and not a chunk."""
-    return c - c % -CHUNK if c % CHUNK == 0 or c >= MIN_PADDED else None
 
 
 def unfit(c: int, out_channels: int, positions: int) -> str:
     """Why a conv or matmul does not take tiles ("" when it does)."""
-    if channels(c) is None:
-        return "input channels under 64"
-    if out_channels % PANEL:
-        return "output channels not whole panels of 16"
-    if positions >= 4 and tile_height(positions) < 4:
-        return "a row of positions with no divisor from 4 to 16"
-    return ""
-
-
-def u8_rows(x: te.Tensor, width: int, rows: int, fill: int) -> te.Tensor:
-    """[M, K] uint8 -> [1, 1, rows, width] with K filled to `width` and M to `rows` by `fill`."""
-    m, k = (int(d) for d in x.shape)
-    return te.compute((1, 1, rows, width), lambda a, b, i, j: te.if_then_else(
-        tirx.all(i < m, j < k), x[tirx.min(i, m - 1), tirx.min(j, k - 1)], tirx.const(fill, "uint8")), name="u8_rows")
+    return tile_unfit(KIND, c, out_channels, positions)
 
 
 def panels(w: np.ndarray, width: int) -> np.ndarray:
@@ -64,7 +45,7 @@ def conv(bb: relax.BlockBuilder, call: relax.Call, xi: relax.Expr, zp: int, w: n
     oh, ow = (int(d) for d in call.ty.shape.values[2:])
     pad, strides, dil = [int(p) for p in a.padding], [int(s) for s in a.strides], [int(d) for d in a.dilation]
     flat = (kh, kw) == (1, 1) and strides == [1, 1] and not any(pad)
-    width = channels(c)
+    width = tile_channels(KIND, c)
     xp = bb.emit_te(channels_last_pad, xi, pad[:2], pad[2:], CHUNK, zp, primfunc_name_hint="channels_last_pad")
     g = TileDot(n, h + pad[0] + pad[2], wd + pad[1] + pad[3], width, oc, kh, kw,
                 *((1, oh * ow) if flat else (oh, ow)), *strides, *dil, kind=KIND)
@@ -76,8 +57,9 @@ def matmul(bb: relax.BlockBuilder, xi: relax.Expr, zp: int, w: np.ndarray) -> re
     """The matmul's int32 sums [..., N] of uint8 rows xi [..., K] and the K x N weight w."""
     shape = [int(d) for d in xi.ty.shape.values]
     k, n_out, m = shape[-1], w.shape[1], int(np.prod(shape[:-1]))
-    width, mp = channels(k), tiled_rows(m)
-    rows = bb.emit_te(u8_rows, bb.emit(relax.op.reshape(xi, (m, k))), width, mp, zp, primfunc_name_hint="u8_rows")
+    width, mp = tile_channels(KIND, k), tiled_rows(m)
+    rows = bb.emit_te(padded_rows, bb.emit(relax.op.reshape(xi, (m, k))), width, mp, zp, name="u8_rows",
+                      primfunc_name_hint="u8_rows")
     g = TileDot(1, 1, mp, width, n_out, 1, 1, 1, mp, rows=True, kind=KIND)
     out = _call(bb, g, rows, panels(np.ascontiguousarray(w.T)[:, :, None, None], width), (mp, n_out))
     if mp != m:

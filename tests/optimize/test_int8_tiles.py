@@ -16,6 +16,7 @@ from packager.optimize import int8_tiles
 from packager.optimize.int8 import integer_kernels
 from packager.optimize.schedule.rules import tile_dot
 from packager.optimize.schedule.rules.int_dot import PAIR, QUAD, TILE
+from packager.optimize.schedule.rules.tile_dot import tile_channels
 from packager.spec import TargetSpec
 from packager.targets import can_run_here, resolve
 from support import packrt
@@ -69,10 +70,10 @@ def _run(mod: tvm.IRModule, *inputs: np.ndarray) -> list[np.ndarray]:
 
 def test_fit():
     assert int8_tiles.unfit(64, 32, 9) == "" and int8_tiles.unfit(96, 48, 20) == ""
-    assert int8_tiles.unfit(32, 32, 9) == "input channels under 64"
-    assert int8_tiles.unfit(64, 24, 9) == "output channels not whole panels of 16"
-    assert int8_tiles.unfit(64, 32, 17) == "a row of positions with no divisor from 4 to 16"
-    assert int8_tiles.channels(96) == 128 and int8_tiles.channels(64) == 64
+    assert int8_tiles.unfit(32, 32, 9) == "input channels below 64, not a multiple of 64"
+    assert int8_tiles.unfit(64, 24, 9) == "output channels not a multiple of 16"
+    assert int8_tiles.unfit(64, 32, 17) == "positions per row with no divisor from 4 to 16"
+    assert tile_channels("u8s8", 96) == 128 and tile_channels("u8s8", 64) == 64 and tile_channels("bf16", 96) == 96
 
 
 def test_tiles_take_what_fits_and_compute_what_the_float_path_does(tmp_path):

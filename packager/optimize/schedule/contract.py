@@ -24,7 +24,7 @@ from .measure.timing import Tally
 from .rules.int_dot import TILE as TILE_DOT, IntDot  # noqa: F401
 # The bf16 and int8 passes' kernel form (a tagged TileDot kernel of reference loops; each scheduler makes its own)
 from .rules.tile_dot import CHUNK as TILE_CHUNK, KINDS as TILE_KINDS, PANEL as TILE_PANEL, TileDot, reference_kernel, \
-    tile_height, tiled_rows  # noqa: F401
+    tile_channels, tile_height, tile_unfit, tiled_rows  # noqa: F401
 # The winograd pass's transform kernels (block annotations its CPU rule schedules by)
 from .rules.winograd import ATTR as WINOGRAD_ATTR, TILE as WINOGRAD_TILE, stage as winograd_stage  # noqa: F401
 

@@ -42,6 +42,7 @@ from ..tir_util import KernelSchedule
 ATTR = "packager.tile_dot"       # PrimFunc attribute: the TileDot as JSON
 CHUNK = 32                       # bf16 channels per activation tile row (64 bytes)
 PANEL = 16                       # output channels per panel tile (16 float32 or int32 columns)
+MIN_PADDED = 64                  # fewer input channels are padded to a whole chunk only when already whole
 _ARCH_PRCTL, _REQ_XCOMP_PERM, _XTILEDATA = 158, 0x1023, 18
 
 
@@ -70,6 +71,26 @@ KINDS = {"bf16": Kind("uint16", "uint16", 2, "float32", "llvm.x86.tdpbf16ps", "a
 def tile_height(positions: int) -> int:
     """Positions per accumulator tile for a row of `positions`: the most, up to 16, that divide it."""
     return max(r for r in range(1, 17) if positions % r == 0)
+
+
+def tile_channels(kind: str, c: int) -> int | None:
+    """The input channels a TileDot of `kind` computes over for c: c in whole 64-byte chunks
+    (zero-weight channels filling the last), None when c is under MIN_PADDED and not a chunk
+    (a 3-channel stem padded to a chunk would multiply mostly zeros)."""
+    chunk = KINDS[kind].chunk
+    return c - c % -chunk if c % chunk == 0 or c >= MIN_PADDED else None
+
+
+def tile_unfit(kind: str, c: int, out_channels: int, positions: int) -> str:
+    """Why a conv or matmul of c input channels, `out_channels` outputs and rows of `positions`
+    output positions does not take a TileDot of `kind` ("" when it does)."""
+    if tile_channels(kind, c) is None:
+        return f"input channels below {MIN_PADDED}, not a multiple of {KINDS[kind].chunk}"
+    if out_channels % PANEL:
+        return "output channels not a multiple of 16"
+    if positions >= 4 and tile_height(positions) < 4:
+        return "positions per row with no divisor from 4 to 16"
+    return ""
 
 
 def tiled_rows(m: int) -> int:
