@@ -206,7 +206,9 @@ def test_a_package_folder_holding_user_files_is_not_replaced(tmp_path):
     assert_clean_error(r, 2, "holds targets/notes.txt, which is not part of the package there")
     assert (tmp_path / "dist" / "m" / "targets" / "notes.txt").read_text() == "user data"
     (tmp_path / "dist" / "m" / "targets" / "notes.txt").unlink()
-    assert run_pack("build", spec).returncode == 0         # report.html and ort/model.onnx are the package's
+    (tmp_path / "dist" / "m" / "bench.json").write_text("{}")     # as `pack bench` leaves it
+    assert run_pack("build", spec).returncode == 0         # report.html, ort/model.onnx, bench.json are the packager's
+    assert not (tmp_path / "dist" / "m" / "bench.json").exists()  # results of the old build are not kept
 
 
 def test_output_under_a_file_is_one_line(tmp_path):

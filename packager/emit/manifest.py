@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 MANIFEST_FORMAT, MANIFEST_VERSION = "packager-package", 1
 WRAPPER_MODEL = "ort/model.onnx"   # the ONNX Runtime wrapper model, relative to the package root
+BENCH_RESULTS = "bench.json"       # `pack bench`'s last results, written into a package after its build
 
 
 def sha256_file(path: Path) -> str:

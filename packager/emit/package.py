@@ -17,11 +17,12 @@ from typing import Any
 from ..errors import InternalError, UserError, write_failure
 from ..frontend.sizes import human_size
 from ..supervise import record
-from .manifest import MANIFEST_FORMAT, MANIFEST_VERSION, WRAPPER_MODEL, sha256_file
+from .manifest import BENCH_RESULTS, MANIFEST_FORMAT, MANIFEST_VERSION, WRAPPER_MODEL, sha256_file
 
 
 HINT = "free space there or choose another --output"
-WRITTEN_AFTER_MANIFEST = {WRAPPER_MODEL, "report.html"}     # package files its manifest cannot list
+# the packager's own files its manifest cannot list: a rebuild replaces them (stale bench results included)
+WRITTEN_AFTER_MANIFEST = {WRAPPER_MODEL, "report.html", BENCH_RESULTS}
 
 
 def check_destination(dest: Path) -> None:

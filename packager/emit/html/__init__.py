@@ -15,11 +15,12 @@ import json
 from pathlib import Path
 
 from ...codegen.backend import backend_for
+from ..manifest import BENCH_RESULTS
 from .graph import ORT_COLOR, TAGS, dot_source, render_svg
 from .roofline import roofline_svg
 
 REPORT = "report.html"
-BENCH = "bench.json"          # written by `pack bench` (not a package file either)
+BENCH = BENCH_RESULTS         # written by `pack bench` (not a package file either)
 STATUS_COLOR = {"applied": "#d9ead3", "disabled": "#eeeeee", "not implemented": "#fce5cd"}
 
 STYLE = """
