@@ -32,7 +32,7 @@ from ..frontend import load_model, random_inputs
 from ..spec import PASS_NAMES, load_spec
 from ..targets import host_arch, host_ghz
 from .load import Load, ort_twin_command, packrt_twin_command
-from .opcompare import compare as compare_ops, print_ops
+from .opcompare import compare as compare_ops, fastest_ort, fastest_steps, heavy_nodes, ort_node_ms, print_ops
 from .openvino_peer import openvino_version, time_openvino
 from ..frontend.ort_run import ort_session
 from .runners import find_model, runner_command
@@ -143,7 +143,7 @@ def _ablated(pkg: PackageInfo, pass_name: str, out: Path) -> tuple[PackageInfo, 
             opt.get("tuning", {}).pop(key, None)
     else:
         raw.setdefault("optimize", {}).setdefault("passes", {})[pass_name] = False
-    if pass_name in ("reuse", "reuse_same", "bridges"):   # its own empty database: the shared one would replay
+    if pass_name in ("reuse", "reuse_same", "bridges", "window_rows"):   # own empty database: the shared one replays
         raw["optimize"].setdefault("tuning", {})["database"] = str(out / "tuning")
     out.mkdir(parents=True, exist_ok=True)
     spec_path = out / "spec.yaml"
@@ -261,12 +261,19 @@ def bench(path: Path, target: str | None = None, threads: int = 0, iters: int = 
                     ov_times.setdefault(prof["name"], []).extend(ms or [])
             ort_peak[prof["name"]] = float("nan") if on_gpu else _ort_peak_mb(model_path, feeds, threads)
             if base.target is not None:
-                steps = _run_cli(base, args, threads, warmup, max(iters // 2, 3), tmp, profile=True)["steps"]
+                runs = max(iters // 2, 3)
+                step_rounds, ort_rounds = [], []
+                nodes = heavy_nodes(loaded, shapes) if ops else []
+                for _ in range(max(rounds, 1) if ops else 1):    # profiled in alternation with onnxruntime's
+                    step_rounds.append(_run_cli(base, args, threads, warmup, runs, tmp, profile=True)["steps"])
+                    if ops:
+                        ort_rounds.append(ort_node_ms(model_path, inputs, threads, runs, nodes, loaded.proto))
+                steps = fastest_steps(step_rounds)
                 kernels[prof["name"]] = kernel_roofline(pkg, base.target, steps, threads, len(steps))
                 if ops:
                     plan = json.loads((pkg.root / base.target["plan"]).read_text())
                     op_times[prof["name"]] = compare_ops(loaded, model_path, shapes, inputs, plan, steps, threads,
-                                                         max(iters // 2, 3), profile=k)
+                                                         runs, profile=k, ort=fastest_ort(ort_rounds))
     report = {"package": pkg.name, "target": base.target["name"] if base.target else "onnxruntime + packaged parts",
               "reference": "onnxruntime CUDA EP" if on_gpu else "onnxruntime CPU EP",
               "threads": threads, "rounds": rounds, "iters": iters, "host_ghz": host_ghz(),

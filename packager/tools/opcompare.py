@@ -1,8 +1,9 @@
 """Node by node against onnxruntime: which convolutions and matmuls of a model are slow.
 
 A model-level ratio says a package is slower; it does not say where. This module puts our time
-for each heavy ONNX node (Conv, ConvTranspose, MatMul, Gemm) beside onnxruntime's, both from one
-profiled run each:
+for each heavy ONNX node (Conv, ConvTranspose, MatMul, Gemm) beside onnxruntime's, both profiled
+in alternating rounds (pack bench's --rounds), each node's and step's fastest round kept (on a VM
+whose host lends the second core away now and then, one round ran every kernel at 1-thread speed):
 
 - onnxruntime: its profiler's per-node kernel times. Its optimizer renames what it rewrites (an
   NCHWc conv is named after its output tensor plus `_nchwc`, a conv with a fused activation after
@@ -259,11 +260,35 @@ def summarize(nodes: list[HeavyNode]) -> dict[str, dict]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["ort_ms"]))
 
 
+def fastest_ort(rounds: list[tuple[dict[str, float], float, dict[str, float]]]):
+    """ort_node_ms's results of several rounds as one: each node's, op type's and the total's
+    fastest round (a round another process slowed says nothing about the node)."""
+    per: dict[str, float] = {}
+    other: dict[str, float] = {}
+    for p, _, o in rounds:
+        for mine, theirs in ((per, p), (other, o)):
+            for k, v in theirs.items():
+                mine[k] = min(mine.get(k, v), v)
+    return per, min(t for _, t, _ in rounds), other
+
+
+def fastest_steps(rounds: list[list[dict]]) -> list[dict]:
+    """packrt-run's per-step times of several profiled rounds as one: each step's fastest round."""
+    best: dict[int, dict] = {}
+    for steps in rounds:
+        for s in steps:
+            if s["step"] not in best or s["ms"] < best[s["step"]]["ms"]:
+                best[s["step"]] = s
+    return [best[k] for k in sorted(best)]
+
+
 def compare(model: LoadedModel, model_path: Path, shapes: dict[str, tuple[int, ...]], inputs: dict[str, np.ndarray],
-            plan: dict, steps: list[dict], threads: int, runs: int, profile: int = 0) -> dict:
-    """The report's `ops` entry: every heavy node with both times, the classes, the totals."""
+            plan: dict, steps: list[dict], threads: int, runs: int, profile: int = 0,
+            ort: tuple[dict[str, float], float, dict[str, float]] | None = None) -> dict:
+    """The report's `ops` entry: every heavy node with both times, the classes, the totals.
+    `ort`: onnxruntime's node times already profiled (fastest_ort), else one profiled run here."""
     nodes = heavy_nodes(model, shapes)
-    ort_ms, ort_total, ort_other = ort_node_ms(model_path, inputs, threads, runs, nodes, model.proto)
+    ort_ms, ort_total, ort_other = ort or ort_node_ms(model_path, inputs, threads, runs, nodes, model.proto)
     for n in nodes:
         n.ort_ms = ort_ms.get(n.name)
     ours = our_steps(plan, steps, profile)
