@@ -174,6 +174,20 @@ def _reuse_same(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, Pass
 
 REUSE_SAME = Pass("reuse_same", _reuse_same, off="off in the spec: every kernel not in the database tuned from scratch",
                   needs_target=True)
+def _window_rows(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
+    """Window plans are candidates inside the schedule pass (and the layout search); this line
+    says whether the target's scheduler offers them."""
+    why = ctx.scheduler.lacks("window_rows")
+    if why is not None:
+        return mod, PassReport("window_rows", "disabled", why)
+    return mod, PassReport("window_rows", "applied", "kernels of few products per output (depthwise convs, pooling, "
+                           "1x1 convs from few channels) are also offered rows of output positions in registers, "
+                           "timed beside Gensor's plans (untimed: ranked by the cost model); the schedule line counts "
+                           "the kernels that take one")
+
+
+WINDOW_ROWS = Pass("window_rows", _window_rows, off="off in the spec: only Gensor's walk plans and the rules",
+                   needs_target=True)
 NOT_IMPLEMENTED: dict[str, str] = {}          # pass name -> why, for a spec switch with no pass behind it
 
 
@@ -200,7 +214,7 @@ SCHEDULE_GPU = replace(SCHEDULE_CPU, off="", switch=lambda opt: True)   # reads 
 def graph_pipeline(layout: Pass) -> list[Pass]:
     """The graph passes every target kind runs, with its own layout pass."""
     return [INT8, SIMPLIFY, PRECISION, FASTMATH, GLOBAL_FUSION_SIBLINGS, DERIVE, layout, WINOGRAD, LEGALIZE, FUSION,
-            GLOBAL_FUSION, REUSE, REUSE_SAME]
+            GLOBAL_FUSION, REUSE, REUSE_SAME, WINDOW_ROWS]
 
 
 # Per target kind (a backend's `kind`): its graph passes and its kernel passes, in order.

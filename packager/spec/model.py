@@ -10,7 +10,7 @@ from typing import Any
 
 DTYPES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 PASS_NAMES = ("simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse",
-              "reuse_same", "bridges", "pad_channels", "concat_in_place", "int8", "winograd")
+              "reuse_same", "bridges", "pad_channels", "concat_in_place", "int8", "winograd", "window_rows")
 # Which passes each optimize.level turns on by default (a `passes:` entry overrides it).
 # Level 1 ("safe") keeps results bit-identical to TVM's exact math; level 2 adds approximations;
 # level 3 adds the measured tuner and ETO's reuse (level 2's top-k with reuse swung BERT-base's
@@ -23,13 +23,16 @@ PASS_NAMES = ("simplify", "fastmath", "fusion", "global_fusion", "schedule", "de
 # the build machine says it is faster (optimize/winograd); untimed targets keep the direct conv.
 # int8 (level 2 on): a QDQ model's matmuls and convs with 8-bit weights sum in int32 (optimize/int8.py),
 # which is what onnxruntime computes; the float path rounds every partial sum.
+# window_rows (level 1 on: the same sums in the same order): kernels of few products per output
+# (depthwise convs, pooling, 1x1 convs from few channels) are also offered register-blocked rows of
+# output positions (schedule/gensor/window.py), timed beside the walk's plans (CPU targets).
 LEVEL_PASSES = {
     0: set(),
-    1: {"simplify", "fusion", "schedule", "concat_in_place"},
+    1: {"simplify", "fusion", "schedule", "concat_in_place", "window_rows"},
     2: {"simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse_same",
-        "pad_channels", "concat_in_place", "int8", "winograd"},
+        "pad_channels", "concat_in_place", "int8", "winograd", "window_rows"},
     3: {"simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse", "reuse_same",
-        "bridges", "pad_channels", "concat_in_place", "int8", "winograd"},
+        "bridges", "pad_channels", "concat_in_place", "int8", "winograd", "window_rows"},
 }
 # optimize.precision: what a target's convs and matmuls compute in (optimize/precision.py).
 PRECISIONS = ("fp32", "fp16", "bf16")

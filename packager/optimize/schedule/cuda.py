@@ -29,6 +29,7 @@ class CudaScheduler(KernelScheduler):
         "row_regions": f"{CPU_ONLY}: a GPU row region needs a block-level rule of its own",
         "reduction_epilogues": CPU_ONLY,
         "int8": f"{CPU_ONLY}: QDQ matmuls and convs in float32 (dp4a / integer tensor cores not built)",
+        "window_rows": f"{CPU_ONLY}: a GPU thread's register tile is Gensor's thread level",
     }
 
     def __init__(self, target, opt=None, tally=None):

@@ -22,19 +22,27 @@ from ..rules.cpu import CpuRules
 from ..rules.int_dot import find_int_dot
 from ..rules.winograd import stage as winograd_stage
 from .cpu_lower import lower_cpu
-from .cpu_model import CpuSpace
+from .cpu_model import REG, CpuSpace
 from ..measure.database import TuningDatabase
 from ..hardware import cpu_hardware
 from ..measure.timing import Tally, can_measure, time_candidates, where_measured
 from ..rules.padding import offers_per_task
 from .plan import PADS, TilePlan
 from ..tuning.reuse import REUSE_TRIALS, ReusePool, Source, features, reuse_candidates, reuse_order, sketch_of, tree_order
-from .walk import construct
+from .walk import State, construct
+from .window import window_plans
 from .workload import Workload, analyze, func_key
 
 RESTARTS = 12
 PAD_VARIANTS = 2              # best-estimated plans also timed with their padding per task (padding.py)
 BUDGET_SPENT_TOP_K = 2        # plans compiled per kernel once the build's timing budget is spent
+
+
+def window_candidates(space: CpuSpace, windows: list[TilePlan],
+                      plans: list[tuple[float, TilePlan]]) -> list[tuple[float, TilePlan]]:
+    """A window kernel's register-blocked plans (window.py) not among `plans`, with their estimates."""
+    seen = {(p.tiles, p.pad) for _, p in plans}
+    return [(space.estimate(State(p.tiles, REG)), p) for p in windows if (p.tiles, p.pad) not in seen]
 
 
 def with_pad_variants(plans: list[tuple[float, TilePlan]], wl: Workload, n: int) -> list[tuple[float, TilePlan]]:
@@ -58,22 +66,24 @@ class Choice:
     reused: bool = False              # replayed from the tuning database
     trials: int = 0                   # programs timed to choose it
     reused_from: str | None = None    # the kernel whose program it was tuned from (ETO reuse)
+    family: str = "walk"              # where the plan came from: Gensor's "walk", or "window" (window.py)
 
     def record(self) -> dict:
         return {"source": self.source, "plan": self.plan.as_dict() if self.plan else None,
                 "estimate_ms": self.estimate_ms, "measured_ms": self.measured_ms, "rules_ms": self.rules_ms,
                 "candidates": self.candidates, "measured": self.measured_ms is not None or self.rules_ms is not None,
-                "trials": self.trials, "reused_from": self.reused_from}
+                "trials": self.trials, "reused_from": self.reused_from, "family": self.family}
 
     @staticmethod
     def from_record(r: dict) -> "Choice":
         plan = TilePlan.from_dict(r["plan"]) if r.get("plan") else None
         return Choice(r["source"], plan, r.get("estimate_ms"), r.get("measured_ms"), r.get("rules_ms"),
-                      r.get("candidates", 0), reused=True, reused_from=r.get("reused_from"))
+                      r.get("candidates", 0), reused=True, reused_from=r.get("reused_from"),
+                      family=r.get("family", "walk"))
 
     def summary(self) -> str:
         if self.source == "gensor" and self.plan:
-            parts = [f"gensor {self.plan.describe()}"]
+            parts = [f"gensor{' window' if self.family == 'window' else ''} {self.plan.describe()}"]
         else:
             parts = ["rules (baseline faster)" if self.plan else "rules (no Gensor plan lowered or ran correctly)"]
         if self.estimate_ms is not None:
@@ -110,8 +120,8 @@ def seed_of(key: str) -> int:
 
 class GensorCpu:
     def __init__(self, target: Target, db: TuningDatabase, measure: bool, top_k: int, reuse: bool = False,
-                 tuned: bool = False, tally: Tally | None = None, same: bool = False):
-        self.target, self.db, self.tuned = target, db, tuned
+                 tuned: bool = False, tally: Tally | None = None, same: bool = False, windows: bool = True):
+        self.target, self.db, self.tuned, self.windows = target, db, tuned, windows
         self.tally = tally if tally is not None else Tally()        # what timing cost (the build's)
         self.rules = CpuRules(target)
         self.hw = cpu_hardware(target)
@@ -165,6 +175,7 @@ class GensorCpu:
         wl = replace(wl, key=key)
         space = CpuSpace(wl, self.hw)
         ranked = construct(space, seed_of(key), restarts=RESTARTS)
+        windows = window_plans(wl, self.hw, space.lanes) if self.windows else []
         sketch = sketch_of(wl)
         if self.pool is not None and source is None:
             source = self.pool.nearest(sketch, wl.extents)
@@ -177,8 +188,13 @@ class GensorCpu:
             choice.reused_from = source.name
         else:
             plans = [(est, space.to_plan(st)) for est, st in ranked[:self.top_k if self.measure else 1]]
-            choice = self._choose(func, with_pad_variants(plans, wl, PAD_VARIANTS) if self.measure else plans,
-                                  len(ranked))
+            if self.measure:
+                plans = with_pad_variants(plans, wl, PAD_VARIANTS) + window_candidates(space, windows, plans)
+            else:                                    # the analytical choice: the best estimate of either
+                plans = sorted(plans + window_candidates(space, windows, plans), key=lambda ep: ep[0])
+            choice = self._choose(func, plans, len(ranked))
+        if choice.plan is not None and any(choice.plan.tiles == w.tiles for w in windows):
+            choice.family = "window"
         record = choice.record()
         if choice.plan is not None:
             record.update(sketch=sketch, features=features(space, choice.plan), kernel=name or None)
@@ -260,12 +276,13 @@ def _reuse_tree(g: GensorCpu, kernels: dict[str, tirx.PrimFunc]) -> dict[str, st
 
 def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, database=None,
                             measure: bool = True, top_k: int = 6, reuse: bool = False, tuned: bool = False,
-                            tally: Tally | None = None, same: bool = False) -> tuple[dict, PassReport]:
+                            tally: Tally | None = None, same: bool = False,
+                            windows: bool = True) -> tuple[dict, PassReport]:
     """The `schedule` pass (scheduler: gensor) for one CPU target; with `reuse` (ETO) kernels are
     tuned in the reuse tree's order, each non-root from its parent's program; with `tuned` (level
     3) the measured tuner's programs are replayed where it recorded one."""
     db = TuningDatabase(database)
-    g = GensorCpu(target, db, measure, top_k, reuse, tuned, tally, same)
+    g = GensorCpu(target, db, measure, top_k, reuse, tuned, tally, same, windows)
     parents = _reuse_tree(g, kernels) if g.pool is not None else {}
     t0 = time.perf_counter()
     results = {}
@@ -278,6 +295,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
     out, per_kernel, counts = {}, {}, {}
     tally = {"scratch": [0, 0], "reused": [0, 0]}                  # kernels, programs timed
     per_task = 0                                                    # plans padding per task
+    rows = 0                                                        # window plans (window.py)
     for name in kernels:
         out[name], rule, choice = results[name]
         if choice is None:
@@ -288,6 +306,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
         label = "gensor" if choice.source == "gensor" else "rules (kept over gensor)"
         counts[label] = counts.get(label, 0) + 1
         per_task += choice.source == "gensor" and choice.plan is not None and choice.plan.pad == PADS[1]
+        rows += choice.source == "gensor" and choice.family == "window"
         if choice.trials:
             row = tally["reused" if choice.reused_from else "scratch"]
             row[0], row[1] = row[0] + 1, row[1] + choice.trials
@@ -298,6 +317,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
         how = "analytical choice (" + ("measure: false" if not measure else "target does not run here and has no rpc device") + ")"
     summary = (f"{len(kernels)} kernels: " + ", ".join(f"{n} {r}" for r, n in sorted(counts.items()))
                + (f" ({per_task} padding per task)" if per_task else "")
+               + (f" ({rows} as rows of output positions in registers, window.py)" if rows else "")
                + f"; {how}; hardware model {g.hw.name}, {g.hw.cores} cores, L1 {g.hw.level('L1').capacity >> 10} KB, "
                f"L2 {g.hw.level('L2').capacity >> 10} KB")
     if g.pool is not None:
@@ -310,7 +330,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
                     f"programs timed; from scratch they would take {nr * (g.top_k + 1)})")
     summary += f"; {time.perf_counter() - t0:.1f} s"
     details = {"scheduler": "gensor", "rules": counts, "kernels": per_kernel, "database": str(db.path),
-               "pad_per_task": per_task,
+               "pad_per_task": per_task, "window_rows": rows,
                "reuse": {"on": g.pool is not None, "same": g.same is not None, "tree": parents,
                          "scratch": tally["scratch"],
                          "reused": tally["reused"]}}

@@ -15,7 +15,7 @@ from tvm import s_tir
 
 from ..rules.reduction_order import unroll_contiguous
 from ..rules.cpu import CpuRules
-from ..tir_util import PARALLEL_MIN_WORK, Anchor
+from ..tir_util import PARALLEL_MIN_WORK, Anchor, loop_extent
 from ..rules.padding import offers_per_task
 from .plan import ORDERS, PADS, TilePlan
 
@@ -45,12 +45,17 @@ def lower_cpu(sch: s_tir.Schedule, rules: CpuRules, anchor: Anchor, plan: TilePl
         chunk.append(c)
         red_inner.append(i)
     red_inner, unrolled = unroll_contiguous(sch, anchor, red_inner)
-    middle = [*chunk, *mid] if plan.order == ORDERS[0] else [*mid, *chunk]
-    sch.reorder(*outer, *middle, *inner, *red_inner, *reg, *([vec_inner] if vec_inner is not None else []))
+    one_chunk = all(loop_extent(sch, c) == 1 for c in chunk)
+    if one_chunk:
+        sch.reorder(*outer, *mid, *inner, *chunk, *red_inner, *reg, *([vec_inner] if vec_inner is not None else []))
+    else:
+        middle = [*chunk, *mid] if plan.order == ORDERS[0] else [*mid, *chunk]
+        sch.reorder(*outer, *middle, *inner, *red_inner, *reg, *([vec_inner] if vec_inner is not None else []))
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     tasks = int(sch.get(fused).extent)
     par = tasks if anchor.work >= PARALLEL_MIN_WORK and tasks > 1 else 1
     if par > 1:
         sch.parallel(fused)
-    rules.finish_anchor(sch, anchor, fused, vec_inner, reg + unrolled, pad_per_task=plan.pad == PADS[1])
+    acc_at = inner[-1] if one_chunk and inner else None
+    rules.finish_anchor(sch, anchor, fused, vec_inner, reg + unrolled, pad_per_task=plan.pad == PADS[1], acc_at=acc_at)
     return par

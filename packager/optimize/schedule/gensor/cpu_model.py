@@ -118,11 +118,18 @@ class CpuSpace(Space):
                 bcast += n
         return acc_vecs, vec_loads, bcast
 
+    def one_chunk(self, s: State) -> bool:
+        """The whole reduction is one L1 chunk: the lowering then keeps each register tile's
+        accumulators in registers until its reduction is done (cpu_lower.py), none in L1 or L2."""
+        return all(r[L1] == e for e, r, k in zip(self.wl.extents, s.tiles, self.wl.kinds) if k == REDUCE)
+
     def footprint(self, s: State, k: int) -> int:
         if k == REG:
             acc, vl, bc = self.register_use(s)
             return (acc + vl + min(bc, 2)) * self.lanes * 4
         t = self._tile(s, k)
+        if self.one_chunk(s):
+            return self._in_bytes(t)
         return self._in_bytes(t) + self._cached(("acc", tuple(t)), lambda: self._acc_bytes(t))
 
     def counts(self, s: State) -> tuple[int, int, int, int]:
@@ -144,7 +151,8 @@ class CpuSpace(Space):
             return tasks * self._in_bytes(self._tile(s, L2, -1)) + self.wl.output.footprint(self.wl.extents) * self.elem
         if k == L1:
             acc = self._acc_bytes(self._tile(s, L2))
-            spill = 2 * acc * chunks * tasks if acc > CAPACITY_SHARE * self.hw.level("L1").capacity else 0
+            big = acc > CAPACITY_SHARE * self.hw.level("L1").capacity and not self.one_chunk(s)
+            spill = 2 * acc * chunks * tasks if big else 0
             return tasks * chunks * l1 * self._in_bytes(self._tile(s, L1)) + spill
         acc_vecs, vl, bc = self.register_use(s)
         steps = self.wl.points // prod(self._tile(s, REG))

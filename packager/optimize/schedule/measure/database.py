@@ -26,7 +26,7 @@ from ....cache import cache_dir, filling, locked
 VERSION = 2
 # The rules version of each record kind: bump one when its decisions change for the same workload.
 RULES = {
-    "gensor-cpu": 7,        # CPU tile plans (schedule/gensor.py); 2: level 2 without ETO reuse by default (a
+    "gensor-cpu": 8,        # CPU tile plans (schedule/gensor.py); 2: level 2 without ETO reuse by default (a
                             # reused program alone was often kept), plans carry the chunk loop order;
                             # 3: timed on all cores (TVM's pool had used half: one thread on 2 cores);
                             # 4: a KxK conv's input-channel loop innermost (rules_cpu.py), so the rules
@@ -34,29 +34,35 @@ RULES = {
                             # its activation just rewritten on all cores (measure.py); 6: depthwise convs
                             # and pooling also timed with their padding per task (padding.py); 7: a
                             # staged padding's (and every element-wise kernel's) short rows vectorized
-                            # without straddling an outer axis (rules/cpu.py _flat_parallel_vector)
+                            # without straddling an outer axis (rules/cpu.py _flat_parallel_vector); 8: a
+                            # plan with one reduction chunk keeps its accumulators in registers, window
+                            # kernels also time register-blocked rows (gensor/window.py)
     "gensor-gpu": 2,        # GPU tile plans (schedule/gensor_gpu.py); 2: walk seeded by kernel structure
-    "layout": 7,            # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
+    "layout": 8,            # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
                             # scratch (reused programs decided between layouts); 3: timed on all cores;
                             # 4: KxK convs scheduled with their input channels innermost; 5: plans
                             # timed with the activation just rewritten; 6: a conv read by one conv chooses
                             # its output block with that conv's cost; depthwise plans pad per task;
-                            # 7: short rows of copies and staged pads vectorized within an outer index
-    "global-fusion": 9,     # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
+                            # 7: short rows of copies and staged pads vectorized within an outer index;
+                            # 8: one-chunk plans with register accumulators, window plans (gensor/window.py)
+    "global-fusion": 10,     # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
                             # with a predicated last row tile; 3 = reduction loops split at a folded
                             # reshape's period, merged kernel and parts timed in alternation; 4 = transposed
                             # copies tiled, a matmul staged in a row region register-tiled, timed on
                             # all cores; 5 = softmax / layer norm parts summed in vector partial sums;
                             # 6 = reduction epilogues, timed warm for every model; 7 = KxK convs with
                             # their input channels innermost; 8 = pooling / depthwise pad per task;
-                            # 9 = element-wise parts' short rows vectorized within an outer index
-    "winograd-cpu": 4,      # direct conv vs Winograd F(4x4) / F(2x2), measured per conv shape (optimize/winograd);
+                            # 9 = element-wise parts' short rows vectorized within an outer index;
+                            # 10 = one-chunk plans with register accumulators, window plans
+    "winograd-cpu": 5,      # direct conv vs Winograd F(4x4) / F(2x2), measured per conv shape (optimize/winograd);
                             # 2: kernels timed as built (activation written, weights flushed), a 0.9 margin;
                             # 3: each tile's kernels timed as a chain, only the weights flushed (measure/chain.py);
-                            # 4: the direct conv's staged padding vectorized within an outer index
-    "derive": 4,            # derive's measured decision per operator shape (derive/graph.py); 2: timed on
+                            # 4: the direct conv's staged padding vectorized within an outer index;
+                            # 5: the direct conv's one-chunk plans keep their accumulators in registers
+    "derive": 5,            # derive's measured decision per operator shape (derive/graph.py); 2: timed on
                             # all cores; 3: the conv it is timed against has its input channels innermost;
-                            # 4: that conv's staged padding vectorized within an outer index
+                            # 4: that conv's staged padding vectorized within an outer index; 5: its
+                            # one-chunk plans keep their accumulators in registers
 }
 
 

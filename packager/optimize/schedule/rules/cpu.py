@@ -245,17 +245,23 @@ class CpuRules:
                       self.lanes(blk.writes[0].source.dtype.bits), "; ".join(notes), contiguous_reduction=moved)
 
     def finish_anchor(self, sch: s_tir.Schedule, a: "Anchor", outer, vec_inner, unrolled: list,
-                      init_depth: int = 1, pad_per_task: bool = False) -> None:
+                      init_depth: int = 1, pad_per_task: bool = False, acc_at=None) -> None:
         """Accumulators in a local tile written back (with the element-wise epilogue) per
-        iteration of `outer`; vectorize, unroll, split the reduction's init (before the anchor's
-        loop at `init_depth`, the first loop inside `outer`); staged producers parallel +
-        vectorized, or computed per iteration of `outer` (padding.py)."""
+        iteration of `outer`, or of `acc_at` (a loop inside it with no reduction loop around it:
+        the accumulators are then one register tile); vectorize, unroll, split the reduction's
+        init (before the anchor's loop at `init_depth`, the first loop inside `outer`, or right
+        inside `acc_at`); staged producers parallel + vectorized, or computed per iteration of
+        `outer` (padding.py)."""
         writeback = sch.cache_write(a.block, 0, "local")
-        sch.reverse_compute_at(writeback, outer)
+        at = outer if acc_at is None else acc_at
+        sch.reverse_compute_at(writeback, at)
         for c in a.consumers[:-1]:
             sch.compute_inline(c)
         if a.consumers:
-            self._epilogue_at(sch, a, a.consumers[-1], outer)
+            self._epilogue_at(sch, a, a.consumers[-1], at)
+        if acc_at is not None:
+            loops = sch.get_loops(a.block)
+            init_depth = next(i for i, lp in enumerate(loops) if sch.get(lp).same_as(sch.get(acc_at))) + 1
         wb_inner = sch.get_loops(writeback)[-1]
         if vec_inner is not None and len(sch.get_loops(writeback)) > 1:
             ext, vfac = loop_extent(sch, wb_inner), loop_extent(sch, vec_inner)

@@ -134,7 +134,11 @@ class ReusePool:
 
 def adapt(space: CpuSpace, plan: TilePlan) -> State | None:
     """The source's tiles on the new extents: per iterator and level, the valid tile nearest (in
-    log distance) to the source's; None when the result breaks a capacity limit."""
+    log distance) to the source's; None when the result breaks a capacity limit. A source of the
+    same extents is taken as it is: it ran and was timed (a window plan, gensor/window.py, may
+    exceed the model's L1 footprint)."""
+    if tuple(plan.extents) == tuple(space.extents) and tuple(plan.axes) == tuple(space.wl.axes):
+        return State(tuple(plan.tiles), len(plan.levels) - 1)
     tiles = []
     for d, ext in enumerate(space.extents):
         row, parent = [], ext

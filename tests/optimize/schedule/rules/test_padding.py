@@ -20,6 +20,7 @@ from packager.optimize.schedule.rules.padding import offers_per_task
 from packager.optimize.schedule.gensor.plan import PADS, TilePlan
 from packager.optimize.schedule.tuning.tune import mutate
 from packager.optimize.schedule.gensor.walk import construct
+from packager.optimize.schedule.gensor.window import window_plans
 
 
 def _depthwise(c: int = 32, h: int = 20, stride: int = 2):
@@ -130,11 +131,14 @@ def test_the_tuner_moves_the_padding_only_where_the_kernel_offers_it():
 
 def test_gensor_times_the_best_plans_again_with_padding_per_task():
     """The cost model does not tell the two placements apart, so the best-estimated plans are
-    timed both ways: a depthwise conv times top-k + PAD_VARIANTS plans (+ the rules), a 3x3 conv
+    timed both ways: a depthwise conv times top-k + PAD_VARIANTS plans (+ its window plans and the
+    rules), a 3x3 conv
     over input channels top-k, and what wins is recorded."""
     dw = _gensor(measure=True)
-    _, _, choice = dw.schedule(_depthwise(64, 28), "dw")
-    assert choice.trials == dw.top_k + PAD_VARIANTS + 1
+    func = _depthwise(64, 28)
+    windows = len(window_plans(dw.workload(func), dw.hw, CpuSpace(dw.workload(func), dw.hw).lanes))
+    _, _, choice = dw.schedule(func, "dw")
+    assert choice.trials == dw.top_k + PAD_VARIANTS + windows + 1          # + its register-blocked rows
     assert choice.plan.pad in PADS
     conv = _gensor(measure=True)
     _, _, choice = conv.schedule(_conv3x3(), "conv")

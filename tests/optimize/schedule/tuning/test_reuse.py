@@ -82,6 +82,20 @@ def test_adapted_plan_keeps_the_micro_kernel_and_is_valid(arm):
     TilePlan(wl.axes, wl.kinds, wl.extents, state.tiles, CPU_LEVELS).check()
 
 
+def test_a_source_of_the_same_workload_is_taken_as_it_ran(arm):
+    """Its own extents: the tiles as timed, even where the model's L1 footprint would refuse them
+    (a window plan's whole row, gensor/window.py); other extents are fitted and checked."""
+    hw = cpu_hardware(arm)
+    wl = workload(matmul(64, 512, 64), arm)
+    space = CpuSpace(wl, hw)
+    big = TilePlan(wl.axes, wl.kinds, wl.extents, ((64, 64, 4), (64, 64, 8), (512, 512, 1)), CPU_LEVELS, (),
+                   wl.vector_axis)
+    assert not space.valid(State(big.tiles, 2))
+    assert adapt(space, big) == State(big.tiles, 2)
+    other = CpuSpace(workload(matmul(64, 256, 64), arm), hw)
+    assert adapt(other, big) is None or other.valid(adapt(other, big))
+
+
 def test_feature_ranges_follow_eto(arm):
     """B in [r1, r2] x the source's tasks and M in [1, r2] x its L1 bytes: the source's own plan
     on the source is in range; on a kernel with half the reduction (r1 = 2, r2 = 1/2), the
