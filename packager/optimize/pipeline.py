@@ -174,6 +174,8 @@ def _reuse_same(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, Pass
 
 REUSE_SAME = Pass("reuse_same", _reuse_same, off="off in the spec: every kernel not in the database tuned from scratch",
                   needs_target=True)
+
+
 def _window_rows(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
     """Window plans are candidates inside the schedule pass (and the layout search); this line
     says whether the target's scheduler offers them."""

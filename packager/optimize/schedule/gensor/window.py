@@ -40,8 +40,8 @@ def _row_axes(wl: Workload) -> list[int]:
 
 def register_tiles(x: int, y: int, most: int, enough: int) -> list[tuple[int, int]]:
     """(rows, columns) register tiles of at most `most` accumulators, dividing the extents `y`
-    and `x`: the widest row alone, then two rows, nearest to `enough` accumulators first; rows
-    alone (one column) where no divisor of `x` gives even half of `enough`."""
+    and `x`, one per row count, nearest to `enough` accumulators first: one or two rows where
+    such a tile reaches half of `enough`, else any (rows alone when no divisor of `x` fits)."""
     cands = [(r, c) for r in _divisors(y) for c in _divisors(x) if 2 <= r * c <= most]
     good = [(r, c) for r, c in cands if r <= 2 and r * c >= enough // 2]
     pool = good or cands
