@@ -175,7 +175,7 @@ class GensorCpu:
         wl = replace(wl, key=key)
         space = CpuSpace(wl, self.hw)
         ranked = construct(space, seed_of(key), restarts=RESTARTS)
-        windows = window_plans(wl, self.hw, space.lanes) if self.windows else []
+        windows = window_plans(space) if self.windows else []
         sketch = sketch_of(wl)
         if self.pool is not None and source is None:
             source = self.pool.nearest(sketch, wl.extents)

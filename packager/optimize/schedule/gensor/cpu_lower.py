@@ -45,12 +45,10 @@ def lower_cpu(sch: s_tir.Schedule, rules: CpuRules, anchor: Anchor, plan: TilePl
         chunk.append(c)
         red_inner.append(i)
     red_inner, unrolled = unroll_contiguous(sch, anchor, red_inner)
-    one_chunk = all(loop_extent(sch, c) == 1 for c in chunk)
-    if one_chunk:
-        sch.reorder(*outer, *mid, *inner, *chunk, *red_inner, *reg, *([vec_inner] if vec_inner is not None else []))
-    else:
-        middle = [*chunk, *mid] if plan.order == ORDERS[0] else [*mid, *chunk]
-        sch.reorder(*outer, *middle, *inner, *red_inner, *reg, *([vec_inner] if vec_inner is not None else []))
+    one_chunk = all(loop_extent(sch, c) == 1 for c in chunk)      # then inside the register tiles' loops
+    middle = mid if one_chunk else [*chunk, *mid] if plan.order == ORDERS[0] else [*mid, *chunk]
+    sch.reorder(*outer, *middle, *inner, *(chunk if one_chunk else []), *red_inner, *reg,
+                *([vec_inner] if vec_inner is not None else []))
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     tasks = int(sch.get(fused).extent)
     par = tasks if anchor.work >= PARALLEL_MIN_WORK and tasks > 1 else 1

@@ -15,17 +15,14 @@ timed like them; the fastest wins.
 """
 from __future__ import annotations
 
-from ..hardware import MEMORY_BOUND_REDUCTION, Hardware
+from ..hardware import MEMORY_BOUND_REDUCTION
+from .cpu_model import CpuSpace, divisors
 from .plan import CPU_LEVELS, PADS, REDUCE, TilePlan
 from .workload import Workload
 
 TASKS_PER_CORE = 4           # parallel tasks per core at least (row bands balance across cores)
 MAX_BAND_ROWS = 8            # rows of one task at most (per-task padding recomputes k - 1 halo rows)
 MAX_TILES = 2                # register tiles offered per kernel
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _row_axes(wl: Workload) -> list[int]:
@@ -42,7 +39,7 @@ def register_tiles(x: int, y: int, most: int, enough: int) -> list[tuple[int, in
     """(rows, columns) register tiles of at most `most` accumulators, dividing the extents `y`
     and `x`, one per row count, nearest to `enough` accumulators first: one or two rows where
     such a tile reaches half of `enough`, else any (rows alone when no divisor of `x` fits)."""
-    cands = [(r, c) for r in _divisors(y) for c in _divisors(x) if 2 <= r * c <= most]
+    cands = [(r, c) for r in divisors(y) for c in divisors(x) if 2 <= r * c <= most]
     good = [(r, c) for r, c in cands if r <= 2 and r * c >= enough // 2]
     pool = good or cands
     pool.sort(key=lambda rc: (abs(rc[0] * rc[1] - enough), rc[0]))
@@ -53,28 +50,27 @@ def register_tiles(x: int, y: int, most: int, enough: int) -> list[tuple[int, in
     return out[:MAX_TILES]
 
 
-def window_plans(wl: Workload, hw: Hardware, lanes: int) -> list[TilePlan]:
+def window_plans(space: CpuSpace) -> list[TilePlan]:
     """Register-blocked plans for a window kernel (see the module doc); none for other kernels."""
+    wl, hw, vec = space.wl, space.hw, space.wl.vector_axis
     products = 1
     for d in wl.reduce():
         products *= wl.extents[d]
-    vec = wl.vector_axis
     rows = _row_axes(wl)
     if vec < 0 or not rows or products > MEMORY_BOUND_REDUCTION:
         return []
-    v0 = lanes if wl.extents[vec] % lanes == 0 else max(d for d in _divisors(wl.extents[vec]) if d <= lanes)
     x, y = rows[0], rows[1] if len(rows) > 1 else -1
     ext_y = wl.extents[y] if y >= 0 else 1
+    others = 1                                            # spatial extents outside the row bands
+    for d in wl.spatial():
+        if d not in (x, y, vec):
+            others *= wl.extents[d]
     pipes = max(hw.flops_per_cycle / (2 * hw.lanes), 1)
     enough = int(pipes * hw.fma_latency)                  # independent accumulators that hide the latency
     most = min(12, (hw.vector_registers - 1) // 2)        # accumulators + as many operand loads + a weight
     plans = []
     for r, c in register_tiles(wl.extents[x], ext_y, most, enough):
-        others = 1
-        for d in wl.spatial():
-            if d not in (x, y, vec):
-                others *= wl.extents[d]
-        bands = [b for b in _divisors(ext_y) if b % r == 0 and b <= max(MAX_BAND_ROWS, r)]
+        bands = [b for b in divisors(ext_y) if b % r == 0 and b <= max(MAX_BAND_ROWS, r)]
         fits = [b for b in bands if others * (ext_y // b) >= TASKS_PER_CORE * hw.cores]
         band = max(fits) if fits else min(bands)
         tiles = []
@@ -82,7 +78,7 @@ def window_plans(wl: Workload, hw: Hardware, lanes: int) -> list[TilePlan]:
             if kind == REDUCE:
                 tiles.append((e, e, 1))
             elif d == vec:
-                tiles.append((e, e, v0))
+                tiles.append((e, e, space.v0))
             elif d == x:
                 tiles.append((e, e, c))
             elif d == y:

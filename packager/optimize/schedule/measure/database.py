@@ -45,7 +45,7 @@ RULES = {
                             # its output block with that conv's cost; depthwise plans pad per task;
                             # 7: short rows of copies and staged pads vectorized within an outer index;
                             # 8: one-chunk plans with register accumulators, window plans (gensor/window.py)
-    "global-fusion": 10,     # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
+    "global-fusion": 10,    # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
                             # with a predicated last row tile; 3 = reduction loops split at a folded
                             # reshape's period, merged kernel and parts timed in alternation; 4 = transposed
                             # copies tiled, a matmul staged in a row region register-tiled, timed on

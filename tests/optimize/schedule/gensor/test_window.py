@@ -42,7 +42,7 @@ def _gensor(measure: bool = False) -> GensorCpu:
 def _plans(func):
     g = _gensor()
     space = CpuSpace(g.workload(func), g.hw)
-    return g, space, window_plans(space.wl, space.hw, space.lanes)
+    return g, space, window_plans(space)
 
 
 @pytest.mark.parametrize("make, offered", [(lambda: _depthwise(32, 20, 20), True), (_max_pool, True),

@@ -136,7 +136,7 @@ def test_gensor_times_the_best_plans_again_with_padding_per_task():
     over input channels top-k, and what wins is recorded."""
     dw = _gensor(measure=True)
     func = _depthwise(64, 28)
-    windows = len(window_plans(dw.workload(func), dw.hw, CpuSpace(dw.workload(func), dw.hw).lanes))
+    windows = len(window_plans(CpuSpace(dw.workload(func), dw.hw)))
     _, _, choice = dw.schedule(func, "dw")
     assert choice.trials == dw.top_k + PAD_VARIANTS + windows + 1          # + its register-blocked rows
     assert choice.plan.pad in PADS
