@@ -299,6 +299,7 @@ def _conv_details(decisions) -> list[dict]:
                                    "weight": conv_weight_blocked(s.weight, d.w_in, d.w_out).describe(),
                                    "output": channel_blocked((s.data[0], s.weight[0], 1, 1), 1, d.out_block).describe()},
                     "scores_ms": d.scores, "next_conv_ms": d.ahead, "pool_ms": d.pool, "from_database": d.reused,
+                    **({"first_timing_ms": d.runoff} if d.runoff else {}),
                     **({"shared_from": d.shared_from} if d.shared_from else {}),
                     **({"padded_from": d.padded_from} if d.padded_from else {})})
     return out
@@ -368,6 +369,11 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     if shared:
         conv_part += (f"; {shared} convs took the layouts of a conv of their shape class (input channels rounded "
                       "up to a power of two) instead of being scored")
+    runoff = [d for _, _, d in decisions if d.runoff] + [d for _, _, d in matmuls if d.runoff]
+    runoff_changed = sum(d.changed_by_runoff for d in runoff)
+    if runoff:
+        conv_part += (f"; {len(runoff)} decisions timed their close candidates again together (run-off), "
+                      f"{runoff_changed} of them ranked another candidate first than its own first timing")
     padded = [f"{d.padded_from}->{s.out_channels}" + (f" in {s.groups} groups" if s.groups > 1 else "")
               for _, s, d in decisions if d.padded_from]
     if padded:
@@ -385,7 +391,9 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
         "constants_full_rank": promoted,
         "lookahead": {"convs": len(ahead), "changed": changed}, "shared_by_class": shared,
         "pooling": {"convs": len(pooled), "changed": pool_changed}, "padded_outputs": len(padded),
+        "runoff": {"decisions": len(runoff), "changed": runoff_changed},
         "padding_slices": slices, "padding_flowed": flowed,
         "matmuls": len(matmuls), "matmuls_packed": n_panels, "per_conv": _conv_details(decisions),
-        "per_matmul": [{"a": list(s.a), "n": s.n, "n_t": d.nt, "scores_ms": d.scores, "from_database": d.reused}
+        "per_matmul": [{"a": list(s.a), "n": s.n, "n_t": d.nt, "scores_ms": d.scores, "from_database": d.reused,
+                        **({"first_timing_ms": d.runoff} if d.runoff else {})}
                        for _, s, d in matmuls]})

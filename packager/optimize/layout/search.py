@@ -20,6 +20,13 @@ included. A conv is scored with a transcendental epilogue (SiLU, GELU, ...) when
 as its kernel will compute it. Unfold (overlapped spatial tiles) and spatial layout tiling are
 not searched here.
 
+Each candidate is timed when it is scored, at a different moment from the others: on a host
+whose neighbours slow it for seconds at a time one of two close candidates can time 1.9x slow
+(ViT-tiny's MLP matmul, docs/corpus.md). So the candidates within RUNOFF_WITHIN of the best are
+timed again together, in one interleaved call (a run-off), and those results decide; among
+run-off times within TIE of the best, the layout that keeps the producer's block and writes
+vector-wide blocks wins, so near-equal candidates are settled the same way in every build.
+
 Decisions are shared within a shape class (ConvSite.class_key: the same conv but for its input
 channels, rounded up to a power of two, in the same context): the first conv of a class is
 scored, the others take its layouts (the report names the conv they came from).
@@ -27,8 +34,10 @@ scored, the others take its layouts (the report names the conv they came from).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
+from tvm import tirx
 
 from ..schedule.contract import KernelScheduler
 from .matmul import MatmulSite
@@ -37,6 +46,8 @@ from .sites import ConvSite, NextConv, PadContext, PoolSite
 
 SEARCH_TOP_K = 2              # tile plans measured per layout candidate
 LOOKAHEAD_WITHIN = 1.5        # output blocks scored with the next conv: own score within 1.5x of the best
+RUNOFF_WITHIN = 1.3          # candidates within 1.3x of the best are timed again, together
+TIE = 1.03                   # run-off results within 3% of the best: the preferred layout wins
 PAD_GAIN = 0.9                # padded output channels: chosen when at most 0.9x the best unpadded score
                               # (at most 1 / 0.9x where the padding flows on into every reader)
 
@@ -58,6 +69,12 @@ class Decision:
     pool: dict[str, float] = field(default_factory=dict)
     shared_from: str = ""              # the conv of the same shape class whose scores decided (its key)
     padded_from: int = 0               # output channels when the conv computes them padded (pad.py)
+    runoff: dict[str, float] = field(default_factory=dict)   # first timings of the candidates timed again
+
+    @property
+    def changed_by_runoff(self) -> bool:
+        """The run-off chose another candidate than the first timings of the same candidates."""
+        return _changed(self.runoff, self.scores)
 
     @property
     def changed_by_lookahead(self) -> bool:
@@ -74,13 +91,26 @@ class Decision:
     def record(self) -> dict:
         return {"data_block": self.data_block, "out_block": self.out_block, "w_in": self.w_in, "w_out": self.w_out,
                 "scores": self.scores, "measured": self.measured, "ahead": self.ahead, "pool": self.pool,
+                **({"runoff": self.runoff} if self.runoff else {}),
                 **({"shared_from": self.shared_from} if self.shared_from else {})}
 
     @staticmethod
     def from_record(r: dict) -> "Decision":
         return Decision(r["data_block"], r["out_block"], r["w_in"], r["w_out"], r.get("scores", {}),
                         r.get("measured", False), reused=True, ahead=r.get("ahead", {}), pool=r.get("pool", {}),
-                        shared_from=r.get("shared_from", ""))
+                        shared_from=r.get("shared_from", ""), runoff=r.get("runoff", {}))
+
+
+def _changed(first: dict[str, float], scores: dict[str, float]) -> bool:
+    """Whether the run-off's times rank another of `first`'s candidates fastest."""
+    return bool(first) and min(first, key=first.get) != min(first, key=lambda k: scores[k])
+
+
+def _preferred(candidate: str, incoming: int, lanes: int) -> tuple[bool, bool, bool]:
+    """Sort key among tied candidates: keep the producer's block (no conversion), then write
+    vector-wide blocks (what most readers take), and NCHW last."""
+    data, out = (int(x) for x in candidate.split("/"))
+    return data != incoming, out != lanes, out == 1
 
 
 def _site_name(site: ConvSite) -> str:
@@ -109,6 +139,7 @@ class LayoutSearch:
 
     def __init__(self, scheduler: KernelScheduler, pad: bool = True):
         self.pad = pad
+        self.scheduler = scheduler
         self.db = scheduler.database()
         # No ETO reuse here: candidates are compared with each other, and a reused program's
         # quality (not the layout's) decided between them; from scratch costs the same 3 programs.
@@ -138,11 +169,41 @@ class LayoutSearch:
         """Each (data block, output block) candidate's time, a conversion from `incoming` included."""
         scores = {}
         for data_block, out_block in pairs:
-            ms = self._score(site, data_block, out_block)
-            if data_block != incoming:
-                ms += int(np.prod(site.data)) * 4 * self.conversion_ms_per_byte
+            ms = self._score(site, data_block, out_block) + (self._conversion_ms(site) if data_block != incoming else 0)
             scores[f"{data_block}/{out_block}"] = round(ms, 4)
         return scores
+
+    def _conversion_ms(self, site: ConvSite) -> float:
+        """What converting the conv's input to another block costs (read + write at DRAM speed)."""
+        return int(np.prod(site.data)) * 4 * self.conversion_ms_per_byte
+
+    def _runoff(self, scores: dict[str, float], kernel: Callable[[str], tirx.PrimFunc], name: str,
+                extra: dict[str, float] | None = None) -> tuple[dict[str, float], dict[str, float]]:
+        """(scores, first timings of the candidates timed again): the candidates within
+        RUNOFF_WITHIN of the best, scheduled as they were scored, timed together in alternation
+        (plus `extra`, their conversion ms); `name` + key names each as it was scored. The others keep their first timing, scaled by how
+        the first timings' best moved between the two moments."""
+        finite = {k: ms for k, ms in scores.items() if np.isfinite(ms)}
+        if not self.measuring or not finite:
+            return scores, {}
+        best = min(finite.values())
+        close = [k for k, ms in finite.items() if ms <= RUNOFF_WITHIN * best]
+        if len(close) < 2:
+            return scores, {}
+        times = self._time_together([kernel(k) for k in close], [name + k for k in close])
+        again = {k: t + (extra or {}).get(k, 0.0) for k, t in zip(close, times) if t is not None and np.isfinite(t)}
+        if len(again) < 2:
+            return scores, {}
+        ref = min(again, key=finite.get)                 # the first timings' best among those timed again
+        drift = again[ref] / finite[ref] if finite[ref] > 0 else 1.0
+        out = {k: round(again[k] if k in again else ms * drift, 4) for k, ms in scores.items()}
+        return out, {k: scores[k] for k in again}
+
+    def _time_together(self, funcs: list[tirx.PrimFunc], names: list[str]) -> list[float | None]:
+        """ms of each kernel's chosen schedule (from the database: it was just scored), timed in
+        one interleaved call."""
+        scheduled = [self.gensor.schedule(f, n)[0] for f, n in zip(funcs, names)]
+        return [t * 1e3 if t is not None else None for t in self.scheduler.time(scheduled)]
 
     @staticmethod
     def _worth_ahead(scores: dict[str, float]) -> list[int]:
@@ -226,15 +287,21 @@ class LayoutSearch:
             self.db.put(key, d.record(), "layout", self.gensor.target_key)
             return d
         scores = self._scores(site, incoming, pairs)
+        scores, first = self._runoff(
+            scores, lambda k: site.kernel(*(int(x) for x in k.split("/"))), f"layout conv {_site_name(site)} ",
+            {k: self._conversion_ms(site) for k in scores if int(k.split("/")[0]) != incoming})
         ahead = self._ahead(scores, next_conv) if next_conv is not None else {}
         pooled = self._pool_scores(scores, pool) if pool is not None else {}
         looked = set(ahead) | set(pooled)
         total = {k: ms + ahead.get(_out(k), 0.0) + pooled.get(_out(k), 0.0) for k, ms in scores.items()
                  if _out(k) in looked} or scores
         best = min(total, key=total.get)
+        if first:                                  # timed together: near-equal ones settle the same way
+            tied = [k for k, ms in total.items() if ms <= TIE * total[best]]
+            best = min(tied, key=lambda k: (_preferred(k, incoming, self.lanes), total[k]))
         data_block, out_block = (int(x) for x in best.split("/"))
         d = Decision(data_block, out_block, *site.weight_blocks(data_block, out_block), scores, self.measuring,
-                     ahead=ahead, pool=pooled)
+                     ahead=ahead, pool=pooled, runoff=first)
         self.db.put(key, d.record(), "layout", self.gensor.target_key)
         if class_key != key:
             self.db.put(class_key, {**d.record(), "site": _site_name(site)}, "layout", self.gensor.target_key)
@@ -257,11 +324,13 @@ class LayoutSearch:
         key = f"layout/{self.gensor.target_key}/{site.key()}/{widths}"
         rec = self.db.get(key, measured_only=True, kind="layout")
         if rec is not None:
-            return MatmulDecision(rec["nt"], rec.get("scores", {}), True, reused=True)
+            return MatmulDecision(rec["nt"], rec.get("scores", {}), True, reused=True, runoff=rec.get("runoff", {}))
         scores = {str(nt): round(self._score_func(site.kernel(nt), f"layout {site.key()} n_t={nt}"), 4) for nt in widths}
+        scores, first = self._runoff(scores, lambda k: site.kernel(int(k)), f"layout {site.key()} n_t=")
         nt = int(min(scores, key=scores.get))
-        self.db.put(key, {"nt": nt, "scores": scores, "measured": True}, "layout", self.gensor.target_key)
-        return MatmulDecision(nt, scores, True)
+        self.db.put(key, {"nt": nt, "scores": scores, "measured": True, **({"runoff": first} if first else {})},
+                    "layout", self.gensor.target_key)
+        return MatmulDecision(nt, scores, True, runoff=first)
 
 
 @dataclass
@@ -270,3 +339,8 @@ class MatmulDecision:
     scores: dict[str, float]
     measured: bool
     reused: bool = False
+    runoff: dict[str, float] = field(default_factory=dict)   # first timings of the candidates timed again
+
+    @property
+    def changed_by_runoff(self) -> bool:
+        return _changed(self.runoff, self.scores)
