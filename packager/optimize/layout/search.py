@@ -23,8 +23,9 @@ not searched here.
 Each candidate is timed when it is scored, at a different moment from the others: on a host
 whose neighbours slow it for seconds at a time one of two close candidates can time 1.9x slow
 (ViT-tiny's MLP matmul, docs/corpus.md). So the candidates within RUNOFF_WITHIN of the best are
-timed again together, in one interleaved call (a run-off), and those results decide; among
-run-off times within TIE of the best, the layout that keeps the producer's block and writes
+timed again together, in one interleaved call with their inputs just written (a run-off), and
+those results decide; among run-off times within TIE of the best (both with a floor in
+microseconds for kernels of a few), the layout that keeps the producer's block and writes
 vector-wide blocks wins, so near-equal candidates are settled the same way in every build.
 
 Decisions are shared within a shape class (ConvSite.class_key: the same conv but for its input
@@ -46,8 +47,10 @@ from .sites import ConvSite, NextConv, PadContext, PoolSite
 
 SEARCH_TOP_K = 2              # tile plans measured per layout candidate
 LOOKAHEAD_WITHIN = 1.5        # output blocks scored with the next conv: own score within 1.5x of the best
-RUNOFF_WITHIN = 1.3          # candidates within 1.3x of the best are timed again, together
-TIE = 1.03                   # run-off results within 3% of the best: the preferred layout wins
+RUNOFF_WITHIN = 1.3           # candidates within 1.3x (+ 5 us) of the best are timed again, together
+RUNOFF_FLOOR_MS = 0.005       # (kernels of a few us time up to 2x apart from one build to the next)
+TIE = 1.03                    # run-off results within 3% (+ 1 us: thread wake-up jitter) of the best:
+TIE_FLOOR_MS = 0.001          # the preferred layout wins
 PAD_GAIN = 0.9                # padded output channels: chosen when at most 0.9x the best unpadded score
                               # (at most 1 / 0.9x where the padding flows on into every reader)
 
@@ -180,14 +183,15 @@ class LayoutSearch:
     def _runoff(self, scores: dict[str, float], kernel: Callable[[str], tirx.PrimFunc], name: str,
                 extra: dict[str, float] | None = None) -> tuple[dict[str, float], dict[str, float]]:
         """(scores, first timings of the candidates timed again): the candidates within
-        RUNOFF_WITHIN of the best, scheduled as they were scored, timed together in alternation
-        (plus `extra`, their conversion ms); `name` + key names each as it was scored. The others keep their first timing, scaled by how
-        the first timings' best moved between the two moments."""
+        RUNOFF_WITHIN (+ RUNOFF_FLOOR_MS) of the best, scheduled as they were scored (`name` +
+        key names each), timed together in alternation, plus `extra` (their conversion ms). The
+        others keep their first timing, scaled by how the first timings' best moved between the
+        two moments."""
         finite = {k: ms for k, ms in scores.items() if np.isfinite(ms)}
         if not self.measuring or not finite:
             return scores, {}
         best = min(finite.values())
-        close = [k for k, ms in finite.items() if ms <= RUNOFF_WITHIN * best]
+        close = [k for k, ms in finite.items() if ms <= RUNOFF_WITHIN * best + RUNOFF_FLOOR_MS]
         if len(close) < 2:
             return scores, {}
         times = self._time_together([kernel(k) for k in close], [name + k for k in close])
@@ -201,9 +205,9 @@ class LayoutSearch:
 
     def _time_together(self, funcs: list[tirx.PrimFunc], names: list[str]) -> list[float | None]:
         """ms of each kernel's chosen schedule (from the database: it was just scored), timed in
-        one interleaved call."""
+        one interleaved call under the condition it was scored in (its input just written)."""
         scheduled = [self.gensor.schedule(f, n)[0] for f, n in zip(funcs, names)]
-        return [t * 1e3 if t is not None else None for t in self.scheduler.time(scheduled)]
+        return [t * 1e3 if t is not None else None for t in self.scheduler.time(scheduled, written_first=True)]
 
     @staticmethod
     def _worth_ahead(scores: dict[str, float]) -> list[int]:
@@ -297,7 +301,7 @@ class LayoutSearch:
                  if _out(k) in looked} or scores
         best = min(total, key=total.get)
         if first:                                  # timed together: near-equal ones settle the same way
-            tied = [k for k, ms in total.items() if ms <= TIE * total[best]]
+            tied = [k for k, ms in total.items() if ms <= TIE * total[best] + TIE_FLOOR_MS]
             best = min(tied, key=lambda k: (_preferred(k, incoming, self.lanes), total[k]))
         data_block, out_block = (int(x) for x in best.split("/"))
         d = Decision(data_block, out_block, *site.weight_blocks(data_block, out_block), scores, self.measuring,

@@ -124,9 +124,11 @@ class KernelScheduler(ABC):
         """Why the named rule does not take `func` ("" when there is nothing to say)."""
         return ""
 
-    def time(self, funcs: list[tirx.PrimFunc], warm: bool = False) -> list[float | None]:
+    def time(self, funcs: list[tirx.PrimFunc], warm: bool = False, written_first: bool = False
+             ) -> list[float | None]:
         """Seconds per run of each (already scheduled) kernel, timed in alternation; `warm`
-        ignores the target's cold-weights setting. Only where `can_measure`."""
+        ignores the target's cold-weights setting; `written_first` times each run after its first
+        argument was rewritten (as Gensor times a kernel's plans). Only where `can_measure`."""
         raise NotOffered(f"{self.target.name}: kernels are not timed at build time")
 
     def time_chains(self, chains: list[list[tirx.PrimFunc]]) -> list[float | None]:

@@ -69,9 +69,10 @@ class CpuScheduler(KernelScheduler):
             return lines[-1][:160] if lines else type(e).__name__
         return "another rule came first"
 
-    def time(self, funcs: list[tirx.PrimFunc], warm: bool = False) -> list[float | None]:
+    def time(self, funcs: list[tirx.PrimFunc], warm: bool = False, written_first: bool = False
+             ) -> list[float | None]:
         target = replace(self.target, cold_weights=False) if warm else self.target
-        return time_interleaved(funcs, target, tally=self.tally)
+        return time_interleaved(funcs, target, tally=self.tally, written_first=written_first)
 
     def time_chains(self, chains: list[list[tirx.PrimFunc]]) -> list[float | None]:
         return time_chains(chains, self.target, tally=self.tally)

@@ -56,7 +56,7 @@ def test_fusions_are_timed_warm_for_a_model_timed_cold(monkeypatch, tmp_path):
     from packager.optimize.schedule import cpu
 
     seen = []
-    monkeypatch.setattr(cpu, "time_interleaved", lambda funcs, target, tally=None: seen.append(target) or
+    monkeypatch.setattr(cpu, "time_interleaved", lambda funcs, target, tally=None, **_: seen.append(target) or
                         [1e-3] * len(funcs))
     cold = replace(host_target(), cold_weights=True)
     mod = optimized_module(conv_then_channel_sum(16, 32, 12), host_target(), global_fusion=False)

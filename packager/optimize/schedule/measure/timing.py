@@ -165,19 +165,19 @@ def _copy_kernel(param, target: Target) -> tirx.PrimFunc:
     return CpuRules(target).schedule(te.create_prim_func([src, dst]))[0]
 
 
-def _written_first(lib, stash, target: Target) -> str:
-    """Registers the f_preproc that flushes the arguments but the first (cold-weights targets) and
-    then rewrites the first from `stash` with the module's `written_first` kernel; returns its name."""
+def _written_first(lib, stash, target: Target, copy_name: str = "written_first", name: str = WRITTEN_FIRST) -> str:
+    """Registers the f_preproc `name` that flushes the arguments but the first (cold-weights
+    targets) and then rewrites the first from `stash` with the module's `copy_name` kernel."""
     flush = tvm.get_global_func(COLD_FLUSH) if getattr(target, "cold_weights", False) else None
-    copy = lib["written_first"]
+    copy = lib[copy_name]
 
     def preproc(*args):
         if flush is not None:
             flush(*args)
         copy(stash, args[0])
 
-    tvm.register_global_func(WRITTEN_FIRST, preproc, override=True)
-    return WRITTEN_FIRST
+    tvm.register_global_func(name, preproc, override=True)
+    return name
 
 
 def _runs_per_repeat(lib, name: str, dev, args: list) -> int:
@@ -262,22 +262,30 @@ def _timed_rounds(lib, dev, args: list, which: list[int], rounds: int, target: T
 
 
 def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3,
-                     repeat: int = 2, tally: Tally | None = None) -> list[float | None]:
+                     repeat: int = 2, tally: Tally | None = None, written_first: bool = False) -> list[float | None]:
     """Seconds per run of different kernels (each on its own random inputs), timed in
     alternation for `rounds` rounds and the minimum kept per kernel: on a machine whose
     neighbours slow it for seconds at a time, kernels compared with each other (a merged kernel
     and the kernels it replaces) see the same slow and quiet periods (one repeat each once the
-    build's timing budget is spent). None: failed to run."""
+    build's timing budget is spent). `written_first`: each run after its first argument was
+    rewritten, as time_candidates times a kernel's plans (this machine only). None: failed to run."""
     tally = tally if tally is not None else Tally()
     t0 = tally.start()
-    lib, dev = _load(_build(funcs, target, "k"), target)
+    written_first = written_first and target.rpc is None and all(f.params for f in funcs)
+    extra = {f"w{i}": _copy_kernel(f.params[0], target) for i, f in enumerate(funcs)} if written_first else None
+    lib, dev = _load(_build(funcs, target, "k", extra), target)
     rng = np.random.default_rng(0)
     args = [_args(f, rng, dev) for f in funcs]
     best: list[float | None] = [None] * len(funcs)
     number = [1] * len(funcs)
+    preproc: list[str | None] = [None] * len(funcs)
     for i in range(len(funcs)):
         try:
-            number[i] = _runs_per_repeat(lib, f"k{i}", dev, args[i])
+            if written_first:
+                stash = tvm.runtime.tensor(args[i][0].numpy(), device=dev)
+                preproc[i] = _written_first(lib, stash, target, f"w{i}", f"{WRITTEN_FIRST}.{i}")
+            else:
+                number[i] = _runs_per_repeat(lib, f"k{i}", dev, args[i])
         except Exception:  # noqa: BLE001 - a kernel that fails to run is reported as untimed
             continue
         best[i] = float("inf")
@@ -288,7 +296,7 @@ def time_interleaved(funcs: list[tirx.PrimFunc], target: Target, rounds: int = 3
         for i in range(len(funcs)):
             if best[i] is not None:
                 for _ in range(repeat):
-                    ev = _evaluator(lib, f"k{i}", dev, target, number[i])
+                    ev = _evaluator(lib, f"k{i}", dev, target, number[i], preproc[i])
                     best[i] = min(best[i], min(ev(*args[i]).results))
     tally.add(len(funcs), t0)
     return best

@@ -229,3 +229,23 @@ def test_slow_candidates_are_screened_by_their_first_run():
     slow = {0: 0.5, 1: 0.5 * SCREEN, 2: 0.5 * SCREEN + 0.01, 3: 0.6}
     assert screen(slow) == ([0, 1, 3], {2: 0.5 * SCREEN + 0.01}, 1)
     assert screen({}) == ([], {}, COLD_RUNS)
+
+
+def test_interleaved_kernels_can_run_with_their_input_just_written(monkeypatch):
+    """`written_first`: each run of each kernel comes after its own first argument was rewritten
+    by a copy kernel of that argument's shape (the condition Gensor's plans are timed in), one run
+    per evaluation; without it, warm repeats of several runs."""
+    import packager.optimize.schedule.measure.timing as measure
+
+    target = host_target()
+    rules = CpuRules(target)
+    small, big = (rules.schedule(_matmul(n))[0] for n in (32, 128))
+    calls = []
+    real = measure._evaluator
+    monkeypatch.setattr(measure, "_evaluator", lambda *a, **k: calls.append((a[1], a[4], a[5:])) or real(*a, **k))
+    times = time_interleaved([big, small], target, rounds=1, repeat=1, written_first=True)
+    assert all(t is not None and t > 0 for t in times)
+    assert calls == [("k0", 1, (f"{measure.WRITTEN_FIRST}.0",)), ("k1", 1, (f"{measure.WRITTEN_FIRST}.1",))]
+    calls.clear()
+    time_interleaved([big, small], target, rounds=1, repeat=1)
+    assert [(name, rest) for name, _, rest in calls] == [("k0", (None,)), ("k1", (None,))]
