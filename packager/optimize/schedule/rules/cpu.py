@@ -39,7 +39,7 @@ from ....targets import Target
 from ...base import PassReport
 from . import padding, recurrence, tile_dot, winograd
 from .int_dot import find_int_dot, int_dot
-from .partition import partition_selects
+from .partition import partition_selects, varies_per_outer
 from .reduction_order import contiguous_reduction_last, unroll_contiguous
 from .transpose import tile_transposed_copy
 from ..tir_util import (PARALLEL_MIN_COPY, PARALLEL_MIN_WORK, Anchor, KernelSchedule, RuleMismatch, best_factor,
@@ -172,10 +172,20 @@ class CpuRules:
             return par, vec
         k, span = len(loops) - 1, inner_ext
         while k > 0 and best_factor(span, lanes) < lanes // 2:
+            if span >= lanes and varies_per_outer(sch, block, k):
+                break                                # a predicated tail within the plane, not gathers
             k -= 1
             span *= loop_extent(sch, loops[k])
         fused = sch.fuse(*loops[k:]) if len(loops) - k > 1 else loops[k]
         vec = best_factor(span, lanes) if span >= 4 else 1
+        if vec < lanes // 2 and span >= lanes and k > 0:     # the plane's vectors, a predicated tail
+            _, inner = sch.split(fused, [None, lanes])
+            sch.vectorize(inner)
+            outer = sch.fuse(*loops[:k]) if k > 1 else loops[0]
+            par = loop_extent(sch, outer) if total >= min_work and loop_extent(sch, outer) > 1 else 1
+            if par > 1:
+                sch.parallel(outer)
+            return par, lanes
         if vec < 4:
             vec = 1
         par = 1

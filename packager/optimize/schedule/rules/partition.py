@@ -16,7 +16,7 @@ import math
 
 import tvm_ffi
 from tvm import s_tir
-from tvm.ir.expr import Call
+from tvm.ir.expr import Call, TensorLoad, Var
 from tvm.ir.prim.expr import GE, GT, LE, LT, And, IntImm, Or, Select
 
 MAX_PARTS = 16             # more parts than this: code size grows past what the select costs
@@ -114,3 +114,36 @@ def _bindings(sch: s_tir.Schedule, block) -> list:
     tvm_ffi.structural_walk(sch.mod["main"].body, (s_tir.SBlockRealize, found.append), order="post")
     name = sch.get(block).name_hint
     return next((list(r.iter_values) for r in found if r.block.name_hint == name), [])
+
+
+def varies_per_outer(sch: s_tir.Schedule, block, k: int) -> bool:
+    """Whether a vector over `block`'s loops from the k-th on, were it to take in the loop before
+    too, would gather: the value loads a buffer at an index of outer iterators only (a
+    per-channel constant) or picks by a condition on an outer iterator (a concat). False when
+    the loops are not the block's iterators one to one."""
+    stmt = sch.get(block)
+    loops = sch.get_loops(block)
+    ivars = [iv.var for iv in stmt.iter_vars]
+    if len(loops) != len(ivars) or any(not sch.get(lp).loop_var.same_as(b)
+                                       for lp, b in zip(loops, _bindings(sch, block))):
+        return False
+    outer, inner = ivars[:k], ivars[k:]
+
+    def uses(expr, group) -> bool:
+        found: list = []
+        tvm_ffi.structural_walk(expr, (Var, found.append), order="post")
+        return any(v.same_as(g) for v in found for g in group)
+
+    hits: list = []
+
+    def visit(n) -> None:
+        if isinstance(n, TensorLoad):
+            if any(uses(i, outer) for i in n.indices) and not any(uses(i, inner) for i in n.indices):
+                hits.append(n)
+        elif isinstance(n, Select) and uses(n.condition, outer):
+            hits.append(n)
+        elif isinstance(n, Call) and getattr(n.op, "name", "") == "prim.if_then_else" and uses(n.args[0], outer):
+            hits.append(n)
+
+    tvm_ffi.structural_walk(stmt.body, ((TensorLoad, Select, Call), visit), order="post")
+    return bool(hits)

@@ -76,6 +76,47 @@ def test_reduction_split_at_a_folded_reshape_period():
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
+def _concat_scale(planes: int, h: int, w: int):
+    """Four channel groups concatenated, times a per-channel constant (a concat + BatchNorm)."""
+    from tvm import te, tirx
+
+    xs = [te.placeholder((1, planes, h, w), name=f"x{i}") for i in range(4)]
+    s = te.placeholder((1, 4 * planes, 1, 1), name="s")
+
+    def pick(n, c, y, x):
+        e = xs[3][n, c - 3 * planes, y, x]
+        for i in (2, 1, 0):
+            e = tirx.Select(c < (i + 1) * planes, xs[i][n, c - i * planes, y, x], e)
+        return e
+
+    y = te.compute((1, 4 * planes, h, w), lambda n, c, yy, xx: pick(n, c, yy, xx) * s[n, c, 0, 0], name="y")
+    return te.create_prim_func([*xs, s, y])
+
+
+def test_awkward_planes_take_a_predicated_tail_where_values_vary_per_channel():
+    """7x7 planes (no vector width of half the lanes divides 49) of a concat times per-channel
+    constants: the vector runs over one channel's plane with a predicated tail (vectors across
+    channels would gather the constants and every input of the pick), and the result is exact.
+    A plain copy of the same planes still vectorizes across channels (contiguous)."""
+    from tvm import te
+
+    target = host_target()
+    lanes = CpuRules(target).lanes(32)
+    func = _concat_scale(30, 7, 7)
+    scheduled, info = CpuRules(target).schedule(func)
+    assert info.vector == lanes, info
+    vectorized = [lp for lp in loops_of(scheduled.body) if lp.kind == tvm.tirx.ForKind.VECTORIZED]
+    assert [int(lp.extent) for lp in vectorized] == [lanes]
+    loops = [int(lp.extent) for lp in loops_of(scheduled.body)]
+    assert 120 in loops and -(-49 // lanes) in loops         # channels outside, the plane's vectors inside
+    args = random_args(func)
+    np.testing.assert_array_equal(run_kernel(scheduled, target, [a.copy() for a in args]),
+                                  run_kernel(func, target, [a.copy() for a in args]))
+    x = te.placeholder((1, 120, 7, 7), name="x")
+    copy, info = CpuRules(target).schedule(te.create_prim_func([x, te.compute(x.shape, lambda *i: x(*i) * 2.0)]))
+    assert 120 not in [int(lp.extent) for lp in loops_of(copy.body)], info
+
+
 def test_short_rows_are_vectorized_within_a_channel():
     """A uint8 channel shuffle over 28x28 planes (rows of 28, under AVX-512's 64 lanes): the vector
     runs over one channel's plane (its width divides 784), so its loads are contiguous instead of
