@@ -178,8 +178,9 @@ class CpuRules:
             span *= loop_extent(sch, loops[k])
         fused = sch.fuse(*loops[k:]) if len(loops) - k > 1 else loops[k]
         vec = best_factor(span, lanes) if span >= 4 else 1
-        if vec < lanes // 2 and span >= lanes and k > 0:     # the plane's vectors, a predicated tail
-            _, inner = sch.split(fused, [None, lanes])
+        if vec < lanes // 2 and span >= lanes and k > 0:     # the plane's whole vectors, then its tail
+            whole, _ = sch.loop_partition(fused, [span - span % lanes, None])
+            _, inner = sch.split(whole, [None, lanes])
             sch.vectorize(inner)
             outer = sch.fuse(*loops[:k]) if k > 1 else loops[0]
             par = loop_extent(sch, outer) if total >= min_work and loop_extent(sch, outer) > 1 else 1

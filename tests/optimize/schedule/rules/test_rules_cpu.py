@@ -95,9 +95,10 @@ def _concat_scale(planes: int, h: int, w: int):
 
 def test_awkward_planes_take_a_predicated_tail_where_values_vary_per_channel():
     """7x7 planes (no vector width of half the lanes divides 49) of a concat times per-channel
-    constants: the vector runs over one channel's plane with a predicated tail (vectors across
-    channels would gather the constants and every input of the pick), and the result is exact.
-    A plain copy of the same planes still vectorizes across channels (contiguous)."""
+    constants: whole vectors run over one channel's plane, then a scalar tail loop (vectors
+    across channels would gather the constants and every input of the pick; a predicated vector
+    loop would run scalar throughout), and the result is exact. A plain copy of the same planes
+    still vectorizes across channels (contiguous)."""
     from tvm import te
 
     target = host_target()
@@ -108,7 +109,7 @@ def test_awkward_planes_take_a_predicated_tail_where_values_vary_per_channel():
     vectorized = [lp for lp in loops_of(scheduled.body) if lp.kind == tvm.tirx.ForKind.VECTORIZED]
     assert [int(lp.extent) for lp in vectorized] == [lanes]
     loops = [int(lp.extent) for lp in loops_of(scheduled.body)]
-    assert 120 in loops and -(-49 // lanes) in loops         # channels outside, the plane's vectors inside
+    assert 120 in loops and 49 // lanes in loops and 49 % lanes in loops   # channels outside; vectors, tail
     args = random_args(func)
     np.testing.assert_array_equal(run_kernel(scheduled, target, [a.copy() for a in args]),
                                   run_kernel(func, target, [a.copy() for a in args]))
