@@ -173,7 +173,7 @@ class CpuRules:
         k, span = len(loops) - 1, inner_ext
         while k > 0 and best_factor(span, lanes) < lanes // 2:
             if span >= lanes and varies_per_outer(sch, block, k):
-                break                                # a predicated tail within the plane, not gathers
+                break                                # vectors within the plane and a tail, not gathers
             k -= 1
             span *= loop_extent(sch, loops[k])
         fused = sch.fuse(*loops[k:]) if len(loops) - k > 1 else loops[k]
