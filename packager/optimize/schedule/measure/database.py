@@ -46,7 +46,7 @@ RULES = {
                             # 7: short rows of copies and staged pads vectorized within an outer index;
                             # 8: one-chunk plans with register accumulators, window plans (gensor/window.py);
                             # 9: close candidates timed again together (run-off), ties to a preferred layout
-    "global-fusion": 10,    # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
+    "global-fusion": 11,    # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
                             # with a predicated last row tile; 3 = reduction loops split at a folded
                             # reshape's period, merged kernel and parts timed in alternation; 4 = transposed
                             # copies tiled, a matmul staged in a row region register-tiled, timed on
@@ -54,7 +54,8 @@ RULES = {
                             # 6 = reduction epilogues, timed warm for every model; 7 = KxK convs with
                             # their input channels innermost; 8 = pooling / depthwise pad per task;
                             # 9 = element-wise parts' short rows vectorized within an outer index;
-                            # 10 = one-chunk plans with register accumulators, window plans
+                            # 10 = one-chunk plans with register accumulators, window plans;
+                            # 11 = element-wise parts' awkward planes: whole vectors and a scalar tail
     "winograd-cpu": 5,      # direct conv vs Winograd F(4x4) / F(2x2), measured per conv shape (optimize/winograd);
                             # 2: kernels timed as built (activation written, weights flushed), a 0.9 margin;
                             # 3: each tile's kernels timed as a chain, only the weights flushed (measure/chain.py);
