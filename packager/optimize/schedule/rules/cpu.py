@@ -183,7 +183,8 @@ class CpuRules:
             _, inner = sch.split(whole, [None, lanes])
             sch.vectorize(inner)
             outer = sch.fuse(*loops[:k]) if k > 1 else loops[0]
-            par = loop_extent(sch, outer) if total >= min_work and loop_extent(sch, outer) > 1 else 1
+            n_outer = loop_extent(sch, outer)
+            par = n_outer if total >= min_work and n_outer > 1 else 1
             if par > 1:
                 sch.parallel(outer)
             return par, lanes

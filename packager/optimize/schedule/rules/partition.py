@@ -16,8 +16,10 @@ import math
 
 import tvm_ffi
 from tvm import s_tir
-from tvm.ir.expr import Call, TensorLoad, Var
+from tvm.ir.expr import Call, TensorLoad
 from tvm.ir.prim.expr import GE, GT, LE, LT, And, IntImm, Or, Select
+
+from ..tir_util import free_vars
 
 MAX_PARTS = 16             # more parts than this: code size grows past what the select costs
 MIN_VECTOR = 4             # a narrower common width is not worth a vector loop
@@ -62,8 +64,7 @@ def partition_selects(sch: s_tir.Schedule, block, lanes: int, min_work: int) -> 
     loops = sch.get_loops(block)
     ivars = [iv.var for iv in stmt.iter_vars]
     extents = [int(iv.dom.extent) for iv in stmt.iter_vars]
-    if (len(loops) != len(ivars) or any(int(sch.get(lp).extent) != e for lp, e in zip(loops, extents))
-            or any(not sch.get(lp).loop_var.same_as(b) for lp, b in zip(loops, _bindings(sch, block)))):
+    if not _loops_are_iterators(sch, block):
         return None
     cuts = cut_points(stmt.body.value, ivars, extents)
     inner = len(extents) - 1
@@ -108,6 +109,14 @@ def _loses_threads(sizes: list[int], lead: int, cuts: list[int] | None, min_work
     return not any(b - a > 1 and (b - a) * inside >= min_work for a, b in zip(edges, edges[1:]))
 
 
+def _loops_are_iterators(sch: s_tir.Schedule, block) -> bool:
+    """Whether `block`'s loops are its iterators one to one (same extents, bound as they are)."""
+    stmt, loops = sch.get(block), sch.get_loops(block)
+    return (len(loops) == len(stmt.iter_vars)
+            and all(int(sch.get(lp).extent) == int(iv.dom.extent) for lp, iv in zip(loops, stmt.iter_vars))
+            and all(sch.get(lp).loop_var.same_as(b) for lp, b in zip(loops, _bindings(sch, block))))
+
+
 def _bindings(sch: s_tir.Schedule, block) -> list:
     """The expressions the block's iterators are bound to (its realize's iter values)."""
     found: list = []
@@ -121,18 +130,14 @@ def varies_per_outer(sch: s_tir.Schedule, block, k: int) -> bool:
     too, would gather: the value loads a buffer at an index of outer iterators only (a
     per-channel constant) or picks by a condition on an outer iterator (a concat). False when
     the loops are not the block's iterators one to one."""
-    stmt = sch.get(block)
-    loops = sch.get_loops(block)
-    ivars = [iv.var for iv in stmt.iter_vars]
-    if len(loops) != len(ivars) or any(not sch.get(lp).loop_var.same_as(b)
-                                       for lp, b in zip(loops, _bindings(sch, block))):
+    if not _loops_are_iterators(sch, block):
         return False
+    stmt = sch.get(block)
+    ivars = [iv.var for iv in stmt.iter_vars]
     outer, inner = ivars[:k], ivars[k:]
 
     def uses(expr, group) -> bool:
-        found: list = []
-        tvm_ffi.structural_walk(expr, (Var, found.append), order="post")
-        return any(v.same_as(g) for v in found for g in group)
+        return any(v.same_as(g) for v in free_vars(expr) for g in group)
 
     hits: list = []
 
