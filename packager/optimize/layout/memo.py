@@ -31,6 +31,10 @@ class _Replaying:
     def measuring(self) -> bool:
         return self.search.measuring
 
+    @property
+    def conversions(self):
+        return self.search.conversions
+
     def decide(self, site: ConvSite, incoming: int, allowed_out=None, next_conv: NextConv | None = None,
                pool: PoolSite | None = None, padding: PadContext | None = None) -> Decision:
         i, self.n_conv = self.n_conv, self.n_conv + 1

@@ -383,7 +383,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
                                         "taking it back before other readers" if flowed else
                                         "sliced back after their element-wise epilogue (the padding walk and "
                                         "rewrite disagreed)"))
-    summary = f"{note}{conv_part}; {mm_part}; candidates scored {how}"
+    summary = f"{note}{conv_part}; {mm_part}; candidates scored {how}; {search.conversions.note()}"
     return converted, PassReport("layout", "applied", summary, {
         "convs": len(decisions), "packed": len(packed), "conversions_before": 2 * len(packed),
         "conversions_after": act, "constants_relaid": const, "clip_ops_rewritten": clips, "batchnorms_decomposed": bns,
@@ -391,7 +391,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
         "constants_full_rank": promoted,
         "lookahead": {"convs": len(ahead), "changed": changed}, "shared_by_class": shared,
         "pooling": {"convs": len(pooled), "changed": pool_changed}, "padded_outputs": len(padded),
-        "runoff": {"decisions": len(runoff), "changed": runoff_changed},
+        "runoff": {"decisions": len(runoff), "changed": runoff_changed}, "conversion_charges": search.conversions.counts,
         "padding_slices": slices, "padding_flowed": flowed,
         "matmuls": len(matmuls), "matmuls_packed": n_panels, "per_conv": _conv_details(decisions),
         "per_matmul": [{"a": list(s.a), "n": s.n, "n_t": d.nt, "scores_ms": d.scores, "from_database": d.reused,

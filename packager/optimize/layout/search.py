@@ -41,6 +41,7 @@ import numpy as np
 from tvm import tirx
 
 from ..schedule.contract import KernelScheduler
+from .conversion import ConversionCost
 from .matmul import MatmulSite
 from .primitives import layout_name
 from .sites import ConvSite, NextConv, PadContext, PoolSite
@@ -148,9 +149,7 @@ class LayoutSearch:
         # quality (not the layout's) decided between them; from scratch costs the same 3 programs.
         self.gensor = scheduler.searcher(SEARCH_TOP_K, scheduler.opt.measure, db=self.db)
         self.lanes = scheduler.target.vector_lanes_f32
-        hw = self.gensor.hw
-        dram = hw.level("DRAM").bandwidth * hw.cores * hw.ghz * 1e9          # bytes / s
-        self.conversion_ms_per_byte = 2 / dram * 1e3                          # read + write
+        self.conversions = ConversionCost(scheduler, self.db, self.gensor.target_key, self.measuring)
 
     @property
     def measuring(self) -> bool:
@@ -172,13 +171,13 @@ class LayoutSearch:
         """Each (data block, output block) candidate's time, a conversion from `incoming` included."""
         scores = {}
         for data_block, out_block in pairs:
-            ms = self._score(site, data_block, out_block) + (self._conversion_ms(site) if data_block != incoming else 0)
+            ms = self._score(site, data_block, out_block) + self._conversion_ms(site, incoming, data_block)
             scores[f"{data_block}/{out_block}"] = round(ms, 4)
         return scores
 
-    def _conversion_ms(self, site: ConvSite) -> float:
-        """What converting the conv's input to another block costs (read + write at DRAM speed)."""
-        return int(np.prod(site.data)) * 4 * self.conversion_ms_per_byte
+    def _conversion_ms(self, site: ConvSite, src: int, dst: int) -> float:
+        """What converting the conv's input from block `src` to `dst` costs (conversion.py)."""
+        return self.conversions.ms(site.data, site.dtype, src, dst)
 
     def _runoff(self, scores: dict[str, float], kernel: Callable[[str], tirx.PrimFunc], name: str,
                 extra: dict[str, float] | None = None) -> tuple[dict[str, float], dict[str, float]]:
@@ -248,8 +247,7 @@ class LayoutSearch:
         if not blocked:
             return d
         own = d.scores.get(f"{d.data_block}/{d.out_block}", min(d.scores.values(), default=float("inf")))
-        back = 0.0 if padding.flows else padded.out_elements * 4 * self.conversion_ms_per_byte
-        totals = {k: ms + back for k, ms in blocked.items()}
+        totals = {k: ms + (0.0 if padding.flows else self._back_ms(padded, int(_out(k)))) for k, ms in blocked.items()}
         for reader in padding.readers:
             padded_reader = reader.reading(padded.out_channels, reader.depthwise)
             totals = {k: ms + self._best(padded_reader, int(_out(k))) for k, ms in totals.items()}
@@ -262,6 +260,10 @@ class LayoutSearch:
         return replace(p, data_block=data_block, out_block=out_block,
                        w_in=padded.weight_blocks(data_block, out_block)[0], w_out=out_block,
                        ahead={}, pool={}, padded_from=site.out_channels)
+
+    def _back_ms(self, padded: ConvSite, block: int) -> float:
+        """A padded output's way back to NCHW for readers that take the real channels."""
+        return self.conversions.ms(padded.out_shape, padded.dtype, block, 1)
 
     def _best(self, site: ConvSite, incoming: int) -> float:
         """The best score of `site` reading `incoming`'s block, its output channels padded or not."""
@@ -293,7 +295,7 @@ class LayoutSearch:
         scores = self._scores(site, incoming, pairs)
         scores, first = self._runoff(
             scores, lambda k: site.kernel(*(int(x) for x in k.split("/"))), f"layout conv {_site_name(site)} ",
-            {k: self._conversion_ms(site) for k in scores if int(k.split("/")[0]) != incoming})
+            {k: self._conversion_ms(site, incoming, int(k.split("/")[0])) for k in scores})
         ahead = self._ahead(scores, next_conv) if next_conv is not None else {}
         pooled = self._pool_scores(scores, pool) if pool is not None else {}
         looked = set(ahead) | set(pooled)

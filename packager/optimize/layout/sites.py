@@ -54,13 +54,19 @@ class ConvSite:
         return self.weight[1] * self.weight[2] * self.weight[3] <= MEMORY_BOUND_REDUCTION
 
     @property
-    def out_elements(self) -> int:
-        """Elements of the output tensor."""
+    def out_shape(self) -> tuple[int, int, int, int]:
+        """The output tensor's NCHW shape."""
         n, _, h, w = self.data
         kh, kw = self.weight[2:]
         (sh, sw), (dh, dw), (pt, pl, pb, pr) = self.strides, self.dilation, self.padding
-        return n * self.out_channels * ((h + pt + pb - (kh - 1) * dh - 1) // sh + 1) * \
-            ((w + pl + pr - (kw - 1) * dw - 1) // sw + 1)
+        return (n, self.out_channels, (h + pt + pb - (kh - 1) * dh - 1) // sh + 1,
+                (w + pl + pr - (kw - 1) * dw - 1) // sw + 1)
+
+    @property
+    def out_elements(self) -> int:
+        """Elements of the output tensor."""
+        n, c, h, w = self.out_shape
+        return n * c * h * w
 
     def padded(self, lanes: int) -> "ConvSite | None":
         """The same conv computing each group's output channels rounded up to whole `lanes`

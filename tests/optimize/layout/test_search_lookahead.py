@@ -33,8 +33,10 @@ class TableSearch(LayoutSearch):
     def __init__(self, database, table=TABLE):
         super().__init__(scheduler_for(X86, OptimizeSpec(database=database, measure=False)))
         self.lanes = 16
-        self.conversion_ms_per_byte = 3.0 / (96 * 8 * 8 * 4)
         self.table, self.scored = table, []
+
+    def _conversion_ms(self, site: ConvSite, src: int, dst: int) -> float:
+        return 0.0 if src == dst else 3.0 * int(np.prod(site.data)) / (96 * 8 * 8)
 
     def _score(self, site: ConvSite, data_block: int, out_block: int) -> float:
         self.scored.append((site, data_block, out_block))

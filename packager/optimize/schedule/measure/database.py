@@ -38,14 +38,15 @@ RULES = {
                             # plan with one reduction chunk keeps its accumulators in registers, window
                             # kernels also time register-blocked rows (gensor/window.py)
     "gensor-gpu": 2,        # GPU tile plans (schedule/gensor_gpu.py); 2: walk seeded by kernel structure
-    "layout": 9,            # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
+    "layout": 10,           # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
                             # scratch (reused programs decided between layouts); 3: timed on all cores;
                             # 4: KxK convs scheduled with their input channels innermost; 5: plans
                             # timed with the activation just rewritten; 6: a conv read by one conv chooses
                             # its output block with that conv's cost; depthwise plans pad per task;
                             # 7: short rows of copies and staged pads vectorized within an outer index;
                             # 8: one-chunk plans with register accumulators, window plans (gensor/window.py);
-                            # 9: close candidates timed again together (run-off), ties to a preferred layout
+                            # 9: close candidates timed again together (run-off), ties to a preferred layout;
+                            # 10: conversions charged as timed (or from the last-level cache), not at DRAM speed
     "global-fusion": 11,    # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
                             # with a predicated last row tile; 3 = reduction loops split at a folded
                             # reshape's period, merged kernel and parts timed in alternation; 4 = transposed
