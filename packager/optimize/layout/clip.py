@@ -8,14 +8,16 @@ becomes the same maximum / minimum pair (PP-LCNet's 11 HardSwishes each cost a l
 conversion and two kernels of their own). relax.nn.leakyrelu has no layout rule in TVM 0.27
 either: it becomes maximum(x, alpha * x) for 0 <= alpha <= 1, else maximum(x, 0) +
 alpha * minimum(x, 0), both exact (speechmos' AECMOS: each of its four Conv -> LeakyRelu ->
-MaxPool stages went back to NCHW after the conv)."""
+MaxPool stages went back to NCHW after the conv). relax.nn.prelu has a layout rule that refuses
+channel blocks: it becomes the same ops with its per-channel slopes as a broadcast constant
+(MTCNN's ONet converted back to NCHW and again after each of its four Conv -> PRelu stages)."""
 from __future__ import annotations
 
 import tvm
 import tvm_ffi
 from tvm import relax, s_tir, tirx
 
-from ..relax_util import rewrite_functions
+from ..relax_util import is_const, rewrite_functions
 
 BLOCKS = {"T_maximum": relax.op.maximum, "T_minimum": relax.op.minimum}
 
@@ -44,6 +46,8 @@ class _ClipAsOps(relax.PyExprMutator):
             return self._clip(call)
         if getattr(call.op, "name", None) == "relax.nn.leakyrelu":
             return self._leaky(call)
+        if getattr(call.op, "name", None) == "relax.nn.prelu":
+            return self._prelu(call)
         if getattr(call.op, "name", None) != "relax.call_tir" or not isinstance(call.args[0], tvm.ir.GlobalVar):
             return call
         op = _scalar_bound_op(self.mod_[call.args[0]])
@@ -73,10 +77,30 @@ class _ClipAsOps(relax.PyExprMutator):
         if not dtype.startswith("float"):
             return call
         self.rewritten += 1
-        a = relax.const(alpha, dtype)
-        if 0.0 <= alpha <= 1.0:                       # alpha * x lies between x and 0
+        return self._slope(x, relax.const(alpha, dtype), 0.0 <= alpha <= 1.0)
+
+    def _prelu(self, call):
+        """relax.nn.prelu(x, slopes, axis) on a float x: the slopes broadcast along `axis`."""
+        x, slopes = call.args
+        dtype, rank, axis = str(x.ty.dtype), x.ty.ndim, int(call.attrs.axis)
+        if not dtype.startswith("float") or rank < 1 or getattr(slopes.ty, "ndim", None) != 1:
+            return call
+        axis = axis % rank
+        shape = [1] * rank
+        shape[axis] = -1
+        self.rewritten += 1
+        if is_const(slopes):
+            values = slopes.value.numpy()
+            between = bool(((values >= 0) & (values <= 1)).all())
+            return self._slope(x, relax.const(values.reshape(shape), dtype), between)
+        return self._slope(x, self.builder_.emit(relax.op.reshape(slopes, shape)), False)
+
+    def _slope(self, x, a, between: bool):
+        """x where x >= 0, a * x below: max(x, a * x) when 0 <= a <= 1 (a * x lies between x and
+        0), else max(x, 0) + a * min(x, 0); both exact."""
+        if between:
             return relax.op.maximum(x, self.builder_.emit(relax.op.multiply(x, a)))
-        zero = relax.const(0.0, dtype)
+        zero = relax.const(0.0, str(x.ty.dtype))
         pos = self.builder_.emit(relax.op.maximum(x, zero))
         neg = self.builder_.emit(relax.op.multiply(self.builder_.emit(relax.op.minimum(x, zero)), a))
         return relax.op.add(pos, neg)

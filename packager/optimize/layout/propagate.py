@@ -347,7 +347,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     chosen = Counter("/".join(d.layouts()) for _, _, d in decisions)
     conv_part = (f"{len(packed)}/{len(decisions)} convs packed ({', '.join(f'{n}x {k}' for k, n in chosen.most_common())}); "
                  f"activation conversions {2 * len(packed)} before propagation -> {act} after; {const} weight/bias "
-                 f"re-layouts folded at build time; {clips} Clip/LeakyRelu as max/min ops, {bns} BatchNorm(s) (as element-wise ops), "
+                 f"re-layouts folded at build time; {clips} Clip/LeakyRelu/PRelu as max/min ops, {bns} BatchNorm(s) (as element-wise ops), "
                  f"{splits} split(s) into equal parts (as sections) and {promoted} lower-rank broadcast constant(s) "
                  "made propagatable"
                  if decisions else "no convs")

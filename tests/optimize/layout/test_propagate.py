@@ -156,6 +156,44 @@ def test_leaky_relu_keeps_the_packed_layout_for_any_slope():
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
+def _prelu_stages(slopes_1, slopes_2):
+    return _model([_conv("x", "w1", "b1", "a", pads=[1] * 4), helper.make_node("PRelu", ["a", "s1"], ["l1"]),
+                   helper.make_node("MaxPool", ["l1"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+                   _conv("p", "w2", None, "b", pads=[1] * 4), helper.make_node("PRelu", ["b", "s2"], ["y"])],
+                  [1, 16, 8, 8], {"w1": _w(32, 16, 3, 3), "b1": _w(32), "w2": _w(16, 32, 3, 3),
+                                  "s1": slopes_1, "s2": slopes_2})
+
+
+def test_prelu_keeps_the_packed_layout():
+    """MTCNN's Conv -> PRelu -> MaxPool stages: relax.nn.prelu's layout rule refuses channel
+    blocks, so it is rewritten as max/min ops with its per-channel slopes broadcast; only the
+    graph input and output are converted, and the values match onnxruntime for slopes below 0,
+    in [0, 1] and above 1."""
+    slopes = np.linspace(-1.5, 2.5, 32, dtype=np.float32).reshape(1, 32, 1, 1)
+    m = _prelu_stages(slopes, np.linspace(0, 1, 16, dtype=np.float32).reshape(1, 16, 1, 1))
+    report, got, ref = _run(m, [(16, 16), (None, 16)])
+    assert report.details["clip_ops_rewritten"] == 2 and report.details["conversions_after"] == 2, report.summary
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_prelu_with_constant_slopes_becomes_broadcast_ops():
+    """Folded constant slopes become one full-rank constant; all of them in [0, 1]: max(x, a * x)."""
+    from packager.optimize.layout.clip import clip_as_ops
+    from packager.optimize.relax_util import count_ops
+
+    m = _prelu_stages(np.linspace(-1, 3, 32, dtype=np.float32).reshape(1, 32, 1, 1),
+                      np.linspace(0, 1, 16, dtype=np.float32).reshape(1, 16, 1, 1))
+    mod, _ = _relax(m)
+    out, n = clip_as_ops(relax.transform.FoldConstant()(mod))
+    ops = count_ops(out)
+    assert n == 2 and "relax.nn.prelu" not in ops and "relax.reshape" not in ops
+    assert ops["relax.maximum"] == 2 and ops["relax.minimum"] == 1 and ops["relax.add"] == 2   # + the bias
+    x = RNG.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    vm = relax.VirtualMachine(relax.build(out, target="llvm"), tvm.cpu())
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
 def test_concat_and_pooling_keep_the_packed_layout():
     m = _model([_conv("x", "w1", None, "a", pads=[1] * 4), _conv("x", "w2", None, "b", pads=[1] * 4),
                 helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
