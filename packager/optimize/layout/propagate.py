@@ -57,7 +57,9 @@ from .split import packed_split, splits_as_sections
 # pooling; each has a layout rule (FRelaxInferLayout) in TVM 0.27, checked by a test.
 FOLLOW = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
           "relax.nn.relu", "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu", "relax.nn.max_pool2d",
-          "relax.nn.avg_pool2d", "relax.power", "relax.exp", "relax.nn.prelu", "relax.negative", "relax.sqrt"}
+          "relax.nn.avg_pool2d", "relax.power", "relax.exp", "relax.nn.prelu", "relax.negative", "relax.sqrt",
+          "relax.abs", "relax.erf", "relax.log", "relax.round", "relax.floor", "relax.ceil", "relax.sign",
+          "relax.trunc", "relax.cos", "relax.sin", "relax.tan", "relax.square", "relax.rsqrt"}
 POOLS = {"relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
 REDUCTIONS = {"relax.mean", "relax.sum", "relax.max", "relax.min"}
 TRANSCENDENTAL = {"relax.sigmoid", "relax.tanh", "relax.exp", "relax.nn.silu", "relax.nn.gelu", "relax.nn.gelu_tanh"}

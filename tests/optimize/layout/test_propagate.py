@@ -156,6 +156,19 @@ def test_leaky_relu_keeps_the_packed_layout_for_any_slope():
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_unary_element_wise_ops_keep_the_packed_layout():
+    """Abs, Erf, Floor, Cos... carry a packed layout in ConvertLayout (TVM's unary rule): the walk
+    follows them too, so the conv after reads the producer's block, not NCHW behind a conversion."""
+    m = _model([_conv("x", "w1", None, "a", pads=[1] * 4), helper.make_node("Abs", ["a"], ["b"]),
+                helper.make_node("Erf", ["b"], ["c"]), helper.make_node("Floor", ["c"], ["d"]),
+                helper.make_node("Cos", ["d"], ["e"]), _conv("e", "w2", None, "y", pads=[1] * 4)],
+               [1, 16, 8, 8], {"w1": _w(32, 16, 3, 3), "w2": _w(16, 32, 3, 3)})
+    report, got, ref = _run(m, [(16, 16), (None, 16)])
+    assert report.details["conversions_after"] == 2, report.summary
+    assert report.details["per_conv"][1]["layouts"][0] == "NCHW16c"
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
 def _prelu_stages(slopes_1, slopes_2):
     return _model([_conv("x", "w1", "b1", "a", pads=[1] * 4), helper.make_node("PRelu", ["a", "s1"], ["l1"]),
                    helper.make_node("MaxPool", ["l1"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
