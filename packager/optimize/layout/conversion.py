@@ -35,9 +35,9 @@ class ConversionCost:
         self.db = db
         self.target_key = target_key
         self.measuring = measuring
-        self.llc_bps = llc_bytes_per_second(scheduler.hardware(), scheduler.target)
-        self.dram_bps = scheduler.hardware().level("DRAM").bandwidth * scheduler.hardware().cores * \
-            scheduler.hardware().ghz * 1e9
+        hw = scheduler.hardware()
+        self.llc_bps = llc_bytes_per_second(hw, scheduler.target)
+        self.dram_bps = hw.level("DRAM").bandwidth * hw.cores * hw.ghz * 1e9
         self.counts = {"timed": 0, "from_database": 0, "estimated": 0}
 
     def ms(self, shape: tuple[int, ...], dtype: str, src: int, dst: int) -> float:
