@@ -22,8 +22,7 @@ def _bytes(s: Scope) -> float:
 def roofline_ms(work: float, bytes_: float, hw: Hardware) -> float:
     """max(flops / peak, bytes / DRAM bandwidth) on the whole device, in ms."""
     peak = hw.flops_per_cycle * hw.cores * hw.ghz * 1e9
-    dram = hw.level("DRAM").bandwidth * hw.cores * hw.ghz * 1e9
-    return max(work / peak, bytes_ / dram) * 1e3
+    return max(work / peak, bytes_ / hw.bytes_per_second("DRAM")) * 1e3
 
 
 def estimate_ms(program: Scope, hw: Hardware) -> float:

@@ -37,7 +37,7 @@ class ConversionCost:
         self.measuring = measuring
         hw = scheduler.hardware()
         self.llc_bps = llc_bytes_per_second(hw, scheduler.target)
-        self.dram_bps = hw.level("DRAM").bandwidth * hw.cores * hw.ghz * 1e9
+        self.dram_bps = hw.bytes_per_second("DRAM")
         self.counts = {"timed": 0, "from_database": 0, "estimated": 0}
 
     def ms(self, shape: tuple[int, ...], dtype: str, src: int, dst: int) -> float:
@@ -57,10 +57,6 @@ class ConversionCost:
         self.counts["timed"] += 1
         self.db.put(key, {"ms": round(ms, 5), "measured": True}, "layout", self.target_key)
         return ms
-
-    @property
-    def timed(self) -> int:
-        return self.counts["timed"]
 
     def note(self) -> str:
         """The build report's words on how conversions were charged."""

@@ -49,6 +49,10 @@ class Hardware:
     def level(self, name: str) -> MemLevel:
         return next(lv for lv in self.levels if lv.name == name)
 
+    def bytes_per_second(self, name: str) -> float:
+        """What all cores (SMs) together move out of level `name`."""
+        return self.level(name).bandwidth * self.cores * self.ghz * 1e9
+
 
 @lru_cache(maxsize=None)
 def _sysfs_cache(level: int) -> int | None:
