@@ -88,9 +88,15 @@ def heavy_nodes(model: LoadedModel, shapes: dict[str, tuple[int, ...]]) -> list[
             continue
         cls, desc, flops = _classify(n, ins, y)
         conv = n.op_type.startswith("Conv")
-        out.append(HeavyNode(n.name or f"{n.op_type}_{i}", n.op_type, cls, desc, flops, math.prod(y),
+        out.append(HeavyNode(node_key(n, i), n.op_type, cls, desc, flops, math.prod(y),
                              tuple(y[2:]) if conv else (), y[1] if conv else 0))
     return out
+
+
+def node_key(n: onnx.NodeProto, index: int) -> str:
+    """A node's name, or for a nameless node (allowed by ONNX, common in hand-built and older
+    exports) its op type and graph index: the key both runtimes' times are joined on."""
+    return n.name or f"{n.op_type}_{index}"
 
 
 def _classify(n: onnx.NodeProto, ins: list, y: tuple[int, ...]) -> tuple[str, str, int]:
@@ -155,18 +161,19 @@ def ort_node_ms(model_path: Path, inputs: dict[str, np.ndarray], threads: int, r
 def _resolver(proto: onnx.ModelProto, heavy: set[str]):
     """profiled name -> heavy ONNX node name (or None): by node name, else by the tensor it
     writes (`_nchwc` stripped), then up through single-input-from-a-node element-wise nodes."""
-    g = proto.graph
-    by_name = {n.name: n for n in g.node if n.name}
-    producer = {o: n for n in g.node for o in n.output}
+    nodes = list(proto.graph.node)
+    key = [node_key(n, i) for i, n in enumerate(nodes)]
+    by_name = {n.name: i for i, n in enumerate(nodes) if n.name}
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output}
 
     def resolve(name: str) -> str | None:
-        node = by_name.get(name) or producer.get(name.removesuffix("_nchwc")) or producer.get(name)
+        at = by_name.get(name, producer.get(name.removesuffix("_nchwc"), producer.get(name)))
         for _ in range(3):                       # Conv -> Add -> Relu fused into one ORT node
-            if node is None or node.name in heavy:
+            if at is None or key[at] in heavy:
                 break
-            ups = [producer[i] for i in node.input if i in producer]
-            node = next((u for u in ups if u.name in heavy), ups[0] if len(ups) == 1 else None)
-        return node.name if node is not None and node.name in heavy else None
+            ups = [producer[i] for i in nodes[at].input if i in producer]
+            at = next((u for u in ups if key[u] in heavy), ups[0] if len(ups) == 1 else None)
+        return key[at] if at is not None and key[at] in heavy else None
     return resolve
 
 

@@ -51,6 +51,16 @@ def test_profiled_names_resolve_through_onnxruntimes_renames():
     assert resolve("ReorderOutput_7") is None    # an ORT-internal node
 
 
+def test_nameless_nodes_resolve_to_the_keys_heavy_nodes_gives_them():
+    m = _convs()
+    for n in m.proto.graph.node:
+        n.name = ""                              # ONNX allows it; hand-built and older exports do it
+    keys = [n.name for n in opcompare.heavy_nodes(m, {"x": (1, 8, 16, 16)})]
+    assert keys == ["Conv_0", "Conv_1", "Conv_2", "MatMul_4"]
+    resolve = opcompare._resolver(m.proto, set(keys))
+    assert resolve("a_nchwc") == "Conv_0" and resolve("r") == "Conv_2" and resolve("y") == "MatMul_4"
+
+
 def test_steps_match_nodes_in_order_within_padding_and_epilogues():
     nodes = opcompare.heavy_nodes(_convs(), {"x": (1, 8, 16, 16)})
     f = {n.name: n.flops for n in nodes}
