@@ -223,6 +223,12 @@ def _holds(n: HeavyNode, s: dict) -> bool:
         any(tuple(shape[i:i + k]) == n.spatial for i in range(len(shape) - k + 1)))
 
 
+def _winograd_shaped(n: HeavyNode) -> bool:
+    """A node optimize/winograd can have rewritten: a dense (ungrouped) 3x3 stride-1 conv. Without
+    this a 1x1 conv beside it with the same output (squeezenet's expand pair) took its steps."""
+    return n.cls == "conv 3x3" and n.desc.startswith("3x3/1 ") and " g" not in n.desc
+
+
 def match(nodes: list[HeavyNode], steps: list[dict]) -> None:
     """Give each node the step that carries it (see the module doc), in graph order. A second
     pass places what is left by FLOPs alone: a conv whose output a reduction epilogue consumes
@@ -230,8 +236,9 @@ def match(nodes: list[HeavyNode], steps: list[dict]) -> None:
 
     def same_output(n: HeavyNode, s: dict) -> bool:
         padded = s["out_elems"] / n.out_elems
-        return 1 <= padded <= OUT_SLACK and _holds(n, s) and (s.get("winograd", False)   # fewer FLOPs by design
-                                                              or 0.9 <= s["flops"] / n.flops <= FLOP_SLACK * padded)
+        if s.get("winograd"):                   # fewer FLOPs by design: a 3x3 stride-1 dense conv
+            return 1 <= padded <= OUT_SLACK and _holds(n, s) and _winograd_shaped(n)
+        return 1 <= padded <= OUT_SLACK and _holds(n, s) and 0.9 <= s["flops"] / n.flops <= FLOP_SLACK * padded
 
     def same_work(n: HeavyNode, s: dict) -> bool:
         return not s.get("winograd") and 0.9 <= s["flops"] / n.flops <= FLOP_SLACK

@@ -120,6 +120,10 @@ def test_a_winograd_convs_three_steps_carry_the_conv():
     assert [s["kernel"] for s in merged] == ["fused_winograd_output_add", "relu"]
     opcompare.match([n], merged)
     assert n.kernel == "fused_winograd_output_add" and n.ours_ms == pytest.approx(0.8)
+    pointwise = opcompare.HeavyNode("p", "Conv", "conv 1x1", "1x1/1 8->16 @16x16", n.flops // 9, n.out_elems,
+                                    n.spatial, n.channels)          # same output, listed first
+    opcompare.match([pointwise, n], merged)
+    assert pointwise.ours_ms is None and n.kernel == "fused_winograd_output_add"
 
 
 @pytest.mark.slow
