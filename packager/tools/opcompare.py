@@ -9,9 +9,12 @@ whose host lends the second core away now and then, one round ran every kernel a
   NCHWc conv is named after its output tensor plus `_nchwc`, a conv with a fused activation after
   the activation's output), so a profiled name is resolved to the ONNX node by name, else by the
   tensor it writes, then back through element-wise nodes to the heavy node that feeds them.
+  Its element-wise nodes after a heavy node (QuickGelu for SiLU, HardSwish, a residual Add) count
+  with that node where our step computes them in its epilogue: the same work on both sides.
 - ours: packrt-run's per-step times. A plan step carries a heavy node when its output holds as
   many elements (a conv's: its spatial dims in order, its channels padded by less than a block)
-  and its kernel as many FLOPs (up to padding and fused epilogues), else, for what is left, as
+  and its kernel as many FLOPs (up to padding and fused epilogues: a depthwise conv's SiLU costs
+  more FLOPs than the conv), else, for what is left, as
   many FLOPs alone (a conv merged with the pooling after it); nodes and steps are matched in
   graph order. (With a 4x slack on elements alone, a 64-channel conv at 80x80 passed for one at
   40x40, and a 64-channel 3x3 conv for a 16-channel 1x1 conv at the same size.) A Winograd
@@ -28,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,7 +48,12 @@ ORT_HEAVY = {"Conv", "FusedConv", "NhwcFusedConv", "ConvTranspose", "MatMul", "F
 OUT_SLACK = 4.0           # our output elements over the node's: channels padded to a block (4 -> 16)
 BLOCK = 16                # a conv's output channels are padded by less than one block (16 lanes at most)
 FLOP_SLACK = 1.8          # our kernel FLOPs over the node's beyond that padding: fused epilogues
+EPILOGUE_FLOPS = 128      # and per output element: an activation's polynomial (SiLU's fast sigmoid ~100)
 SLOW = 1.2                # a node over this x onnxruntime's time counts as slow (issue 45's bar)
+# onnxruntime's element-wise nodes: after a heavy node they are its epilogue, which we fuse
+FUSED_NAME = re.compile(r"/\w+Fusion/?$")
+EPILOGUE_OPS = {"QuickGelu", "Sigmoid", "Mul", "Add", "Sum", "Sub", "Div", "HardSwish", "HardSigmoid", "Relu",
+                "Clip", "LeakyRelu", "PRelu", "Tanh", "Gelu", "FastGelu", "BiasGelu", "Elu", "Selu", "Softplus", "Erf"}
 OTHER = "other ops"       # the time outside the heavy nodes, each side's
 OTHER_TOP = 4             # its largest kernels / op types named in the report
 
@@ -64,6 +73,7 @@ class HeavyNode:
     ort_ms: float | None = None
     ours_ms: float | None = None
     kernel: str = ""
+    ort_epilogue_ms: float = 0.0        # onnxruntime's element-wise nodes after it, in ort_ms when we fused ours
 
     @property
     def ratio(self) -> float | None:
@@ -150,9 +160,10 @@ def ort_node_ms(model_path: Path, inputs: dict[str, np.ndarray], threads: int, r
             continue                                      # the first run is a warm-up
         total += ms
         op = e.get("args", {}).get("op_name", "?")
-        node = resolve(name) if op in ORT_HEAVY else None
+        node = resolve(name) if op in ORT_HEAVY or op in EPILOGUE_OPS else None
+        key = node if op in ORT_HEAVY else (node, op)     # (node, op): an epilogue, see compare
         if node is not None:
-            per[node] = per.get(node, 0.0) + ms
+            per[key] = per.get(key, 0.0) + ms
         elif op not in ORT_HEAVY:
             other[op] = other.get(op, 0.0) + ms
     return {k: v / runs for k, v in per.items()}, total / runs, {k: v / runs for k, v in other.items()}
@@ -167,6 +178,7 @@ def _resolver(proto: onnx.ModelProto, heavy: set[str]):
     producer = {o: i for i, n in enumerate(nodes) for o in n.output}
 
     def resolve(name: str) -> str | None:
+        name = FUSED_NAME.sub("", name)          # "node_silu/QuickGeluFusion/": the node it replaced
         at = by_name.get(name, producer.get(name.removesuffix("_nchwc"), producer.get(name)))
         for _ in range(3):                       # Conv -> Add -> Relu fused into one ORT node
             if at is None or key[at] in heavy:
@@ -229,16 +241,27 @@ def _winograd_shaped(n: HeavyNode) -> bool:
     return n.cls == "conv 3x3" and n.desc.startswith("3x3/1 ") and " g" not in n.desc
 
 
-def match(nodes: list[HeavyNode], steps: list[dict]) -> None:
+def _fuses_epilogue(n: HeavyNode, s: dict) -> bool:
+    """The step computes more than the node and its bias: an activation or an add fused after it
+    (a Winograd step: an op named after its output transform's bias add)."""
+    if s.get("winograd"):
+        return bool(re.search(r"winograd_output\d*_(?!add\d*$)", s["kernel"]))
+    padded = max(s["out_elems"] / n.out_elems, 1.0)
+    return s["flops"] - n.flops * padded > 1.5 * s["out_elems"]
+
+
+def match(nodes: list[HeavyNode], steps: list[dict]) -> set[str]:
     """Give each node the step that carries it (see the module doc), in graph order. A second
     pass places what is left by FLOPs alone: a conv whose output a reduction epilogue consumes
-    (global pooling) writes a smaller tensor than the node but does the node's work."""
+    (global pooling) writes a smaller tensor than the node but does the node's work. Returns the
+    nodes whose step fused an epilogue."""
 
     def same_output(n: HeavyNode, s: dict) -> bool:
         padded = s["out_elems"] / n.out_elems
         if s.get("winograd"):                   # fewer FLOPs by design: a 3x3 stride-1 dense conv
             return 1 <= padded <= OUT_SLACK and _holds(n, s) and _winograd_shaped(n)
-        return 1 <= padded <= OUT_SLACK and _holds(n, s) and 0.9 <= s["flops"] / n.flops <= FLOP_SLACK * padded
+        most = FLOP_SLACK * padded * n.flops + EPILOGUE_FLOPS * s["out_elems"]
+        return 1 <= padded <= OUT_SLACK and _holds(n, s) and 0.9 * n.flops <= s["flops"] <= most
 
     def same_work(n: HeavyNode, s: dict) -> bool:
         return not s.get("winograd") and 0.9 <= s["flops"] / n.flops <= FLOP_SLACK
@@ -255,6 +278,7 @@ def match(nodes: list[HeavyNode], steps: list[dict]) -> None:
                     placed[i], pos = j, j + 1
                     n.ours_ms, n.kernel = steps[j]["ms"], steps[j]["kernel"]
                     break
+    return {nodes[i].name for i, j in placed.items() if _fuses_epilogue(nodes[i], steps[j])}
 
 
 def summarize(nodes: list[HeavyNode]) -> dict[str, dict]:
@@ -306,10 +330,27 @@ def compare(model: LoadedModel, model_path: Path, shapes: dict[str, tuple[int, .
     for n in nodes:
         n.ort_ms = ort_ms.get(n.name)
     ours = our_steps(plan, steps, profile)
-    match(nodes, ours)
+    fused = match(nodes, ours)
+    _count_epilogues(nodes, fused, ort_ms, ort_other := dict(ort_other))
     return {"classes": summarize(nodes), "nodes": [asdict(n) | {"ratio": n.ratio} for n in nodes],
             "other": other_ops(nodes, ours, ort_other),
             "ort_total_ms": ort_total, "ours_total_ms": sum(s["ms"] for s in steps)}
+
+
+def _count_epilogues(nodes: list[HeavyNode], fused: set[str], ort_ms: dict, ort_other: dict[str, float]) -> None:
+    """onnxruntime runs a conv's SiLU, HardSwish or residual Add as nodes of their own (QuickGelu
+    ...) where our kernel computes them in the conv's epilogue: a node whose step fused an epilogue
+    is compared with its onnxruntime node plus those; elsewhere they stay onnxruntime's other ops."""
+    by_name = {n.name: n for n in nodes}
+    for key, ms in ort_ms.items():
+        if not isinstance(key, tuple):
+            continue
+        n = by_name.get(key[0])
+        if n is not None and n.name in fused and n.ort_ms is not None:
+            n.ort_ms += ms
+            n.ort_epilogue_ms += ms
+        else:
+            ort_other[key[1]] = ort_other.get(key[1], 0.0) + ms
 
 
 def other_ops(nodes: list[HeavyNode], ours: list[dict], ort_other: dict[str, float]) -> dict:

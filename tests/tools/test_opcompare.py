@@ -61,6 +61,24 @@ def test_nameless_nodes_resolve_to_the_keys_heavy_nodes_gives_them():
     assert resolve("a_nchwc") == "Conv_0" and resolve("r") == "Conv_2" and resolve("y") == "MatMul_4"
 
 
+def test_onnxruntimes_separate_activations_count_with_the_conv_where_ours_fused_them():
+    m = _convs()
+    resolve = opcompare._resolver(m.proto, {"c3", "dw", "c1", "mm"})
+    assert resolve("relu/QuickGeluFusion/") == "c1"          # a fused node, named after the one it replaced
+    nodes = {n.name: n for n in opcompare.heavy_nodes(m, {"x": (1, 8, 16, 16)})}
+    c1, c3 = nodes["c1"], nodes["c3"]
+    silu = {"step": 0, "kernel": "fused_conv_sigmoid_multiply", "flops": c1.flops + 100 * c1.out_elems,
+            "out_elems": c1.out_elems}
+    bias = {"step": 1, "kernel": "fused_conv_add", "flops": c3.flops + c3.out_elems, "out_elems": c3.out_elems}
+    assert opcompare._fuses_epilogue(c1, silu) and not opcompare._fuses_epilogue(c3, bias)
+    c1.ort_ms = c3.ort_ms = 1.0
+    other = {"MaxPool": 0.5}
+    opcompare._count_epilogues(list(nodes.values()), {"c1"}, {("c1", "QuickGelu"): 0.25, ("c3", "Add"): 0.125},
+                               other)
+    assert c1.ort_ms == 1.25 and c1.ort_epilogue_ms == 0.25 and c3.ort_ms == 1.0   # ours did not fuse c3's
+    assert other == {"MaxPool": 0.5, "Add": 0.125}
+
+
 def test_steps_match_nodes_in_order_within_padding_and_epilogues():
     nodes = opcompare.heavy_nodes(_convs(), {"x": (1, 8, 16, 16)})
     f = {n.name: n.flops for n in nodes}
