@@ -20,7 +20,7 @@ WALK_AT_MOST = 64             # bindings followed downstream of one conv
 READERS_CHARGED = 4           # reading convs whose time counts in a padding decision
 
 
-def _channels(var) -> int | None:
+def channels_of(var) -> int | None:
     shape = getattr(getattr(var, "ty", None), "shape", None)
     return int(shape[1]) if shape is not None and len(shape) == 4 else None
 
@@ -77,7 +77,7 @@ class PadFlow:
         """(partners, readers) of what `var` becomes through channel-wise ops that keep its
         channels: the other tensors those ops meet, and the (binding, tensor read) of every other
         op reading them; None at a graph output or past WALK_AT_MOST bindings."""
-        channels, closure, stack = _channels(var), {var}, [var]
+        channels, closure, stack = channels_of(var), {var}, [var]
         partners, readers = set(), {}
         while stack:
             v = stack.pop()
@@ -87,7 +87,7 @@ class PadFlow:
             for u in users:
                 if u.var in closure:
                     continue
-                if channelwise(u.value) and _channels(u.var) == channels:
+                if channelwise(u.value) and channels_of(u.var) == channels:
                     closure.add(u.var)
                     stack.append(u.var)
                 else:
@@ -96,7 +96,7 @@ class PadFlow:
                 return None
         for v in closure - {var}:
             partners |= {a for a in self.producer[v].value.args if isinstance(a, relax.Var) and a not in closure
-                         and _channels(a) is not None}
+                         and channels_of(a) is not None}
         return partners, list(readers.values())
 
     def _undecided_conv(self, var, depth: int = 0) -> bool:
@@ -106,5 +106,5 @@ class PadFlow:
             return False
         if takes_padding(b.value):
             return b.var not in self.decided
-        args = [a for a in b.value.args if _channels(a) is not None]
+        args = [a for a in b.value.args if channels_of(a) is not None]
         return channelwise(b.value) and bool(args) and all(self._undecided_conv(a, depth + 1) for a in args)

@@ -46,7 +46,7 @@ from .clip import clip_as_ops
 from .apply import apply_conv_layouts, bindings, unshare_conv_weights
 from .matmul import matmul_site, pack_matmul_weights
 from .pad import apply_padding, is_depthwise, is_plain_conv, op_name, takes_padding
-from .padflow import PadFlow
+from .padflow import PadFlow, channels_of
 from .primitives import channel_blocked, conv_weight_blocked
 from .memo import ProfileMemo
 from .search import Decision, LayoutSearch
@@ -196,16 +196,25 @@ class _Tracker:
         return op_name(b.value) in FOLLOW and not is_plain_conv(b.value) and shape is not None \
             and out is not None and len(out) == 4 and int(out[1]) == int(shape[1])
 
-    def allowed_out(self, var) -> tuple[int, ...] | None:
-        """The output blocks a conv writing `var` may use (see partners)."""
-        partners = self.partners(var)
-        return (1, *partners) if len(partners) == 1 else (1,) if partners else None
+    def allowed_out(self, var, lanes: int) -> tuple[int, ...] | None:
+        """The output blocks a conv writing `var` may use, None where it is free: the block of the
+        packed tensors it meets (see partners), and in a channel concat only blocks dividing every
+        operand's channels. Inception's 192/208/48/64-channel branches: a first branch that took
+        32 left the 208- and 48-channel ones NCHW (and with them every conv reading the concat)."""
+        partners, channels = self.partners(var)
+        if not partners and not channels:
+            return None
+        if len(partners) > 1:
+            return (1,)
+        blocks = tuple(partners) or (lanes, 2 * lanes)
+        return (1, *(blk for blk in blocks if all(c % blk == 0 for c in channels)))
 
-    def partners(self, var) -> set[int]:
+    def partners(self, var) -> tuple[set[int], set[int]]:
         """Blocks of the tensors that `var` meets downstream (through element-wise ops) in a
         binary op or concat: TVM cannot convert one packed block into another there, so a conv
-        writing `var` must use the same block (or NCHW)."""
-        found, seen, stack = set(), {var}, [var]
+        writing `var` must use the same block (or NCHW); and the channels of every operand of a
+        channel concat met (each must be whole blocks)."""
+        found, channels, seen, stack = set(), set(), {var}, [var]
         while stack:
             v = stack.pop()
             for b in self.users.get(v, []):
@@ -219,13 +228,15 @@ class _Tracker:
                     continue
                 found |= {blk for a in _args(b.value) if isinstance(a, relax.Var) and not a.same_as(v)
                           and (blk := self.resolve(a)) > 1}
+                if op == "relax.concat" and b.value.attrs.axis is not None and int(b.value.attrs.axis) in (1, -3):
+                    channels |= {c for a in _args(b.value) if (c := channels_of(a)) is not None}
                 if b.var not in seen:
                     seen.add(b.var)
                     stack.append(b.var)
-        return found
+        return found, channels
 
 
-def decide_layouts(mod: tvm.IRModule, search: LayoutSearch, flow: bool = True
+def decide_layouts(mod: tvm.IRModule, search: LayoutSearch, lanes: int, flow: bool = True
                    ) -> list[tuple[ir.Constant, ConvSite, Decision]]:
     """Topological walk: (weight constant, site, decision) per conv. Padded output channels flow
     on as pad.flows_through says (padflow.py; the rewrite in apply_padding follows the same rule):
@@ -253,11 +264,11 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch, flow: bool = True
             nxt_site = replace(ConvSite.of(nxt.value), epilogue=track.epilogue(nxt.var)) if nxt is not None else None
             if nxt_site is not None and pad_in is not None and is_depthwise(call) and takes_padding(nxt.value):
                 nxt_site = nxt_site.reading(pad_in.padded, is_depthwise(nxt.value))   # the padding flows on
-            ahead = NextConv(nxt_site, track.allowed_out(nxt.var)) if nxt_site and nxt_site.memory_bound else None
+            ahead = NextConv(nxt_site, track.allowed_out(nxt.var, lanes)) if nxt_site and nxt_site.memory_bound else None
             pool = PoolSite.of(p.value) if (p := track.pool_after(b.var)) is not None else None
             incoming = 1 if call.args[0] in pads.padding and pad_in is None else track.block_of.get(call.args[0], 1)
             context = pads.context(b, site, lambda r: replace(ConvSite.of(r.value), epilogue=track.epilogue(r.var)))
-            d = search.decide(site, incoming, track.allowed_out(b.var), ahead, pool, context)
+            d = search.decide(site, incoming, track.allowed_out(b.var, lanes), ahead, pool, context)
             out.append((call.args[1], site, d))
             pads.decided_conv(b, site, d, pad_in)
             track.block_of[b.var] = d.out_block
@@ -329,7 +340,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     search = search or LayoutSearch(scheduler, pad)
     if memo is not None:
         search = memo.wrap(search)
-    decisions = decide_layouts(mod, search)
+    decisions = decide_layouts(mod, search, target.vector_lanes_f32)
     matmuls = [(b.value.args[1], site, search.decide_matmul(site)) for b in bindings(mod)
                if isinstance(b.value, relax.Call) and (site := matmul_site(b.value)) is not None]
     search.save()
@@ -337,7 +348,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     padded_mod, padded = apply_padding(mod, decisions)
     flowed = sites_match(padded_mod, padded)
     if not flowed:                                   # the walk and the rewrite disagree: a bug, not a
-        decisions = decide_layouts(mod, search, flow=False)   # choice; padding stops at the epilogue
+        decisions = decide_layouts(mod, search, target.vector_lanes_f32, flow=False)   # choice; padding stops at the epilogue
         padded_mod, padded = apply_padding(mod, decisions, flow=False)
     mod, decisions = padded_mod, padded
     slices = count_ops(mod).get("relax.strided_slice", 0) - slices

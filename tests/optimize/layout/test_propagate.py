@@ -329,8 +329,28 @@ def test_conv_meeting_a_packed_tensor_downstream_must_use_its_block():
     mod, _ = _relax(m)
     search = Recording([(1, 32), (1, 32)])
     search.allowed = []
-    decide_layouts(mod, search)
+    decide_layouts(mod, search, 16)
     assert search.allowed == [None, (1, 32)]
+
+
+def test_convs_writing_a_channel_concat_may_only_take_blocks_dividing_every_branch():
+    """Inception's branches of 32 and 48 channels concatenated: 32 lanes would leave the
+    48-channel branch NCHW, so the first conv decided is offered 16 lanes, the second the first's."""
+    from packager.optimize.layout.propagate import decide_layouts
+
+    class Recording(FixedSearch):
+        def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None, padding=None):
+            self.allowed.append(allowed_out)
+            return super().decide(site, incoming, allowed_out, next_conv, pool)
+
+    m = _model([_conv("x", "w1", None, "a"), helper.make_node("Relu", ["a"], ["ra"]),
+                _conv("x", "w2", None, "b"), helper.make_node("Concat", ["ra", "b"], ["y"], axis=1)],
+               [1, 16, 6, 6], {"w1": _w(32, 16, 1, 1), "w2": _w(48, 16, 1, 1)})
+    mod, _ = _relax(m)
+    search = Recording([(1, 16), (1, 16)])
+    search.allowed = []
+    decide_layouts(mod, search, 16)
+    assert search.allowed == [(1, 16), (1, 16)]
 
 
 def test_tracked_ops_have_tvm_layout_rules():
