@@ -322,16 +322,18 @@ def fastest_steps(rounds: list[list[dict]]) -> list[dict]:
 
 def compare(model: LoadedModel, model_path: Path, shapes: dict[str, tuple[int, ...]], inputs: dict[str, np.ndarray],
             plan: dict, steps: list[dict], threads: int, runs: int, profile: int = 0,
-            ort: tuple[dict[str, float], float, dict[str, float]] | None = None) -> dict:
+            ort: tuple[dict, float, dict[str, float]] | None = None) -> dict:
     """The report's `ops` entry: every heavy node with both times, the classes, the totals.
-    `ort`: onnxruntime's node times already profiled (fastest_ort), else one profiled run here."""
+    `ort`: onnxruntime's node times already profiled (fastest_ort; keyed by node, and by (node,
+    op) for the element-wise nodes after it), else one profiled run here."""
     nodes = heavy_nodes(model, shapes)
     ort_ms, ort_total, ort_other = ort or ort_node_ms(model_path, inputs, threads, runs, nodes, model.proto)
     for n in nodes:
         n.ort_ms = ort_ms.get(n.name)
     ours = our_steps(plan, steps, profile)
     fused = match(nodes, ours)
-    _count_epilogues(nodes, fused, ort_ms, ort_other := dict(ort_other))
+    ort_other = dict(ort_other)                  # the epilogues our steps did not fuse join it
+    _count_epilogues(nodes, fused, ort_ms, ort_other)
     return {"classes": summarize(nodes), "nodes": [asdict(n) | {"ratio": n.ratio} for n in nodes],
             "other": other_ops(nodes, ours, ort_other),
             "ort_total_ms": ort_total, "ours_total_ms": sum(s["ms"] for s in steps)}
