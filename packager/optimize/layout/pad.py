@@ -14,8 +14,9 @@ ends anyway (propagation converts to NCHW in front of the slice). A grouped conv
 The padded channels also flow on, as onnxruntime's NCHWc transformer carries them (flows_through):
 through pooling and spatial means (an SE block's squeeze), through depthwise convs (each computes
 the padded channels with zero filters: MobileNetV3's 72- and 120-channel depthwise convs then run
-blocked instead of NCHW), and into a plain conv's input channels, where zero weights absorb them
-and no slice is left at all. The layout search (propagate.decide_layouts) follows the same rule,
+blocked instead of NCHW), into a grouped conv as extra zero groups where the padding holds
+whole groups (RegNetY's 24 channels in groups of 8, padded to 32: a fourth group of zero filters),
+and into a plain conv's input channels, where zero weights absorb them and no slice is left at all. The layout search (propagate.decide_layouts) follows the same rule,
 so the convs it scores are the convs this rewrite makes (sites_match checks it).
 """
 from __future__ import annotations
@@ -111,10 +112,39 @@ def is_depthwise(call) -> bool:
     return per_group == 1 and int(call.attrs.groups) == o == int(call.args[0].ty.shape[1])
 
 
-def takes_padding(call) -> bool:
+def is_grouped(call) -> bool:
+    """A plain conv in more than one group that is not depthwise (RegNet's, ResNeXt's)."""
+    return is_plain_conv(call) and int(call.attrs.groups) > 1 and not is_depthwise(call)
+
+
+def extra_groups(call, pad: "Padding") -> int:
+    """How many whole groups of zero channels a grouped conv reads in `pad`'s padding: > 0 when
+    the padding (the real channels first) holds whole groups of the conv's input channels per
+    group. RegNetY-200MF's 24 channels in 3 groups of 8, padded to 32: one more group, whose
+    zero filters compute 8 zero output channels, so the output is padded as well."""
+    per_group = int(call.args[1].ty.shape[1])
+    extra = pad.padded - pad.channels
+    return extra // per_group if pad.groups == 1 and extra > 0 and extra % per_group == 0 else 0
+
+
+def takes_padding(call, pad: "Padding | None" = None) -> bool:
     """A conv that can read padded channels: a depthwise conv computes them on (zero filters), a
-    plain (ungrouped) one absorbs them (zero weights for them count nothing)."""
-    return is_depthwise(call) or (is_plain_conv(call) and int(call.attrs.groups) == 1)
+    plain (ungrouped) one absorbs them (zero weights for them count nothing), a grouped one reads
+    `pad` as extra zero groups where it holds whole groups (extra_groups)."""
+    if is_depthwise(call) or (is_plain_conv(call) and int(call.attrs.groups) == 1):
+        return True
+    return pad is not None and is_grouped(call) and extra_groups(call, pad) > 0
+
+
+def read_output_padding(call, pad_in: "Padding") -> "Padding | None":
+    """The padding a conv that takes `pad_in` computes its output with: a depthwise conv keeps
+    its input's, a grouped one adds its extra groups' zero outputs, a plain one absorbs it."""
+    if is_depthwise(call):
+        return pad_in
+    if is_grouped(call):
+        o, groups = int(call.args[1].ty.shape[0]), int(call.attrs.groups)
+        return Padding(o, o + extra_groups(call, pad_in) * (o // groups))
+    return None
 
 
 def channelwise(call) -> bool:
@@ -156,15 +186,20 @@ def flows_through(call, padding_of, flow: bool = True) -> "Padding | None":
 
 
 def taken(call, pad: "Padding | None") -> "Padding | None":
-    """The padding conv `call` reads and takes (a depthwise conv computes it on, a plain conv
-    absorbs it with zero weights): `pad` when it is finite and the conv can, else None."""
-    return pad if pad is not None and pad.finite and takes_padding(call) else None
+    """The padding conv `call` reads and takes (takes_padding): `pad` when it is finite and the
+    conv can, else None."""
+    return pad if pad is not None and pad.finite and takes_padding(call, pad) else None
 
 
-def _pad_conv_weight(value: np.ndarray, pad_in: Padding, depthwise: bool) -> np.ndarray:
+def _pad_conv_weight(call, value: np.ndarray, pad_in: Padding) -> np.ndarray:
     """The weight of a conv reading `pad_in`-padded channels: zero filters for the padded
-    channels of a depthwise conv, zero input channels for a plain one."""
-    return _pad_groups(value, 0 if depthwise else 1, pad_in.groups, pad_in.padded // pad_in.groups, "constant")
+    channels of a depthwise conv and for a grouped conv's extra groups, zero input channels for
+    a plain one."""
+    if is_grouped(call):
+        out = read_output_padding(call, pad_in)
+        return np.pad(value, [(0, out.padded - out.channels)] + [(0, 0)] * (value.ndim - 1))
+    return _pad_groups(value, 0 if is_depthwise(call) else 1, pad_in.groups, pad_in.padded // pad_in.groups,
+                       "constant")
 
 
 @relax.expr_functor.mutator
@@ -197,10 +232,12 @@ class _PadOutputs(relax.PyExprMutator):
         value = weight.value.numpy()
         groups, pad_out = int(call.attrs.groups), None
         if pad_in is not None:
-            value = _pad_conv_weight(value, pad_in, is_depthwise(call))
-            if is_depthwise(call):
-                groups, pad_out = pad_in.padded, pad_in
+            value = _pad_conv_weight(call, value, pad_in)
+            pad_out = read_output_padding(call, pad_in)
+            if pad_out is not None:                    # depthwise: one group per channel; grouped: extra groups
+                groups = pad_in.padded // int(call.args[1].ty.shape[1])
         if chosen is not None:
+            assert pad_out is None, "a conv computing its input's padding on does not pad its output again"
             pad_out = Padding(value.shape[0], chosen, groups)
             value = pad_filters(value, chosen, groups)
         new = relax.const(value, str(value.dtype))

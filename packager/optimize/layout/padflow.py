@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tvm import relax
 
-from .pad import Padding, channelwise, flows_through, is_depthwise, output_padding, taken, takes_padding
+from .pad import Padding, channelwise, flows_through, output_padding, read_output_padding, taken, takes_padding
 from .sites import ConvSite, PadContext
 
 WALK_AT_MOST = 64             # bindings followed downstream of one conv
@@ -25,16 +25,16 @@ def channels_of(var) -> int | None:
     return int(shape[1]) if shape is not None and len(shape) == 4 else None
 
 
-def _takes_padding(call, var) -> bool:
-    """`call` is a conv that would read `var`'s channels padded."""
-    return takes_padding(call) and call.args[0].same_as(var)
+def _takes_padding(call, var, pad: Padding | None) -> bool:
+    """`call` is a conv that would read `var`'s channels padded (as `pad`)."""
+    return takes_padding(call, pad) and call.args[0].same_as(var)
 
 
 class PadFlow:
     """The Padding each tensor is computed with, as the walk decides the convs in order."""
 
-    def __init__(self, users: dict, producer: dict, flow: bool = True):
-        self.users, self.producer, self.flow = users, producer, flow
+    def __init__(self, users: dict, producer: dict, lanes: int, flow: bool = True):
+        self.users, self.producer, self.lanes, self.flow = users, producer, lanes, flow
         self.padding: dict = {}         # var -> Padding its channels are computed with
         self.decided: set = set()       # conv outputs decided so far
 
@@ -50,10 +50,16 @@ class PadFlow:
         """The padding a conv reads and takes (pad.taken), else None."""
         return taken(call, self.padding.get(call.args[0])) if self.flow else None
 
+    def output_of(self, call, pad_in: Padding | None) -> Padding | None:
+        """The padding a conv computes its output with because it reads `pad_in` (a depthwise or
+        grouped conv computes zero channels for it: pad.read_output_padding), else None."""
+        return read_output_padding(call, pad_in) if pad_in is not None else None
+
     def decided_conv(self, b, site: ConvSite, d, pad_in: Padding | None) -> None:
-        """Record a decided conv's output padding: its input's for a depthwise conv, else its own."""
+        """Record a decided conv's output padding: what reading its input's leads to (output_of),
+        else its own."""
         self.decided.add(b.var)
-        p = pad_in if is_depthwise(b.value) else output_padding(site, d)
+        p = self.output_of(b.value, pad_in) or output_padding(site, d)
         if p is not None:
             self.padding[b.var] = p
 
@@ -68,7 +74,9 @@ class PadFlow:
         partners, readers = walk
         padded = [self.padding[p] for p in partners if p in self.padding]
         forced = any(p.channels == site.out_channels and p.groups == site.groups for p in padded)
-        flows = all(_takes_padding(r.value, v) for r, v in readers) and \
+        wider = site.padded(self.lanes)
+        pad = Padding(site.out_channels, wider.out_channels, site.groups) if wider is not None else None
+        flows = all(_takes_padding(r.value, v, pad) for r, v in readers) and \
             all(p in self.padding or self._undecided_conv(p) for p in partners)
         charged = tuple(site_of(r) for r, _ in readers[:READERS_CHARGED]) if flows else ()
         return PadContext(flows, charged, forced)

@@ -45,12 +45,12 @@ from .broadcast import propagatable
 from .clip import clip_as_ops
 from .apply import apply_conv_layouts, bindings, unshare_conv_weights
 from .matmul import matmul_site, pack_matmul_weights
-from .pad import apply_padding, is_depthwise, is_plain_conv, op_name, takes_padding
+from .pad import apply_padding, is_plain_conv, op_name, taken
 from .padflow import PadFlow, channels_of
 from .primitives import channel_blocked, conv_weight_blocked
 from .memo import ProfileMemo
 from .search import Decision, LayoutSearch
-from .sites import ConvSite, NextConv, PoolSite
+from .sites import ConvSite, NextConv, PadContext, PoolSite
 from .split import packed_split, splits_as_sections
 
 # Ops through which a channel-blocked layout flows unchanged: element-wise, broadcast binary,
@@ -243,7 +243,7 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch, lanes: int, flow: bo
     a conv reading them is scored with them (ConvSite.reading), a reader they do not flow into
     reads them taken back, in NCHW."""
     track = _Tracker(mod)
-    pads = PadFlow(track.users, track.producer, flow)
+    pads = PadFlow(track.users, track.producer, lanes, flow)
     out = []
     convs = sum(1 for b in bindings(mod) if isinstance(b.value, relax.Call) and is_plain_conv(b.value))
     with progress.task("layout candidates", convs, "convs") as bar:
@@ -257,17 +257,19 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch, lanes: int, flow: bo
                 track.visit(b, sliced={} if pads.visit(b) else pads.padding)
                 continue
             pad_in = pads.conv_input(call)
+            pad_out = pads.output_of(call, pad_in)          # a depthwise or grouped conv computes it on
             site = replace(ConvSite.of(call), epilogue=track.epilogue(b.var))
             if pad_in is not None:
-                site = site.reading(pad_in.padded, is_depthwise(call))
+                site = site.reading(pad_in.padded)
             nxt = track.next_conv(b.var)
             nxt_site = replace(ConvSite.of(nxt.value), epilogue=track.epilogue(nxt.var)) if nxt is not None else None
-            if nxt_site is not None and pad_in is not None and is_depthwise(call) and takes_padding(nxt.value):
-                nxt_site = nxt_site.reading(pad_in.padded, is_depthwise(nxt.value))   # the padding flows on
+            if nxt_site is not None and pad_out is not None and taken(nxt.value, pad_out):
+                nxt_site = nxt_site.reading(pad_out.padded)     # the padding flows on
             ahead = NextConv(nxt_site, track.allowed_out(nxt.var, lanes)) if nxt_site and nxt_site.memory_bound else None
             pool = PoolSite.of(p.value) if (p := track.pool_after(b.var)) is not None else None
             incoming = 1 if call.args[0] in pads.padding and pad_in is None else track.block_of.get(call.args[0], 1)
-            context = pads.context(b, site, lambda r: replace(ConvSite.of(r.value), epilogue=track.epilogue(r.var)))
+            context = pads.context(b, site, lambda r: replace(ConvSite.of(r.value), epilogue=track.epilogue(r.var))) \
+                if pad_out is None else PadContext(own=False)
             d = search.decide(site, incoming, track.allowed_out(b.var, lanes), ahead, pool, context)
             out.append((call.args[1], site, d))
             pads.decided_conv(b, site, d, pad_in)
@@ -345,11 +347,13 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
                if isinstance(b.value, relax.Call) and (site := matmul_site(b.value)) is not None]
     search.save()
     slices = count_ops(mod).get("relax.strided_slice", 0)
+    groups = {b.value.args[1]: int(b.value.attrs.groups) for b in bindings(mod) if is_plain_conv(b.value)}
     padded_mod, padded = apply_padding(mod, decisions)
     flowed = sites_match(padded_mod, padded)
     if not flowed:                                   # the walk and the rewrite disagree: a bug, not a
         decisions = decide_layouts(mod, search, target.vector_lanes_f32, flow=False)   # choice; padding stops at the epilogue
         padded_mod, padded = apply_padding(mod, decisions, flow=False)
+    extra = sum(1 for w, st, _ in decisions if not st.depthwise and groups.get(w, st.groups) not in (1, st.groups))
     mod, decisions = padded_mod, padded
     slices = count_ops(mod).get("relax.strided_slice", 0) - slices
     converted, decisions, note = apply_conv_layouts(mod, decisions, target.vector_lanes_f32)
@@ -392,7 +396,9 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     if padded:
         kinds = ", ".join(f"{n}x {k}" for k, n in Counter(padded).most_common())
         conv_part += (f"; {len(padded)} convs compute their output channels padded to whole blocks "
-                      f"({kinds}); " + (f"the padding carried on into the convs reading it, {slices} slice(s) "
+                      f"({kinds}); " + ("the padding carried on into the convs reading it" +
+                                        (f" ({extra} grouped conv(s) reading it as extra zero groups)" if extra else "")
+                                        + f", {slices} slice(s) "
                                         "taking it back before other readers" if flowed else
                                         "sliced back after their element-wise epilogue (the padding walk and "
                                         "rewrite disagreed)"))
@@ -405,7 +411,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
         "lookahead": {"convs": len(ahead), "changed": changed}, "shared_by_class": shared,
         "pooling": {"convs": len(pooled), "changed": pool_changed}, "padded_outputs": len(padded),
         "runoff": {"decisions": len(runoff), "changed": runoff_changed}, "conversion_charges": search.conversions.counts,
-        "padding_slices": slices, "padding_flowed": flowed,
+        "padding_slices": slices, "padding_flowed": flowed, "padding_extra_groups": extra,
         "matmuls": len(matmuls), "matmuls_packed": n_panels, "per_conv": _conv_details(decisions),
         "per_matmul": [{"a": list(s.a), "n": s.n, "n_t": d.nt, "scores_ms": d.scores, "from_database": d.reused,
                         **({"first_timing_ms": d.runoff} if d.runoff else {})}

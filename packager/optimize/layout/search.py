@@ -239,7 +239,7 @@ class LayoutSearch:
         blocked tensor pays again in the convs beyond."""
         padding = padding or PadContext()
         d = self._decide(site, incoming, allowed_out, next_conv, pool)
-        padded = site.padded(self.lanes) if self.pad else None
+        padded = site.padded(self.lanes) if self.pad and padding.own else None
         if padded is None:
             return d
         p = self._decide(padded, incoming, allowed_out)
@@ -249,7 +249,7 @@ class LayoutSearch:
         own = d.scores.get(f"{d.data_block}/{d.out_block}", min(d.scores.values(), default=float("inf")))
         totals = {k: ms + (0.0 if padding.flows else self._back_ms(padded, int(_out(k)))) for k, ms in blocked.items()}
         for reader in padding.readers:
-            padded_reader = reader.reading(padded.out_channels, reader.depthwise)
+            padded_reader = reader.reading(padded.out_channels)
             totals = {k: ms + self._best(padded_reader, int(_out(k))) for k, ms in totals.items()}
             own += self._best(reader, d.out_block)
         best = min(totals, key=totals.get)

@@ -83,14 +83,19 @@ class ConvSite:
     def depthwise(self) -> bool:
         return self.weight[1] == 1 and self.groups == self.channels == self.out_channels
 
-    def reading(self, channels: int, depthwise: bool) -> "ConvSite":
+    def reading(self, channels: int) -> "ConvSite":
         """The same conv reading `channels` input channels, the real ones among them padded
-        (pad.flows_through): a depthwise conv computes the padded channels too (zero filters), a
-        plain conv takes them with zero weights."""
+        (pad.takes_padding): a depthwise conv computes the padded channels too (zero filters), a
+        grouped one reads them as extra groups (zero filters), a plain conv takes them with zero
+        weights."""
         n, _, h, w = self.data
-        o, _, kh, kw = self.weight
-        if depthwise:
+        o, cg, kh, kw = self.weight
+        if self.depthwise:
             return replace(self, data=(n, channels, h, w), weight=(channels, 1, kh, kw), groups=channels)
+        if self.groups > 1:
+            groups = channels // cg
+            return replace(self, data=(n, channels, h, w), weight=(groups * (o // self.groups), cg, kh, kw),
+                           groups=groups)
         return replace(self, data=(n, channels, h, w), weight=(o, channels, kh, kw))
 
     def weight_blocks(self, data_block: int, out_block: int) -> tuple[int, int]:
@@ -193,3 +198,4 @@ class PadContext:
     flows: bool = False                 # every reader takes the padded channels: no slice is left
     readers: tuple[ConvSite, ...] = ()  # then the convs reading the output, as they read it unpadded
     forced: bool = False                # the output meets a tensor padded alike: pad to match it
+    own: bool = True                    # the conv may pad its output (not when it computes its input's on)

@@ -23,7 +23,7 @@ class PaddingSearch(FixedSearch):
     when that is faster."""
 
     def decide(self, site: ConvSite, incoming: int, allowed_out=None, next_conv=None, pool=None, padding=None) -> Decision:
-        if site.out_channels % 16 == 0:
+        if site.out_channels % 16 == 0 or (padding is not None and not padding.own):
             return super().decide(site, incoming)
         self.blocks.pop(0)
         data = 16 if site.channels % 16 == 0 else 1
@@ -204,7 +204,7 @@ def test_search_and_rewrite_disagreeing_fall_back_to_padding_the_epilogue_only(m
     again with padding stopping at each conv's epilogue, and the result is still right."""
     from packager.optimize.layout import pad
 
-    monkeypatch.setattr(pad, "is_depthwise", lambda call: False)     # the rewrite's view only
+    monkeypatch.setattr(pad, "taken", lambda call, p: None)     # the rewrite's view only (padflow imported its own)
     blocks = [(16, 16), (None, 16), (16, 16), (16, 16), (None, 16)] + [(16, 16), (1, 1), (1, 16), (16, 16), (1, 16)]
     report, got, ref = _run_padded(_inverted_residual(), blocks, monkeypatch)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
@@ -229,8 +229,10 @@ def test_padding_that_flows_into_its_reader_is_charged_the_readers_time_not_a_sl
     assert ReaderSearch(tmp_path / "a.json", 1.0).decide(SITE, 16).padded_from == 0
     d = ReaderSearch(tmp_path / "b.json", 1.0).decide(SITE, 16, padding=PadContext(flows=True, readers=(DEPTHWISE,)))
     assert (d.padded_from, d.out_block) == (20, 16)
-    assert DEPTHWISE.reading(32, True) == replace(DEPTHWISE, data=(1, 32, 8, 8), weight=(32, 1, 3, 3), groups=32)
-    assert SITE.reading(32, False).weight == (20, 32, 3, 3)
+    assert DEPTHWISE.reading(32) == replace(DEPTHWISE, data=(1, 32, 8, 8), weight=(32, 1, 3, 3), groups=32)
+    assert SITE.reading(32).weight == (20, 32, 3, 3)
+    grouped = ConvSite((1, 24, 8, 8), (24, 8, 3, 3), (1, 1), (1,) * 4, (1, 1), 3, "float32")
+    assert grouped.reading(32) == replace(grouped, data=(1, 32, 8, 8), weight=(32, 8, 3, 3), groups=4)
 
 
 def test_padding_after_a_square_root_is_taken_back_before_the_next_conv(monkeypatch):
@@ -243,3 +245,37 @@ def test_padding_after_a_square_root_is_taken_back_before_the_next_conv(monkeypa
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
     assert [c["weight"] for c in report.details["per_conv"]] == [[32, 16, 1, 1], [16, 20, 1, 1]]
     assert not Padding(3, 5, finite=False).finite and Padding(3, 5) != Padding(3, 5, finite=False)
+
+
+def _grouped_block(groups: int):
+    """RegNetY's block at 24 channels: 1x1 -> BatchNorm -> ReLU -> grouped 3x3 (`groups`) -> ReLU
+    -> squeeze-excite (mean, 1x1 to 8, ReLU, 1x1 back to 24, sigmoid, multiply) -> 1x1."""
+    nodes = [_conv("x", "we", None, "e"),
+             helper.make_node("BatchNormalization", ["e", "s", "b", "mu", "var"], ["n"]),
+             helper.make_node("Relu", ["n"], ["er"]), _conv("er", "wg", "bg", "g", group=groups, pads=[1] * 4),
+             helper.make_node("Relu", ["g"], ["gr"]), helper.make_node("GlobalAveragePool", ["gr"], ["q"]),
+             _conv("q", "ws1", None, "s1"), helper.make_node("Relu", ["s1"], ["s1r"]), _conv("s1r", "ws2", None, "s2"),
+             helper.make_node("Sigmoid", ["s2"], ["gate"]), helper.make_node("Mul", ["gr", "gate"], ["m"]),
+             _conv("m", "wp", None, "y")]
+    inits = {"we": _w(24, 16, 1, 1), "s": _w(24) + 1, "b": _w(24), "mu": _w(24), "var": np.abs(_w(24)) + 0.5,
+             "wg": _w(24, 24 // groups, 3, 3), "bg": _w(24), "ws1": _w(8, 24, 1, 1), "ws2": _w(24, 8, 1, 1),
+             "wp": _w(16, 24, 1, 1)}
+    return _model(nodes, [1, 16, 6, 6], inits)
+
+
+def test_padded_channels_flow_into_a_grouped_conv_as_extra_zero_groups(monkeypatch):
+    """24 channels padded to 32 before a conv in 3 groups of 8: it computes a fourth group with
+    zero filters, its 32-channel output flows on through the SE block into the last conv, and no
+    slice is left; in 2 groups of 12 the 8 padded channels are no whole group, and are taken back."""
+    blocks = [(16, 16), (None, 16), (16, 16), (16, 16), (None, 16)]
+    report, got, ref = _run_padded(_grouped_block(3), blocks, monkeypatch)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    convs = report.details["per_conv"]
+    assert [c["weight"] for c in convs] == [[32, 16, 1, 1], [32, 8, 3, 3], [16, 32, 1, 1], [32, 16, 1, 1],
+                                            [16, 32, 1, 1]]
+    assert convs[1]["groups"] == 4 and convs[1]["layouts"] == ["NCHW16c", "OIHW1i16o", "NCHW16c"]
+    assert report.details["padding_slices"] == 0 and report.details["padding_extra_groups"] == 1
+    report, got, ref = _run_padded(_grouped_block(2), [(16, 16), (1, 1), (1, 16), (16, 16), (1, 16)], monkeypatch)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    grouped = report.details["per_conv"][1]
+    assert grouped["data"][1] == 24 and grouped["groups"] == 2 and report.details["padding_extra_groups"] == 0
