@@ -244,6 +244,9 @@ def test_candidates_follow_the_producer_and_respect_divisibility():
     assert candidates(site, 8, 8) == [(8, 1), (8, 8)]
     odd = ConvSite((1, 10, 8, 8), (10, 10, 1, 1), (1, 1), (0,) * 4, (1, 1), 1, "float32")
     assert candidates(odd, 1, 16) == [(1, 1)]
+    nchw_out = ConvSite((1, 32, 8, 8), (58, 32, 1, 1), (1, 1), (0,) * 4, (1, 1), 1, "float32")
+    assert candidates(nchw_out, 32, 16) == [(32, 1), (1, 1)]       # 58 channels: NCHW in, converted first
+    assert candidates(site, 8, 8, allowed_out=(1,)) == [(8, 1), (1, 1)]
 
 
 def test_gpu_targets_keep_nchw_and_say_so():
