@@ -137,6 +137,17 @@ def test_search_pads_only_when_the_padded_blocks_beat_the_unpadded_conv(tmp_path
     assert TableSearch(tmp_path / "c.json", padded_ms=0.5, pad=False).decide(SITE, 16).padded_from == 0
 
 
+def test_padding_taken_back_before_a_concat_is_not_bound_by_the_blocks_the_real_channels_allow(tmp_path):
+    """A conv into a concat whose channels allow NCHW only: padded, its output is taken back to
+    NCHW before the concat, so the padded candidate may still write 16c blocks; where the padding
+    flows on to a padded partner, that partner's blocks still bind it."""
+    d = TableSearch(tmp_path / "a.json", padded_ms=0.5).decide(SITE, 16, allowed_out=(1,))
+    assert (d.padded_from, d.out_block) == (20, 16)
+    bound = TableSearch(tmp_path / "b.json", padded_ms=0.5).decide(SITE, 16, allowed_out=(1,),
+                                                                   padding=PadContext(flows=True))
+    assert bound.padded_from == 0 and bound.out_block == 1
+
+
 def test_padding_is_scored_only_for_plain_convs_with_modest_padding():
     assert SITE.padded(16).out_channels == 32
     assert SITE.padded(4) is None                                                # whole blocks already
