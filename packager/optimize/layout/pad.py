@@ -16,8 +16,9 @@ through pooling and spatial means (an SE block's squeeze), through depthwise con
 the padded channels with zero filters: MobileNetV3's 72- and 120-channel depthwise convs then run
 blocked instead of NCHW), into a grouped conv as extra zero groups where the padding holds
 whole groups (RegNetY's 24 channels in groups of 8, padded to 32: a fourth group of zero filters),
-and into a plain conv's input channels, where zero weights absorb them and no slice is left at all. The layout search (propagate.decide_layouts) follows the same rule,
-so the convs it scores are the convs this rewrite makes (sites_match checks it).
+and into a plain conv's input channels, where zero weights absorb them and no slice is left at
+all. The layout search (propagate.decide_layouts) follows the same rule, so the convs it scores
+are the convs this rewrite makes (sites_match checks it).
 """
 from __future__ import annotations
 
