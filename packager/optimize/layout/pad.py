@@ -137,9 +137,12 @@ def takes_padding(call, pad: "Padding | None" = None) -> bool:
     return pad is not None and is_grouped(call) and extra_groups(call, pad) > 0
 
 
-def read_output_padding(call, pad_in: "Padding") -> "Padding | None":
+def read_output_padding(call, pad_in: "Padding | None") -> "Padding | None":
     """The padding a conv that takes `pad_in` computes its output with: a depthwise conv keeps
-    its input's, a grouped one adds its extra groups' zero outputs, a plain one absorbs it."""
+    its input's, a grouped one adds its extra groups' zero outputs, a plain one absorbs it (and
+    None without padding in)."""
+    if pad_in is None:
+        return None
     if is_depthwise(call):
         return pad_in
     if is_grouped(call):

@@ -50,16 +50,11 @@ class PadFlow:
         """The padding a conv reads and takes (pad.taken), else None."""
         return taken(call, self.padding.get(call.args[0])) if self.flow else None
 
-    def output_of(self, call, pad_in: Padding | None) -> Padding | None:
-        """The padding a conv computes its output with because it reads `pad_in` (a depthwise or
-        grouped conv computes zero channels for it: pad.read_output_padding), else None."""
-        return read_output_padding(call, pad_in) if pad_in is not None else None
-
     def decided_conv(self, b, site: ConvSite, d, pad_in: Padding | None) -> None:
-        """Record a decided conv's output padding: what reading its input's leads to (output_of),
-        else its own."""
+        """Record a decided conv's output padding: what reading its input's leads to (a depthwise
+        or grouped conv computes zero channels for it: pad.read_output_padding), else its own."""
         self.decided.add(b.var)
-        p = self.output_of(b.value, pad_in) or output_padding(site, d)
+        p = read_output_padding(b.value, pad_in) or output_padding(site, d)
         if p is not None:
             self.padding[b.var] = p
 

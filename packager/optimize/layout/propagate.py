@@ -45,7 +45,7 @@ from .broadcast import propagatable
 from .clip import clip_as_ops
 from .apply import apply_conv_layouts, bindings, unshare_conv_weights
 from .matmul import matmul_site, pack_matmul_weights
-from .pad import apply_padding, is_plain_conv, op_name, taken
+from .pad import apply_padding, is_plain_conv, op_name, read_output_padding, taken
 from .padflow import PadFlow, channels_of
 from .primitives import channel_blocked, conv_weight_blocked
 from .memo import ProfileMemo
@@ -257,7 +257,7 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch, lanes: int, flow: bo
                 track.visit(b, sliced={} if pads.visit(b) else pads.padding)
                 continue
             pad_in = pads.conv_input(call)
-            pad_out = pads.output_of(call, pad_in)          # a depthwise or grouped conv computes it on
+            pad_out = read_output_padding(call, pad_in)     # a depthwise or grouped conv computes it on
             site = replace(ConvSite.of(call), epilogue=track.epilogue(b.var))
             if pad_in is not None:
                 site = site.reading(pad_in.padded)

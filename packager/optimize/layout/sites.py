@@ -90,9 +90,7 @@ class ConvSite:
         weights."""
         n, _, h, w = self.data
         o, cg, kh, kw = self.weight
-        if self.depthwise:
-            return replace(self, data=(n, channels, h, w), weight=(channels, 1, kh, kw), groups=channels)
-        if self.groups > 1:
+        if self.groups > 1:                      # depthwise: one channel per group
             groups = channels // cg
             return replace(self, data=(n, channels, h, w), weight=(groups * (o // self.groups), cg, kh, kw),
                            groups=groups)
