@@ -26,7 +26,7 @@ from .cpu_model import REG, CpuSpace
 from ..measure.database import TuningDatabase
 from ..hardware import cpu_hardware
 from ..measure.timing import Tally, can_measure, time_candidates, where_measured
-from ..rules.padding import offers_per_task
+from ..rules.padding import offers_inline, offers_per_task
 from .plan import PADS, TilePlan
 from ..tuning.reuse import REUSE_TRIALS, ReusePool, Source, features, reuse_candidates, reuse_order, sketch_of, tree_order
 from .walk import State, construct
@@ -38,6 +38,13 @@ PAD_VARIANTS = 2              # best-estimated plans also timed with their paddi
 BUDGET_SPENT_TOP_K = 2        # plans compiled per kernel once the build's timing budget is spent
 
 
+def offered_pads(sch: s_tir.Schedule, anchor) -> tuple[str, ...]:
+    """Where the kernel's padding stage may be computed (PADS; padding.py says which kernels)."""
+    if not offers_per_task(anchor):
+        return PADS[:1]
+    return PADS if offers_inline(sch, anchor) else PADS[:2]
+
+
 def window_candidates(space: CpuSpace, windows: list[TilePlan],
                       plans: list[tuple[float, TilePlan]]) -> list[tuple[float, TilePlan]]:
     """A window kernel's register-blocked plans (window.py) not among `plans`, with their estimates."""
@@ -46,11 +53,12 @@ def window_candidates(space: CpuSpace, windows: list[TilePlan],
 
 
 def with_pad_variants(plans: list[tuple[float, TilePlan]], wl: Workload, n: int) -> list[tuple[float, TilePlan]]:
-    """`plans`, then the first `n` again with the padding computed per task, where the kernel
-    offers that choice (the cost model does not tell the two apart: measurement does)."""
+    """`plans`, then the first `n` again with the kernel's preferred other placement of its
+    padding (inline, else per task), where it offers one (the cost model does not tell them
+    apart: measurement does)."""
     if not wl.pad_choice:
         return plans
-    return plans + [(est, replace(plan, pad=PADS[1])) for est, plan in plans[:n]]
+    return plans + [(est, replace(plan, pad=wl.preferred_pad)) for est, plan in plans[:n]]
 
 
 @dataclass
@@ -147,7 +155,7 @@ class GensorCpu:
             return None
         vec_name = anchor.vec[0].var.name if anchor.vec else None
         return replace(wl, vector_axis=wl.axes.index(vec_name) if vec_name in wl.axes else -1,
-                       pad_choice=offers_per_task(anchor))
+                       pads=offered_pads(sch, anchor))
 
     def sketch(self, func: tirx.PrimFunc) -> tuple[str, tuple[int, ...]] | None:
         """(sketch, extents) of a Gensor kernel, None for the kernels the rules take."""
@@ -294,7 +302,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
             bar.advance()
     out, per_kernel, counts = {}, {}, {}
     tally = {"scratch": [0, 0], "reused": [0, 0]}                  # kernels, programs timed
-    per_task = 0                                                    # plans padding per task
+    pads = {pad: 0 for pad in PADS[1:]}                             # plans padding per task / inline
     rows = 0                                                        # window plans (window.py)
     for name in kernels:
         out[name], rule, choice = results[name]
@@ -305,7 +313,8 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
         per_kernel[name] = choice.summary()
         label = "gensor" if choice.source == "gensor" else "rules (kept over gensor)"
         counts[label] = counts.get(label, 0) + 1
-        per_task += choice.source == "gensor" and choice.plan is not None and choice.plan.pad == PADS[1]
+        if choice.source == "gensor" and choice.plan is not None and choice.plan.pad in pads:
+            pads[choice.plan.pad] += 1
         rows += choice.source == "gensor" and choice.family == "window"
         if choice.trials:
             row = tally["reused" if choice.reused_from else "scratch"]
@@ -316,7 +325,8 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
     else:
         how = "analytical choice (" + ("measure: false" if not measure else "target does not run here and has no rpc device") + ")"
     summary = (f"{len(kernels)} kernels: " + ", ".join(f"{n} {r}" for r, n in sorted(counts.items()))
-               + (f" ({per_task} padding per task)" if per_task else "")
+               + "".join(f" ({n} padding {'per task' if pad == PADS[1] else 'inlined into the reads'})"
+                         for pad, n in pads.items() if n)
                + (f" ({rows} as rows of output positions in registers, window.py)" if rows else "")
                + f"; {how}; hardware model {g.hw.name}, {g.hw.cores} cores, L1 {g.hw.level('L1').capacity >> 10} KB, "
                f"L2 {g.hw.level('L2').capacity >> 10} KB")
@@ -330,7 +340,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
                     f"programs timed; from scratch they would take {nr * (g.top_k + 1)})")
     summary += f"; {time.perf_counter() - t0:.1f} s"
     details = {"scheduler": "gensor", "rules": counts, "kernels": per_kernel, "database": str(db.path),
-               "pad_per_task": per_task, "window_rows": rows,
+               "pad_per_task": pads[PADS[1]], "pad_inline": pads[PADS[2]], "window_rows": rows,
                "reuse": {"on": g.pool is not None, "same": g.same is not None, "tree": parents,
                          "scratch": tally["scratch"],
                          "reused": tally["reused"]}}

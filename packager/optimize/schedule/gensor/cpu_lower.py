@@ -7,7 +7,7 @@
           for (reduction inside the chunk)            a KxK conv's input channels innermost, unrolled by 4
             register tile: unrolled rows x vectorized lanes (accumulators in registers)
       write back the task's accumulators through the element-wise epilogue
-    (a padding stage: one parallel pass before, or per task where the plan says so)
+    (a padding stage: one parallel pass before, per task, or inlined into the reads: the plan says)
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tvm import s_tir
 from ..rules.reduction_order import unroll_contiguous
 from ..rules.cpu import CpuRules
 from ..tir_util import PARALLEL_MIN_WORK, Anchor, loop_extent
-from ..rules.padding import offers_per_task
+from ..rules.padding import offers_inline, offers_per_task, pad_inline
 from .plan import ORDERS, PADS, TilePlan
 
 
@@ -25,6 +25,10 @@ def lower_cpu(sch: s_tir.Schedule, rules: CpuRules, anchor: Anchor, plan: TilePl
     plan.check()
     if plan.pad != PADS[0] and not offers_per_task(anchor):
         raise ValueError(f"pad {plan.pad}: the kernel has no padding stage worth tiling")
+    if plan.pad == PADS[2]:
+        if not offers_inline(sch, anchor):
+            raise ValueError("pad inline: a padded dimension is indexed by the vector lanes")
+        anchor = pad_inline(sch, anchor)
     index = {name: d for d, name in enumerate(plan.axes)}
     outer, chunk, mid, inner, reg, vec_inner = [], [], [], [], [], None
     for iv, lp in anchor.spatial:

@@ -17,8 +17,9 @@ Every tile divides the tile above it (and the extent), so the schedule needs no 
 ``order`` (CPU) places the reduction chunk loop outside the L1 tiles (``chunks-outer``: a
 chunk's operands are reused by every L1 tile of the task) or inside them (``chunks-inner``: an L1
 tile's accumulators are finished before the next); the measured tuner searches it. ``pad`` (CPU,
-kernels with a padding stage) computes the padded input once for the whole kernel (``staged``) or
-per parallel task, only the region that task reads (``per-task``): see padding.py.
+kernels with a padding stage) computes the padded input once for the whole kernel (``staged``),
+per parallel task, only the region that task reads (``per-task``), or not at all: each read tests
+its bounds (``inline``): see padding.py.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 
 SPATIAL, REDUCE = "S", "R"
 ORDERS = ("chunks-outer", "chunks-inner")
-PADS = ("staged", "per-task")
+PADS = ("staged", "per-task", "inline")
 CPU_LEVELS = ("L2", "L1", "reg")
 GPU_LEVELS = ("block", "thread")
 

@@ -10,14 +10,15 @@ onnxruntime's and OpenVINO's depthwise kernels are: the channel block in vector 
 output positions along the row (and rows) as independent accumulators, enough of them to cover
 the FMA latency, the whole window reduced while they stay in registers (one reduction chunk:
 cpu_lower.py writes each register tile back through the epilogue), each task a band of rows of
-one channel block with its padding computed per task. They are candidates beside the walk's,
-timed like them; the fastest wins.
+one channel block, reading its padding inline (bounds tested per read, where the lanes share the
+test: NCHW{c}) or else computing it per task. They are candidates beside the walk's, timed like
+them; the fastest wins.
 """
 from __future__ import annotations
 
 from ..hardware import MEMORY_BOUND_REDUCTION
 from .cpu_model import CpuSpace, divisors
-from .plan import CPU_LEVELS, PADS, REDUCE, TilePlan
+from .plan import CPU_LEVELS, REDUCE, TilePlan
 from .workload import Workload
 
 TASKS_PER_CORE = 4           # parallel tasks per core at least (row bands balance across cores)
@@ -86,5 +87,5 @@ def window_plans(space: CpuSpace) -> list[TilePlan]:
             else:
                 tiles.append((1, 1, 1))
         plans.append(TilePlan(wl.axes, wl.kinds, wl.extents, tuple(tiles), CPU_LEVELS, (), vec,
-                              pad=PADS[1] if wl.pad_choice else PADS[0]))
+                              pad=wl.preferred_pad))
     return plans

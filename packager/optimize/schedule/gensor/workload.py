@@ -45,7 +45,17 @@ class Workload:
     flops_per_point: int                  # per point of the iteration space (MAC = 2)
     vector_axis: int                      # iterator of the output's innermost index (-1: none)
     key: str                              # stable identity of the kernel (tuning database key)
-    pad_choice: bool = False              # its padding stage may be computed per task (padding.py)
+    pads: tuple[str, ...] = ("staged",)   # where its padding stage may be computed (plan.PADS, padding.py)
+
+    @property
+    def pad_choice(self) -> bool:
+        """The padding stage may go elsewhere than one pass before the kernel."""
+        return len(self.pads) > 1
+
+    @property
+    def preferred_pad(self) -> str:
+        """The placement tried first beside staged: inline where offered, else per task."""
+        return self.pads[-1]
 
     @property
     def inputs(self) -> tuple[Access, ...]:

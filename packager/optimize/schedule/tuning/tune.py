@@ -137,7 +137,7 @@ def mutate(space: CpuSpace, plan: TilePlan, rng: np.random.Generator) -> TilePla
             order = ORDERS[1 - ORDERS.index(order)]
             continue
         if space.wl.pad_choice and rng.random() < 0.15:
-            pad = PADS[1 - PADS.index(pad)]
+            pad = str(rng.choice([p for p in space.wl.pads if p != pad]))
             continue
         sites = [(d, k) for d in range(len(tiles)) for k in range(len(tiles[d]))
                  if len(space.candidates(d, k, space.extents[d] if k == 0 else tiles[d][k - 1])) > 1]
@@ -258,7 +258,7 @@ class Tuner:
             return []
         t.adapted = True
         state = adapt(t.space, src)
-        pad = src.pad if t.space.wl.pad_choice else PADS[0]
+        pad = src.pad if src.pad in t.space.wl.pads else t.space.wl.pads[-1]
         plan = replace(t.space.to_plan(state), order=src.order, pad=pad) if state is not None else None
         return [plan] if plan is not None and plan not in t.measured else []
 
