@@ -31,6 +31,7 @@ from tvm.ir import expr as ir
 
 from ..hardware import MEMORY_BOUND_REDUCTION
 from ..tir_util import Anchor, free_vars
+from .transpose import read_stride
 
 
 
@@ -45,7 +46,9 @@ def offers_inline(sch: s_tir.Schedule, anchor: Anchor) -> bool:
     staged input itself (not through a de-interleaving stage), and no padded dimension of one
     is indexed by the vector iterator, so a read's bounds test is the same for all lanes
     (NCHW{c}: the lanes are channels). Along a padded row the test varies per lane and the reads
-    no longer vectorize (NCHW depthwise convs ran 1.4-9.6x slower)."""
+    no longer vectorize (NCHW depthwise convs ran 1.4-9.6x slower). Each stage must also be a
+    plain copy, its lanes read contiguously: one that gathers them (a layout transform folded
+    into the kernel) would gather every input k x k / stride^2 times instead of once."""
     if not offers_per_task(anchor) or anchor.vec is None:
         return False
     vec = anchor.vec[0].var
@@ -55,6 +58,8 @@ def offers_inline(sch: s_tir.Schedule, anchor: Anchor) -> bool:
         padded = _padded_dims(stage)
         mine = [r for r in reads if r.source.same_as(stage.writes[0].source)]
         if not mine or any(any(v.same_as(vec) for v in free_vars(r.region[d].min)) for r in mine for d in padded):
+            return False
+        if not stage.iter_vars or read_stride(stage, stage.iter_vars[-1].var) != 1:
             return False
     return True
 

@@ -12,6 +12,7 @@ import tvm_ffi
 from tvm import s_tir, te, tirx, topi
 
 from support.kernel_cases import host_target, random_args, run_kernel
+from packager.optimize.layout.conv import ConvLayouts, conv2d_packed
 from packager.optimize.layout.sites import ConvSite
 from packager.optimize.schedule.gensor.cpu_lower import lower_cpu
 from packager.optimize.schedule.gensor.cpu_model import CpuSpace
@@ -37,6 +38,16 @@ def _max_pool(c: int = 32, h: int = 20):
 def _depthwise_nchw(c: int = 32, h: int = 20, stride: int = 1):
     """The same conv over plain NCHW: the vector lanes run along the padded rows."""
     return ConvSite((1, c, h, h), (c, 1, 3, 3), (stride, stride), (1, 1, 1, 1), (1, 1), c, "float32").kernel(1, 1)
+
+
+def _depthwise_gathering(c: int = 32, h: int = 20):
+    """The NCHW16c conv with its input's layout transform folded in: the padding stage gathers
+    each channel block's lanes from NCHW planes."""
+    x = te.placeholder((1, c, h, h), "float32", "x")
+    packed = te.compute((1, c // 16, h, h, 16), lambda n, o, y, z, i: x[n, o * 16 + i, y, z], "to_16c")
+    wt = te.placeholder((c // 16, 1, 3, 3, 1, 16), "float32", "w")
+    y = conv2d_packed(packed, wt, ConvLayouts(16, 1, 16, 16), c, c, (1, 1), (1, 1, 1, 1), (1, 1), c, "float32")
+    return te.create_prim_func([x, wt, y])
 
 
 def _conv3x3():
@@ -72,13 +83,15 @@ def _padding_block(func: tirx.PrimFunc) -> tuple[bool, list[bool]]:
 
 
 @pytest.mark.parametrize("make, offered", [(_depthwise, PADS), (_max_pool, PADS), (_depthwise_nchw, PADS[:2]),
-                                           (lambda: _depthwise_nchw(stride=2), PADS[:2]), (_conv3x3, PADS[:1]),
+                                           (lambda: _depthwise_nchw(stride=2), PADS[:2]),
+                                           (_depthwise_gathering, PADS[:2]), (_conv3x3, PADS[:1]),
                                            (_conv1x1, PADS[:1])])
 def test_only_memory_bound_kernels_with_a_padding_stage_are_offered_the_choice(make, offered):
     """Depthwise convs and pooling reduce over a window only; a conv that also reduces over its
     input channels is compute-bound, and a 1x1 conv has no padding stage at all. Inline padding
     needs lanes that share one bounds test: channels (NCHW16c), not positions along a padded row
-    (NCHW; at stride 2 the row is read through a de-interleaved copy of the padded input)."""
+    (NCHW; at stride 2 the row is read through a de-interleaved copy of the padded input), and a
+    padding stage that copies its lanes rather than gathering them (a folded layout transform)."""
     func = make()
     sch = s_tir.Schedule(func)
     anchor = _gensor().rules.prepare_anchor(sch)
