@@ -26,7 +26,7 @@ from ....cache import cache_dir, filling, locked
 VERSION = 2
 # The rules version of each record kind: bump one when its decisions change for the same workload.
 RULES = {
-    "gensor-cpu": 8,        # CPU tile plans (schedule/gensor.py); 2: level 2 without ETO reuse by default (a
+    "gensor-cpu": 9,        # CPU tile plans (schedule/gensor.py); 2: level 2 without ETO reuse by default (a
                             # reused program alone was often kept), plans carry the chunk loop order;
                             # 3: timed on all cores (TVM's pool had used half: one thread on 2 cores);
                             # 4: a KxK conv's input-channel loop innermost (rules_cpu.py), so the rules
@@ -36,9 +36,10 @@ RULES = {
                             # staged padding's (and every element-wise kernel's) short rows vectorized
                             # without straddling an outer axis (rules/cpu.py _flat_parallel_vector); 8: a
                             # plan with one reduction chunk keeps its accumulators in registers, window
-                            # kernels also time register-blocked rows (gensor/window.py)
+                            # kernels also time register-blocked rows (gensor/window.py); 9: depthwise
+                            # convs and pooling over NCHW{c} also read their padding inline (padding.py)
     "gensor-gpu": 2,        # GPU tile plans (schedule/gensor_gpu.py); 2: walk seeded by kernel structure
-    "layout": 10,           # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
+    "layout": 11,           # ALT layout and panel decisions (layout/search.py); 2: candidates scored from
                             # scratch (reused programs decided between layouts); 3: timed on all cores;
                             # 4: KxK convs scheduled with their input channels innermost; 5: plans
                             # timed with the activation just rewritten; 6: a conv read by one conv chooses
@@ -46,8 +47,9 @@ RULES = {
                             # 7: short rows of copies and staged pads vectorized within an outer index;
                             # 8: one-chunk plans with register accumulators, window plans (gensor/window.py);
                             # 9: close candidates timed again together (run-off), ties to a preferred layout;
-                            # 10: conversions charged as timed (or from the last-level cache), not at DRAM speed
-    "global-fusion": 11,    # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
+                            # 10: conversions charged as timed (or from the last-level cache), not at DRAM speed;
+                            # 11: depthwise convs and pooling over NCHW{c} read their padding inline
+    "global-fusion": 12,    # merged kernel vs its parts, measured (globalfuse/timing.py): 2 = row regions
                             # with a predicated last row tile; 3 = reduction loops split at a folded
                             # reshape's period, merged kernel and parts timed in alternation; 4 = transposed
                             # copies tiled, a matmul staged in a row region register-tiled, timed on
@@ -56,7 +58,8 @@ RULES = {
                             # their input channels innermost; 8 = pooling / depthwise pad per task;
                             # 9 = element-wise parts' short rows vectorized within an outer index;
                             # 10 = one-chunk plans with register accumulators, window plans;
-                            # 11 = element-wise parts' awkward planes: whole vectors and a scalar tail
+                            # 11 = element-wise parts' awkward planes: whole vectors and a scalar tail;
+                            # 12 = depthwise / pooling parts read their padding inline
     "winograd-cpu": 5,      # direct conv vs Winograd F(4x4) / F(2x2), measured per conv shape (optimize/winograd);
                             # 2: kernels timed as built (activation written, weights flushed), a 0.9 margin;
                             # 3: each tile's kernels timed as a chain, only the weights flushed (measure/chain.py);
