@@ -129,23 +129,18 @@ def test_padding_per_task_runs_inside_the_parallel_loop_and_computes_the_same(ma
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_kernel_without_the_choice_refuses_a_per_task_plan():
-    func = _conv3x3()
+@pytest.mark.parametrize("make, pad, why", [(_conv3x3, PADS[1], "no padding stage"),
+                                           (_conv3x3, PADS[2], "no padding stage"),
+                                           (_depthwise_nchw, PADS[2], "vector lanes")])
+def test_a_kernel_refuses_a_placement_it_does_not_offer(make, pad, why):
+    """A conv over input channels offers neither; an NCHW depthwise conv (lanes along the
+    padded row) offers per task, not inline."""
+    func = make()
     g = _gensor()
     space = CpuSpace(g.workload(func), g.hw)
-    plan = replace(space.to_plan(construct(space, 1, restarts=1)[0][1]), pad=PADS[1])
+    plan = replace(space.to_plan(construct(space, 1, restarts=1)[0][1]), pad=pad)
     sch = s_tir.Schedule(func)
-    with pytest.raises(ValueError, match="no padding stage"):
-        lower_cpu(sch, g.rules, g.rules.prepare_anchor(sch), plan)
-
-
-def test_a_kernel_whose_lanes_run_along_a_padded_row_refuses_an_inline_plan():
-    func = _depthwise_nchw()
-    g = _gensor()
-    space = CpuSpace(g.workload(func), g.hw)
-    plan = replace(space.to_plan(construct(space, 1, restarts=1)[0][1]), pad=PADS[2])
-    sch = s_tir.Schedule(func)
-    with pytest.raises(ValueError, match="vector lanes"):
+    with pytest.raises(ValueError, match=why):
         lower_cpu(sch, g.rules, g.rules.prepare_anchor(sch), plan)
 
 
