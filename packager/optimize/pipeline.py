@@ -190,6 +190,21 @@ def _window_rows(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, Pas
 
 WINDOW_ROWS = Pass("window_rows", _window_rows, off="off in the spec: only Gensor's walk plans and the rules",
                    needs_target=True)
+
+
+def _pad_inline(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
+    """Inline padding is a placement inside the schedule pass (and the layout search); this line
+    says whether the target's scheduler offers it."""
+    why = ctx.scheduler.lacks("pad_inline")
+    if why is not None:
+        return mod, PassReport("pad_inline", "disabled", why)
+    return mod, PassReport("pad_inline", "applied", "depthwise convs and pooling over NCHW{c} may read their padding "
+                           "inline (each read tests its bounds) instead of copying padded rows, timed beside staged and "
+                           "per-task padding (untimed: their window plans take it); the schedule line counts them")
+
+
+PAD_INLINE = Pass("pad_inline", _pad_inline, off="off in the spec: padding staged or per task only",
+                  needs_target=True)
 NOT_IMPLEMENTED: dict[str, str] = {}          # pass name -> why, for a spec switch with no pass behind it
 
 
@@ -216,7 +231,7 @@ SCHEDULE_GPU = replace(SCHEDULE_CPU, off="", switch=lambda opt: True)   # reads 
 def graph_pipeline(layout: Pass) -> list[Pass]:
     """The graph passes every target kind runs, with its own layout pass."""
     return [INT8, SIMPLIFY, PRECISION, FASTMATH, GLOBAL_FUSION_SIBLINGS, DERIVE, layout, WINOGRAD, LEGALIZE, FUSION,
-            GLOBAL_FUSION, REUSE, REUSE_SAME, WINDOW_ROWS]
+            GLOBAL_FUSION, REUSE, REUSE_SAME, WINDOW_ROWS, PAD_INLINE]
 
 
 # Per target kind (a backend's `kind`): its graph passes and its kernel passes, in order.

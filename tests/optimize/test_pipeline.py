@@ -106,6 +106,25 @@ def test_window_rows_are_on_from_level_one_on_cpu_targets_and_say_so(sample_root
     assert off.status == "disabled" and "walk plans" in off.summary
 
 
+def test_pad_inline_is_on_from_level_one_on_cpu_targets_and_says_so(sample_root):
+    from packager.optimize.pipeline import PAD_INLINE, PassContext, run_passes
+    from packager.spec import TargetSpec
+    from packager.targets import resolve
+
+    _, mod = _cnn(sample_root)
+    assert OptimizeSpec(level=1).enabled("pad_inline") and not OptimizeSpec(level=0).enabled("pad_inline")
+
+    def line(name: str, opt: OptimizeSpec):
+        _, (report,) = run_passes(mod, [PAD_INLINE], PassContext(resolve(TargetSpec(name, {}, "t")), opt))
+        return report
+
+    assert line("arm64", OptimizeSpec(level=2)).status == "applied"
+    gpu = line("a100", OptimizeSpec(level=2))
+    assert gpu.status == "disabled" and "CPU" in gpu.summary
+    off = line("x86-64", OptimizeSpec(level=2, passes={"pad_inline": False}))
+    assert off.status == "disabled" and "staged or per task" in off.summary
+
+
 def test_tuning_says_where_it_can_act():
     """The tuner is a kernel pass: off below level 3 with what runs instead; at level 3
     disabled, with the reason, for arm64 from this host, GPU targets and the rule-based scheduler."""

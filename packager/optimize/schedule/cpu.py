@@ -80,7 +80,8 @@ class CpuScheduler(KernelScheduler):
     def searcher(self, top_k: int, measure: bool = True, reuse: bool = False,
                  db: TuningDatabase | None = None) -> GensorCpu:
         return GensorCpu(self.target, db if db is not None else self.database(), measure, top_k, reuse,
-                         tally=self.tally, windows=self.opt is None or self.opt.enabled("window_rows"))
+                         tally=self.tally, windows=self.opt is None or self.opt.enabled("window_rows"),
+                         inline_pads=self.opt is None or self.opt.enabled("pad_inline"))
 
     def with_cold_weights(self, weight_bytes: int):
         if self.can_measure and weight_bytes > last_level_cache(self.target):
@@ -94,7 +95,8 @@ class CpuScheduler(KernelScheduler):
         if opt.scheduler == "gensor":
             out, report = schedule_kernels_gensor(kernels, self.target, opt.database, opt.measure, opt.top_k,
                                                   opt.enabled("reuse"), opt.tunes(), tally=self.tally,
-                                                  same=opt.enabled("reuse_same"), windows=opt.enabled("window_rows"))
+                                                  same=opt.enabled("reuse_same"), windows=opt.enabled("window_rows"),
+                                                  inline_pads=opt.enabled("pad_inline"))
         else:
             out, report = schedule_kernels(kernels, self.target)
         if self.measuring:

@@ -38,11 +38,12 @@ PAD_VARIANTS = 2              # best-estimated plans also timed with their paddi
 BUDGET_SPENT_TOP_K = 2        # plans compiled per kernel once the build's timing budget is spent
 
 
-def offered_pads(sch: s_tir.Schedule, anchor) -> tuple[str, ...]:
-    """Where the kernel's padding stage may be computed (PADS; padding.py says which kernels)."""
+def offered_pads(sch: s_tir.Schedule, anchor, inline: bool = True) -> tuple[str, ...]:
+    """Where the kernel's padding stage may be computed (PADS; padding.py says which kernels);
+    `inline`: the spec's pad_inline switch."""
     if not offers_per_task(anchor):
         return PADS[:1]
-    return PADS if offers_inline(sch, anchor) else PADS[:2]
+    return PADS if inline and offers_inline(sch, anchor) else PADS[:2]
 
 
 def window_candidates(space: CpuSpace, windows: list[TilePlan],
@@ -128,8 +129,9 @@ def seed_of(key: str) -> int:
 
 class GensorCpu:
     def __init__(self, target: Target, db: TuningDatabase, measure: bool, top_k: int, reuse: bool = False,
-                 tuned: bool = False, tally: Tally | None = None, same: bool = False, windows: bool = True):
-        self.target, self.db, self.tuned, self.windows = target, db, tuned, windows
+                 tuned: bool = False, tally: Tally | None = None, same: bool = False, windows: bool = True,
+                 inline_pads: bool = True):
+        self.target, self.db, self.tuned, self.windows, self.inline_pads = target, db, tuned, windows, inline_pads
         self.tally = tally if tally is not None else Tally()        # what timing cost (the build's)
         self.rules = CpuRules(target)
         self.hw = cpu_hardware(target)
@@ -155,7 +157,7 @@ class GensorCpu:
             return None
         vec_name = anchor.vec[0].var.name if anchor.vec else None
         return replace(wl, vector_axis=wl.axes.index(vec_name) if vec_name in wl.axes else -1,
-                       pads=offered_pads(sch, anchor))
+                       pads=offered_pads(sch, anchor, self.inline_pads))
 
     def sketch(self, func: tirx.PrimFunc) -> tuple[str, tuple[int, ...]] | None:
         """(sketch, extents) of a Gensor kernel, None for the kernels the rules take."""
@@ -285,12 +287,12 @@ def _reuse_tree(g: GensorCpu, kernels: dict[str, tirx.PrimFunc]) -> dict[str, st
 def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, database=None,
                             measure: bool = True, top_k: int = 6, reuse: bool = False, tuned: bool = False,
                             tally: Tally | None = None, same: bool = False,
-                            windows: bool = True) -> tuple[dict, PassReport]:
+                            windows: bool = True, inline_pads: bool = True) -> tuple[dict, PassReport]:
     """The `schedule` pass (scheduler: gensor) for one CPU target; with `reuse` (ETO) kernels are
     tuned in the reuse tree's order, each non-root from its parent's program; with `tuned` (level
     3) the measured tuner's programs are replayed where it recorded one."""
     db = TuningDatabase(database)
-    g = GensorCpu(target, db, measure, top_k, reuse, tuned, tally, same, windows)
+    g = GensorCpu(target, db, measure, top_k, reuse, tuned, tally, same, windows, inline_pads)
     parents = _reuse_tree(g, kernels) if g.pool is not None else {}
     t0 = time.perf_counter()
     results = {}

@@ -312,9 +312,10 @@ def tune_kernels(kernels: dict[str, tirx.PrimFunc], target: Target, opt, log: Ca
     the kernels are returned as they came (the schedule pass replays the database's programs)."""
     t0 = time.perf_counter()
     tally = tally if tally is not None else Tally()
+    switches = {"windows": opt.enabled("window_rows"), "inline_pads": opt.enabled("pad_inline")}
     _, level2 = schedule_kernels_gensor(kernels, target, opt.database, True, opt.top_k, opt.enabled("reuse"),
-                                        tally=tally)
-    g = GensorCpu(target, TuningDatabase(opt.database), True, opt.top_k, tally=tally)
+                                        tally=tally, **switches)
+    g = GensorCpu(target, TuningDatabase(opt.database), True, opt.top_k, tally=tally, **switches)
     workloads = {n: wl for n, f in kernels.items() if (wl := g.workload(f)) is not None}
     tuner = Tuner(g, Budget(0, 0.0), log)
     tasks = {t.name: t for t in (tuner.task(n, kernels[n], wl) for n, wl in workloads.items()) if t is not None}

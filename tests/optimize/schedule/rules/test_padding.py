@@ -157,6 +157,16 @@ def test_the_plan_records_where_the_padding_goes():
     assert "(pad inline)" in replace(plan, pad=PADS[2]).describe()
 
 
+def test_the_switch_off_leaves_staged_and_per_task_padding():
+    """optimize.passes.pad_inline: false -> GensorCpu(inline_pads=False): no kernel is offered
+    inline, and a measured schedule times its variants per task."""
+    g = GensorCpu(host_target(), TuningDatabase(tempfile.mkdtemp()), True, top_k=2, inline_pads=False)
+    func = _depthwise(64, 28)
+    assert g.workload(func).pads == PADS[:2]
+    _, _, choice = g.schedule(func, "dw")
+    assert choice.plan.pad in PADS[:2]
+
+
 def test_the_tuner_moves_the_padding_only_where_the_kernel_offers_it():
     rng = np.random.default_rng(0)
     for func, offered in ((_depthwise(), PADS), (_depthwise_nchw(), PADS[:2]), (_conv3x3(), PADS[:1])):
