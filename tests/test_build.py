@@ -96,6 +96,7 @@ optimize: {opt}
     "{passes: {fastmath: false}}",
     "{passes: {layout: false}}",
     "{passes: {global_fusion: false}}",
+    "{passes: {pad_inline: false}}",
 ])
 def test_each_pass_switch_keeps_results_equal(sample_root, tmp_path, opt):
     spec = write_spec(tmp_path, CNN_SPEC.format(model=sample_root / "cnn" / "model.onnx", opt=opt))
@@ -103,7 +104,7 @@ def test_each_pass_switch_keeps_results_equal(sample_root, tmp_path, opt):
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "dist" / "cnn" / "build_report.json").read_text())
     statuses = {p["pass"]: p["status"] for p in report["graph_passes"] + report["targets"][0]["kernel_passes"]}
-    for name in ("simplify", "fastmath", "fusion", "global_fusion", "schedule", "layout"):
+    for name in ("simplify", "fastmath", "fusion", "global_fusion", "schedule", "layout", "pad_inline"):
         off = opt == "{level: 0}" or re.search(rf"\b{name}: false", opt) is not None
         assert statuses[name] == ("disabled" if off else "applied"), statuses
     r = run_pack("verify", tmp_path / "dist" / "cnn")

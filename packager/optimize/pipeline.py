@@ -176,35 +176,27 @@ REUSE_SAME = Pass("reuse_same", _reuse_same, off="off in the spec: every kernel 
                   needs_target=True)
 
 
-def _window_rows(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
-    """Window plans are candidates inside the schedule pass (and the layout search); this line
-    says whether the target's scheduler offers them."""
-    why = ctx.scheduler.lacks("window_rows")
-    if why is not None:
-        return mod, PassReport("window_rows", "disabled", why)
-    return mod, PassReport("window_rows", "applied", "kernels of few products per output (depthwise convs, pooling, "
-                           "1x1 convs from few channels) are also offered rows of output positions in registers, "
-                           "timed beside Gensor's plans (untimed: ranked by the cost model); the schedule line counts "
-                           "the kernels that take one")
+def _schedule_option(name: str, applied: str):
+    """A pass whose technique is a candidate inside the schedule pass (and the layout search):
+    its line says whether the target's scheduler offers it."""
+    def line(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
+        why = ctx.scheduler.lacks(name)
+        if why is not None:
+            return mod, PassReport(name, "disabled", why)
+        return mod, PassReport(name, "applied", applied)
+    return line
 
 
-WINDOW_ROWS = Pass("window_rows", _window_rows, off="off in the spec: only Gensor's walk plans and the rules",
-                   needs_target=True)
-
-
-def _pad_inline(mod: tvm.IRModule, ctx: PassContext) -> tuple[tvm.IRModule, PassReport]:
-    """Inline padding is a placement inside the schedule pass (and the layout search); this line
-    says whether the target's scheduler offers it."""
-    why = ctx.scheduler.lacks("pad_inline")
-    if why is not None:
-        return mod, PassReport("pad_inline", "disabled", why)
-    return mod, PassReport("pad_inline", "applied", "depthwise convs and pooling over NCHW{c} may read their padding "
-                           "inline (each read tests its bounds) instead of copying padded rows, timed beside staged and "
-                           "per-task padding (untimed: their window plans take it); the schedule line counts them")
-
-
-PAD_INLINE = Pass("pad_inline", _pad_inline, off="off in the spec: padding staged or per task only",
-                  needs_target=True)
+WINDOW_ROWS = Pass("window_rows", _schedule_option(
+    "window_rows", "kernels of few products per output (depthwise convs, pooling, 1x1 convs from few channels) are "
+    "also offered rows of output positions in registers, timed beside Gensor's plans (untimed: ranked by the cost "
+    "model); the schedule line counts the kernels that take one"),
+    off="off in the spec: only Gensor's walk plans and the rules", needs_target=True)
+PAD_INLINE = Pass("pad_inline", _schedule_option(
+    "pad_inline", "depthwise convs and pooling over NCHW{c} may read their padding inline (each read tests its "
+    "bounds) instead of copying padded rows, timed beside staged and per-task padding (untimed: their window plans "
+    "take it); the schedule line counts them"),
+    off="off in the spec: padding staged or per task only", needs_target=True)
 NOT_IMPLEMENTED: dict[str, str] = {}          # pass name -> why, for a spec switch with no pass behind it
 
 

@@ -2,6 +2,8 @@
 switch is checked end to end in tests/test_build.py::test_each_pass_switch_keeps_results_equal."""
 from __future__ import annotations
 
+import pytest
+
 from packager.frontend import bind_profiles, import_relax, load_model, profile_shapes
 from packager.codegen.graph import extract_graph
 from packager.optimize.relax_util import legalize
@@ -87,42 +89,26 @@ def test_same_workload_reuse_is_on_from_level_two_and_says_where_it_acts(sample_
     assert off.status == "disabled" and "from scratch" in off.summary
 
 
-def test_window_rows_are_on_from_level_one_on_cpu_targets_and_say_so(sample_root):
-    from packager.optimize.pipeline import PassContext, WINDOW_ROWS, run_passes
+@pytest.mark.parametrize("name, off_says", [("window_rows", "walk plans"), ("pad_inline", "staged or per task")])
+def test_schedule_options_are_on_from_level_one_on_cpu_targets_and_say_so(sample_root, name, off_says):
+    from packager.optimize import pipeline
+    from packager.optimize.pipeline import PassContext, run_passes
     from packager.spec import TargetSpec
     from packager.targets import resolve
 
     _, mod = _cnn(sample_root)
-    assert OptimizeSpec(level=1).enabled("window_rows") and not OptimizeSpec(level=0).enabled("window_rows")
+    assert OptimizeSpec(level=1).enabled(name) and not OptimizeSpec(level=0).enabled(name)
+    option = getattr(pipeline, name.upper())
 
-    def line(name: str, opt: OptimizeSpec):
-        _, (report,) = run_passes(mod, [WINDOW_ROWS], PassContext(resolve(TargetSpec(name, {}, "t")), opt))
+    def line(target: str, opt: OptimizeSpec):
+        _, (report,) = run_passes(mod, [option], PassContext(resolve(TargetSpec(target, {}, "t")), opt))
         return report
 
     assert line("arm64", OptimizeSpec(level=2)).status == "applied"          # untimed: ranked by the cost model
     gpu = line("a100", OptimizeSpec(level=2))
     assert gpu.status == "disabled" and "CPU" in gpu.summary
-    off = line("x86-64", OptimizeSpec(level=2, passes={"window_rows": False}))
-    assert off.status == "disabled" and "walk plans" in off.summary
-
-
-def test_pad_inline_is_on_from_level_one_on_cpu_targets_and_says_so(sample_root):
-    from packager.optimize.pipeline import PAD_INLINE, PassContext, run_passes
-    from packager.spec import TargetSpec
-    from packager.targets import resolve
-
-    _, mod = _cnn(sample_root)
-    assert OptimizeSpec(level=1).enabled("pad_inline") and not OptimizeSpec(level=0).enabled("pad_inline")
-
-    def line(name: str, opt: OptimizeSpec):
-        _, (report,) = run_passes(mod, [PAD_INLINE], PassContext(resolve(TargetSpec(name, {}, "t")), opt))
-        return report
-
-    assert line("arm64", OptimizeSpec(level=2)).status == "applied"
-    gpu = line("a100", OptimizeSpec(level=2))
-    assert gpu.status == "disabled" and "CPU" in gpu.summary
-    off = line("x86-64", OptimizeSpec(level=2, passes={"pad_inline": False}))
-    assert off.status == "disabled" and "staged or per task" in off.summary
+    off = line("x86-64", OptimizeSpec(level=2, passes={name: False}))
+    assert off.status == "disabled" and off_says in off.summary
 
 
 def test_tuning_says_where_it_can_act():
