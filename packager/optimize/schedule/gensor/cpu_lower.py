@@ -27,7 +27,8 @@ def lower_cpu(sch: s_tir.Schedule, rules: CpuRules, anchor: Anchor, plan: TilePl
         raise ValueError(f"pad {plan.pad}: the kernel has no padding stage worth tiling")
     if plan.pad == PADS[2]:
         if not offers_inline(sch, anchor):
-            raise ValueError("pad inline: a padded dimension is indexed by the vector lanes")
+            raise ValueError("pad inline: the vector lanes do not share one bounds test, or the padding "
+                             "stage gathers them (padding.offers_inline)")
         anchor = pad_inline(sch, anchor)
     index = {name: d for d, name in enumerate(plan.axes)}
     outer, chunk, mid, inner, reg, vec_inner = [], [], [], [], [], None
