@@ -49,7 +49,7 @@ from .pad import apply_padding, is_plain_conv, op_name, read_output_padding, tak
 from .padflow import PadFlow, channels_of
 from .primitives import channel_blocked, conv_weight_blocked
 from .memo import ProfileMemo
-from .search import Decision, LayoutSearch
+from .search import Decision, LayoutSearch, vector_blocks
 from .sites import ConvSite, NextConv, PadContext, PoolSite
 from .split import packed_split, splits_as_sections
 
@@ -206,7 +206,7 @@ class _Tracker:
             return None
         if len(partners) > 1:
             return (1,)
-        blocks = tuple(partners) or (lanes, 2 * lanes)
+        blocks = tuple(partners) or vector_blocks(lanes, *channels)
         return (1, *(blk for blk in blocks if all(c % blk == 0 for c in channels)))
 
     def partners(self, var) -> tuple[set[int], set[int]]:

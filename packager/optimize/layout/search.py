@@ -13,7 +13,8 @@ candidate given the block (only blocks within LOOKAHEAD_WITHIN of the best alone
 output only a pooling reads scores the pooling's time in each block (PoolSite).
 
 Candidates per conv: output block in {1 (NCHW), v, 2v} (v = fp32 vector lanes), input block = the
-producer's block, or v when the producer writes NCHW. A conv whose output channels are not whole
+producer's block, or v when the producer writes NCHW; where v lanes do not divide the channels
+and half a vector does (72, 24, 40 channels on AVX-512), v/2 too (half_block). A conv whose output channels are not whole
 blocks also scores its blocked candidates with the channels padded (pad.py), and computes the
 padding where that beats its best unpadded candidate by PAD_GAIN, a conversion back to NCHW
 included. A conv is scored with a transcendental epilogue (SiLU, GELU, ...) when one follows,
@@ -52,6 +53,7 @@ RUNOFF_WITHIN = 1.3           # candidates within 1.3x (+ 5 us) of the best are 
 RUNOFF_FLOOR_MS = 0.005       # (kernels of a few us time up to 2x apart from one build to the next)
 TIE = 1.03                    # run-off results within 3% (+ 1 us: thread wake-up jitter) of the best:
 TIE_FLOOR_MS = 0.001          # the preferred layout wins
+HALF_BLOCK_MIN = 8            # half-vector blocks: offered where they are at least 8 lanes (AVX-512)
 PAD_GAIN = 0.9                # padded output channels: chosen when at most 0.9x the best unpadded score
                               # (at most 1 / 0.9x where the padding flows on into every reader)
 
@@ -126,17 +128,37 @@ def _out(candidate: str) -> str:
     return candidate.split("/")[1]
 
 
+def half_block(lanes: int, *channels: int) -> tuple[int, ...]:
+    """(v/2,) where v lanes do not divide every one of `channels` and half a vector divides them
+    all, at least HALF_BLOCK_MIN lanes wide; else (). On AVX-512, 72-, 24- or 40-channel tensors
+    are otherwise NCHW: a depthwise 3x3 72@56 took 0.062 ms NCHW, 0.034 in NCHW8c (0.038 padded
+    to 80 in 16c); a 1x1 72->24 @56 0.101 NCHW, 0.061 8c/8c. Quarter vectors (4c) lost on 1x1
+    convs (0.147)."""
+    half = lanes // 2
+    fits = half >= HALF_BLOCK_MIN and any(c % lanes for c in channels) and all(c % half == 0 for c in channels)
+    return (half,) if fits else ()
+
+
+def vector_blocks(lanes: int, *channels: int) -> tuple[int, ...]:
+    """The packed blocks offered to tensors of these channels: v and 2v lanes, and half a
+    vector where it alone fits them (half_block)."""
+    return (lanes, 2 * lanes, *half_block(lanes, *channels))
+
+
 def candidates(site: ConvSite, incoming: int, lanes: int, allowed_out: tuple[int, ...] | None = None
                ) -> list[tuple[int, int]]:
     """(data block, output block) pairs to score: the producer's layout as input (and, after a
-    plain NCHW producer, one converted to v lanes) x output blocks 1, v, 2v (or `allowed_out`,
-    when the output meets another packed tensor downstream). Where the output can only be NCHW
+    plain NCHW producer, one converted to v lanes, or half a vector where v does not divide the
+    channels) x output blocks 1, v, 2v (+ v/2 likewise, + the producer's block: GhostNet's
+    48-channel concat of two 24-channel halves in NCHW8c, read by a depthwise 3x3/2 that could
+    only write NCHW or 16c, took 0.22 ms, 5x onnxruntime's node; or `allowed_out`, when the output
+    meets another packed tensor downstream). Where the output can only be NCHW
     (a concat of channels that are not whole blocks, a graph output) after a blocked producer,
     also NCHW in behind a conversion: ShuffleNetV2's 1x1 24->58 @28x28 read its NCHW32c input
     across blocks (W-vectors gathered at stride 32) in 0.126 ms, 0.028 + 0.015 converted first.
     If none is valid, plain NCHW behind a conversion."""
-    ins = [incoming] + ([lanes] if incoming == 1 else [])
-    outs = allowed_out or (1, lanes, 2 * lanes)
+    ins = [incoming] + ([lanes, *half_block(lanes, site.channels)] if incoming == 1 else [])
+    outs = allowed_out or (1, *vector_blocks(lanes, site.out_channels), *([incoming] if incoming > 1 else []))
     pairs = [(i, o) for i in ins for o in outs if site.valid(i, o)]
     if incoming > 1 and pairs and all(o == 1 for _, o in pairs):
         pairs.append((1, 1))          # NCHW out from a blocked input reads across its blocks: convert it first
