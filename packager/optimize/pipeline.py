@@ -78,7 +78,8 @@ class Pass:
 SIMPLIFY = Pass("simplify", lambda mod, ctx: simplify(mod), off="off in the spec")
 FASTMATH = Pass("fastmath", lambda mod, ctx: fastmath(mod), off="off in the spec: exact libm exp/erf/tanh/sigmoid")
 LAYOUT = Pass("layout", lambda mod, ctx: alter_layouts(mod, ctx.scheduler, memo=ctx.layout_memo,
-                                                      pad=ctx.opt.enabled("pad_channels")),
+                                                      pad=ctx.opt.enabled("pad_channels"),
+                                                      half=ctx.opt.enabled("half_blocks")),
               off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True, per_target=True)
 LAYOUT_KEEP_NCHW = Pass("layout", lambda mod, ctx: keep_nchw(mod, ctx.target),
                         off="off in the spec: ONNX layouts (NCHW) everywhere", needs_target=True)

@@ -49,7 +49,7 @@ from .pad import apply_padding, is_plain_conv, op_name, read_output_padding, tak
 from .padflow import PadFlow, channels_of
 from .primitives import channel_blocked, conv_weight_blocked
 from .memo import ProfileMemo
-from .search import Decision, LayoutSearch, vector_blocks
+from .search import HALF_BLOCK_MIN, Decision, LayoutSearch, vector_blocks
 from .sites import ConvSite, NextConv, PadContext, PoolSite
 from .split import packed_split, splits_as_sections
 
@@ -196,7 +196,7 @@ class _Tracker:
         return op_name(b.value) in FOLLOW and not is_plain_conv(b.value) and shape is not None \
             and out is not None and len(out) == 4 and int(out[1]) == int(shape[1])
 
-    def allowed_out(self, var, lanes: int) -> tuple[int, ...] | None:
+    def allowed_out(self, var, lanes: int, half: bool = True) -> tuple[int, ...] | None:
         """The output blocks a conv writing `var` may use, None where it is free: the block of the
         packed tensors it meets (see partners), and in a channel concat only blocks dividing every
         operand's channels. Inception's 192/208/48/64-channel branches: a first branch that took
@@ -206,7 +206,7 @@ class _Tracker:
             return None
         if len(partners) > 1:
             return (1,)
-        blocks = tuple(partners) or vector_blocks(lanes, *channels)
+        blocks = tuple(partners) or vector_blocks(lanes, *channels, half=half)
         return (1, *(blk for blk in blocks if all(c % blk == 0 for c in channels)))
 
     def partners(self, var) -> tuple[set[int], set[int]]:
@@ -244,6 +244,7 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch, lanes: int, flow: bo
     reads them taken back, in NCHW."""
     track = _Tracker(mod)
     pads = PadFlow(track.users, track.producer, lanes, flow)
+    half = getattr(search, "half", True)
     out = []
     convs = sum(1 for b in bindings(mod) if isinstance(b.value, relax.Call) and is_plain_conv(b.value))
     with progress.task("layout candidates", convs, "convs") as bar:
@@ -265,12 +266,12 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch, lanes: int, flow: bo
             nxt_site = replace(ConvSite.of(nxt.value), epilogue=track.epilogue(nxt.var)) if nxt is not None else None
             if nxt_site is not None and pad_out is not None and taken(nxt.value, pad_out):
                 nxt_site = nxt_site.reading(pad_out.padded)     # the padding flows on
-            ahead = NextConv(nxt_site, track.allowed_out(nxt.var, lanes)) if nxt_site and nxt_site.memory_bound else None
+            ahead = NextConv(nxt_site, track.allowed_out(nxt.var, lanes, half)) if nxt_site and nxt_site.memory_bound else None
             pool = PoolSite.of(p.value) if (p := track.pool_after(b.var)) is not None else None
             incoming = 1 if call.args[0] in pads.padding and pad_in is None else track.block_of.get(call.args[0], 1)
             context = pads.context(b, site, lambda r: replace(ConvSite.of(r.value), epilogue=track.epilogue(r.var))) \
                 if pad_out is None else PadContext(own=False)
-            d = search.decide(site, incoming, track.allowed_out(b.var, lanes), ahead, pool, context)
+            d = search.decide(site, incoming, track.allowed_out(b.var, lanes, half), ahead, pool, context)
             out.append((call.args[1], site, d))
             pads.decided_conv(b, site, d, pad_in)
             track.block_of[b.var] = d.out_block
@@ -328,18 +329,19 @@ def keep_nchw(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, PassRepo
 
 
 def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, memo: ProfileMemo | None = None,
-                  pad: bool = True) -> tuple[tvm.IRModule, PassReport]:
+                  pad: bool = True, half: bool = True) -> tuple[tvm.IRModule, PassReport]:
     """Relax (NCHW) in -> Relax with per-conv packed layouts, propagated conversions and packed
     matmul weights out. `search` (tests) replaces the joint search: anything with
     decide(site, incoming), decide_matmul(site), save() and `measuring`. `memo` carries the
     first shape profile's choices to the others. `pad` lets convs compute their output channels
-    padded to whole blocks (optimize.passes.pad_channels)."""
+    padded to whole blocks (optimize.passes.pad_channels), `half` offers half-vector blocks
+    (optimize.passes.half_blocks)."""
     mod, clips = clip_as_ops(variadic_to_binary(mod))   # ONNX Max/Min/Sum/Mean as binary ops, not stack + reduce
     mod, splits = splits_as_sections(mod)
     mod, bns, promoted = propagatable(mod)
     mod, _ = unshare_conv_weights(mod)
     target = scheduler.target
-    search = search or LayoutSearch(scheduler, pad)
+    search = search or LayoutSearch(scheduler, pad, half)
     if memo is not None:
         search = memo.wrap(search)
     decisions = decide_layouts(mod, search, target.vector_lanes_f32)
@@ -402,6 +404,10 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
                                         "taking it back before other readers" if flowed else
                                         "sliced back after their element-wise epilogue (the padding walk and "
                                         "rewrite disagreed)"))
+    halves = sum(1 for _, _, d in decisions if target.vector_lanes_f32 // 2 in (d.data_block, d.out_block))
+    if decisions and HALF_BLOCK_MIN <= target.vector_lanes_f32 // 2:
+        conv_part += (f"; {halves} convs read or write half-vector blocks ({target.vector_lanes_f32 // 2} lanes)"
+                      if getattr(search, "half", True) else "; half-vector blocks off in the spec (half_blocks)")
     summary = f"{note}{conv_part}; {mm_part}; candidates scored {how}; {search.conversions.note()}"
     return converted, PassReport("layout", "applied", summary, {
         "convs": len(decisions), "packed": len(packed), "conversions_before": 2 * len(packed),
@@ -409,7 +415,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
         "splits_as_sections": splits,
         "constants_full_rank": promoted,
         "lookahead": {"convs": len(ahead), "changed": changed}, "shared_by_class": shared,
-        "pooling": {"convs": len(pooled), "changed": pool_changed}, "padded_outputs": len(padded),
+        "pooling": {"convs": len(pooled), "changed": pool_changed}, "padded_outputs": len(padded), "half_blocks": halves,
         "runoff": {"decisions": len(runoff), "changed": runoff_changed}, "conversion_charges": search.conversions.counts,
         "padding_slices": slices, "padding_flowed": flowed, "padding_extra_groups": extra,
         "matmuls": len(matmuls), "matmuls_packed": n_panels, "per_conv": _conv_details(decisions),

@@ -139,14 +139,14 @@ def half_block(lanes: int, *channels: int) -> tuple[int, ...]:
     return (half,) if fits else ()
 
 
-def vector_blocks(lanes: int, *channels: int) -> tuple[int, ...]:
-    """The packed blocks offered to tensors of these channels: v and 2v lanes, and half a
-    vector where it alone fits them (half_block)."""
-    return (lanes, 2 * lanes, *half_block(lanes, *channels))
+def vector_blocks(lanes: int, *channels: int, half: bool = True) -> tuple[int, ...]:
+    """The packed blocks offered to tensors of these channels: v and 2v lanes, and (with `half`:
+    optimize.passes.half_blocks) half a vector where it alone fits them (half_block)."""
+    return (lanes, 2 * lanes, *(half_block(lanes, *channels) if half else ()))
 
 
-def candidates(site: ConvSite, incoming: int, lanes: int, allowed_out: tuple[int, ...] | None = None
-               ) -> list[tuple[int, int]]:
+def candidates(site: ConvSite, incoming: int, lanes: int, allowed_out: tuple[int, ...] | None = None,
+               half: bool = True) -> list[tuple[int, int]]:
     """(data block, output block) pairs to score: the producer's layout as input (and, after a
     plain NCHW producer, one converted to v lanes, or half a vector where v does not divide the
     channels) x output blocks 1, v, 2v (+ v/2 likewise, + the producer's block: GhostNet's
@@ -157,8 +157,8 @@ def candidates(site: ConvSite, incoming: int, lanes: int, allowed_out: tuple[int
     also NCHW in behind a conversion: ShuffleNetV2's 1x1 24->58 @28x28 read its NCHW32c input
     across blocks (W-vectors gathered at stride 32) in 0.126 ms, 0.028 + 0.015 converted first.
     If none is valid, plain NCHW behind a conversion."""
-    ins = [incoming] + ([lanes, *half_block(lanes, site.channels)] if incoming == 1 else [])
-    outs = allowed_out or (1, *vector_blocks(lanes, site.out_channels), *([incoming] if incoming > 1 else []))
+    ins = [incoming] + ([lanes, *(half_block(lanes, site.channels) if half else ())] if incoming == 1 else [])
+    outs = allowed_out or (1, *vector_blocks(lanes, site.out_channels, half=half), *([incoming] if incoming > 1 else []))
     pairs = [(i, o) for i in ins for o in outs if site.valid(i, o)]
     if incoming > 1 and pairs and all(o == 1 for _, o in pairs):
         pairs.append((1, 1))          # NCHW out from a blocked input reads across its blocks: convert it first
@@ -168,8 +168,8 @@ def candidates(site: ConvSite, incoming: int, lanes: int, allowed_out: tuple[int
 class LayoutSearch:
     """Scores layout candidates with Gensor (same database, same hardware model)."""
 
-    def __init__(self, scheduler: KernelScheduler, pad: bool = True):
-        self.pad = pad
+    def __init__(self, scheduler: KernelScheduler, pad: bool = True, half: bool = True):
+        self.pad, self.half = pad, half
         self.scheduler = scheduler
         self.db = scheduler.database()
         # No ETO reuse here: candidates are compared with each other, and a reused program's
@@ -244,7 +244,7 @@ class LayoutSearch:
     def _ahead(self, scores: dict[str, float], next_conv: NextConv) -> dict[str, float]:
         """The next conv's best score for each output block worth looking ahead for."""
         nxt = next_conv.site
-        return {str(o): min(self._scores(nxt, o, candidates(nxt, o, self.lanes, next_conv.allowed_out)).values())
+        return {str(o): min(self._scores(nxt, o, candidates(nxt, o, self.lanes, next_conv.allowed_out, self.half)).values())
                 for o in self._worth_ahead(scores)}
 
     def _pool_scores(self, scores: dict[str, float], pool: PoolSite) -> dict[str, float]:
@@ -297,17 +297,17 @@ class LayoutSearch:
 
     def _best(self, site: ConvSite, incoming: int) -> float:
         """The best score of `site` reading `incoming`'s block, its output channels padded or not."""
-        best = min(self._scores(site, incoming, candidates(site, incoming, self.lanes)).values())
+        best = min(self._scores(site, incoming, candidates(site, incoming, self.lanes, half=self.half)).values())
         padded = site.padded(self.lanes) if self.pad else None
         if padded is None:
             return best
-        blocked = [ms for k, ms in self._scores(padded, incoming, candidates(padded, incoming, self.lanes)).items()
+        blocked = [ms for k, ms in self._scores(padded, incoming, candidates(padded, incoming, self.lanes, half=self.half)).items()
                    if int(_out(k)) > 1]
         return min([best, *blocked])
 
     def _decide(self, site: ConvSite, incoming: int, allowed_out: tuple[int, ...] | None = None,
                 next_conv: NextConv | None = None, pool: PoolSite | None = None) -> Decision:
-        pairs = candidates(site, incoming, self.lanes, allowed_out)
+        pairs = candidates(site, incoming, self.lanes, allowed_out, self.half)
         context = f"/in{incoming}/{pairs}" + (f"/next{next_conv.key()}" if next_conv is not None else "") + \
             (f"/pool{pool.key()}" if pool is not None else "")
         key = f"layout/{self.gensor.target_key}/{site.key()}{context}"

@@ -262,6 +262,7 @@ def test_channels_that_are_not_whole_vectors_are_offered_half_a_vector():
                                     1, 16)
     dw36 = ConvSite((1, 36, 8, 8), (36, 1, 3, 3), (1, 1), (1,) * 4, (1, 1), 36, "float32")
     assert candidates(dw36, 1, 8) == [(1, 1)]
+    assert candidates(dw72, 1, 16, half=False) == [(1, 1)]              # optimize.passes.half_blocks: false
 
 
 def test_half_vector_blocks_compute_the_same():
@@ -272,6 +273,9 @@ def test_half_vector_blocks_compute_the_same():
                [1, 16, 10, 10], {"we": _w(72, 16, 1, 1), "wd": _w(72, 1, 3, 3), "wp": _w(24, 72, 1, 1)})
     report, got, ref = _run(m, [(1, 8), (None, 8), (None, 8)])
     assert [c["layouts"][2] for c in report.details["per_conv"]] == ["NCHW8c"] * 3, report.summary
+    if X86.vector_lanes_f32 == 16:                                # the report counts them where 8 is half a vector
+        assert report.details["half_blocks"] == 3, report.summary
+        assert "3 convs read or write half-vector blocks (8 lanes)" in report.summary
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
@@ -384,7 +388,7 @@ def test_convs_writing_a_channel_concat_may_only_take_blocks_dividing_every_bran
 
 def test_convs_writing_a_concat_of_half_vector_branches_may_take_half_a_vector():
     """A GhostNet-style concat of 72 and 40 channels on 16 lanes: no 16-lane block divides both,
-    8 does, so both convs are offered NCHW8c (before half-vector blocks: NCHW only)."""
+    8 does, so both convs are offered NCHW8c (with half_blocks off: NCHW only)."""
     from packager.optimize.layout.propagate import decide_layouts
 
     class Recording(FixedSearch):
@@ -400,6 +404,10 @@ def test_convs_writing_a_concat_of_half_vector_branches_may_take_half_a_vector()
     search.allowed = []
     decide_layouts(mod, search, 16)
     assert search.allowed == [(1, 8), (1, 8)]
+    off = Recording([(1, 1), (1, 1)])
+    off.allowed, off.half = [], False                             # optimize.passes.half_blocks: false
+    decide_layouts(mod, off, 16)
+    assert off.allowed == [(1,), (1,)]
 
 
 def test_tracked_ops_have_tvm_layout_rules():
