@@ -14,8 +14,8 @@ output only a pooling reads scores the pooling's time in each block (PoolSite).
 
 Candidates per conv: output block in {1 (NCHW), v, 2v} (v = fp32 vector lanes), input block = the
 producer's block, or v when the producer writes NCHW; where v lanes do not divide the channels
-and half a vector does (72, 24, 40 channels on AVX-512), v/2 too (half_block). A conv whose output channels are not whole
-blocks also scores its blocked candidates with the channels padded (pad.py), and computes the
+and half a vector does (72, 24, 40 channels on AVX-512), v/2 too (half_block). A conv whose
+output channels are not whole blocks also scores its blocked candidates with the channels padded (pad.py), and computes the
 padding where that beats its best unpadded candidate by PAD_GAIN, a conversion back to NCHW
 included. A conv is scored with a transcendental epilogue (SiLU, GELU, ...) when one follows,
 as its kernel will compute it. Unfold (overlapped spatial tiles) and spatial layout tiling are
@@ -130,10 +130,9 @@ def _out(candidate: str) -> str:
 
 def half_block(lanes: int, *channels: int) -> tuple[int, ...]:
     """(v/2,) where v lanes do not divide every one of `channels` and half a vector divides them
-    all, at least HALF_BLOCK_MIN lanes wide; else (). On AVX-512, 72-, 24- or 40-channel tensors
-    are otherwise NCHW: a depthwise 3x3 72@56 took 0.062 ms NCHW, 0.034 in NCHW8c (0.038 padded
-    to 80 in 16c); a 1x1 72->24 @56 0.101 NCHW, 0.061 8c/8c. Quarter vectors (4c) lost on 1x1
-    convs (0.147)."""
+    all, at least HALF_BLOCK_MIN lanes wide; else (). Such tensors otherwise run NCHW, 1.4-5x
+    slower for depthwise and 1x1 convs on AVX-512; quarter vectors lost on 1x1 convs
+    (docs/layouts.md)."""
     half = lanes // 2
     fits = half >= HALF_BLOCK_MIN and any(c % lanes for c in channels) and all(c % half == 0 for c in channels)
     return (half,) if fits else ()
@@ -158,7 +157,8 @@ def candidates(site: ConvSite, incoming: int, lanes: int, allowed_out: tuple[int
     across blocks (W-vectors gathered at stride 32) in 0.126 ms, 0.028 + 0.015 converted first.
     If none is valid, plain NCHW behind a conversion."""
     ins = [incoming] + ([lanes, *(half_block(lanes, site.channels) if half else ())] if incoming == 1 else [])
-    outs = allowed_out or (1, *vector_blocks(lanes, site.out_channels, half=half), *([incoming] if incoming > 1 else []))
+    own = [incoming] if incoming > 1 else []
+    outs = allowed_out or (1, *vector_blocks(lanes, site.out_channels, half=half), *own)
     pairs = [(i, o) for i in ins for o in outs if site.valid(i, o)]
     if incoming > 1 and pairs and all(o == 1 for _, o in pairs):
         pairs.append((1, 1))          # NCHW out from a blocked input reads across its blocks: convert it first
@@ -244,7 +244,8 @@ class LayoutSearch:
     def _ahead(self, scores: dict[str, float], next_conv: NextConv) -> dict[str, float]:
         """The next conv's best score for each output block worth looking ahead for."""
         nxt = next_conv.site
-        return {str(o): min(self._scores(nxt, o, candidates(nxt, o, self.lanes, next_conv.allowed_out, self.half)).values())
+        return {str(o): min(self._scores(nxt, o, candidates(nxt, o, self.lanes, next_conv.allowed_out,
+                                                             self.half)).values())
                 for o in self._worth_ahead(scores)}
 
     def _pool_scores(self, scores: dict[str, float], pool: PoolSite) -> dict[str, float]:
@@ -301,8 +302,8 @@ class LayoutSearch:
         padded = site.padded(self.lanes) if self.pad else None
         if padded is None:
             return best
-        blocked = [ms for k, ms in self._scores(padded, incoming, candidates(padded, incoming, self.lanes, half=self.half)).items()
-                   if int(_out(k)) > 1]
+        pairs = candidates(padded, incoming, self.lanes, half=self.half)
+        blocked = [ms for k, ms in self._scores(padded, incoming, pairs).items() if int(_out(k)) > 1]
         return min([best, *blocked])
 
     def _decide(self, site: ConvSite, incoming: int, allowed_out: tuple[int, ...] | None = None,

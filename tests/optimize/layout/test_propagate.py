@@ -346,22 +346,30 @@ def test_weight_panels_layout():
     np.testing.assert_array_equal(weight_panels(6, 32, 8).invert_np(p), w)
 
 
+class Recorded(FixedSearch):
+    """FixedSearch that records, per conv, the block it is told its input has (`incoming`) and
+    the output blocks it is allowed (`allowed`)."""
+
+    def __init__(self, blocks):
+        super().__init__(blocks)
+        self.incoming, self.allowed = [], []
+
+    def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None, padding=None):
+        self.incoming.append(incoming)
+        self.allowed.append(allowed_out)
+        return super().decide(site, incoming, allowed_out, next_conv, pool)
+
+
 def test_conv_meeting_a_packed_tensor_downstream_must_use_its_block():
     """Residual add of two conv branches: TVM cannot convert NCHW16c <-> NCHW32c, so the conv
     decided second may only write the first one's block (or NCHW)."""
     from packager.optimize.layout.propagate import decide_layouts
 
-    class Recording(FixedSearch):
-        def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None, padding=None):
-            self.allowed.append(allowed_out)
-            return super().decide(site, incoming, allowed_out, next_conv, pool)
-
     m = _model([_conv("x", "w1", None, "a"), helper.make_node("Relu", ["a"], ["ra"]),
                 _conv("x", "w2", None, "b"), helper.make_node("Add", ["ra", "b"], ["y"])],
                [1, 16, 6, 6], {"w1": _w(32, 16, 1, 1), "w2": _w(32, 16, 1, 1)})
     mod, _ = _relax(m)
-    search = Recording([(1, 32), (1, 32)])
-    search.allowed = []
+    search = Recorded([(1, 32), (1, 32)])
     decide_layouts(mod, search, 16)
     assert search.allowed == [None, (1, 32)]
 
@@ -371,17 +379,11 @@ def test_convs_writing_a_channel_concat_may_only_take_blocks_dividing_every_bran
     48-channel branch NCHW, so the first conv decided is offered 16 lanes, the second the first's."""
     from packager.optimize.layout.propagate import decide_layouts
 
-    class Recording(FixedSearch):
-        def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None, padding=None):
-            self.allowed.append(allowed_out)
-            return super().decide(site, incoming, allowed_out, next_conv, pool)
-
     m = _model([_conv("x", "w1", None, "a"), helper.make_node("Relu", ["a"], ["ra"]),
                 _conv("x", "w2", None, "b"), helper.make_node("Concat", ["ra", "b"], ["y"], axis=1)],
                [1, 16, 6, 6], {"w1": _w(32, 16, 1, 1), "w2": _w(48, 16, 1, 1)})
     mod, _ = _relax(m)
-    search = Recording([(1, 16), (1, 16)])
-    search.allowed = []
+    search = Recorded([(1, 16), (1, 16)])
     decide_layouts(mod, search, 16)
     assert search.allowed == [(1, 16), (1, 16)]
 
@@ -391,21 +393,15 @@ def test_convs_writing_a_concat_of_half_vector_branches_may_take_half_a_vector()
     8 does, so both convs are offered NCHW8c (with half_blocks off: NCHW only)."""
     from packager.optimize.layout.propagate import decide_layouts
 
-    class Recording(FixedSearch):
-        def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None, padding=None):
-            self.allowed.append(allowed_out)
-            return super().decide(site, incoming, allowed_out, next_conv, pool)
-
     m = _model([_conv("x", "w1", None, "a"), _conv("x", "w2", None, "b"),
                 helper.make_node("Concat", ["a", "b"], ["y"], axis=1)],
                [1, 16, 6, 6], {"w1": _w(72, 16, 1, 1), "w2": _w(40, 16, 1, 1)})
     mod, _ = _relax(m)
-    search = Recording([(1, 8), (1, 8)])
-    search.allowed = []
+    search = Recorded([(1, 8), (1, 8)])
     decide_layouts(mod, search, 16)
     assert search.allowed == [(1, 8), (1, 8)]
-    off = Recording([(1, 1), (1, 1)])
-    off.allowed, off.half = [], False                             # optimize.passes.half_blocks: false
+    off = Recorded([(1, 1), (1, 1)])
+    off.half = False                                              # optimize.passes.half_blocks: false
     decide_layouts(mod, off, 16)
     assert off.allowed == [(1,), (1,)]
 
@@ -481,18 +477,6 @@ def test_convs_sharing_one_weight_each_get_their_own_layouts():
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
-class _Incoming(FixedSearch):
-    """FixedSearch that records the block each conv is told its input has."""
-
-    def __init__(self, blocks):
-        super().__init__(blocks)
-        self.incoming = []
-
-    def decide(self, site, incoming, allowed_out=None, next_conv=None, pool=None, padding=None):
-        self.incoming.append(incoming)
-        return super().decide(site, incoming)
-
-
 def test_a_global_mean_keeps_the_block_of_the_conv_before_it():
     """conv (16c) -> GlobalAveragePool -> 1x1 conv (an SE block's squeeze): ConvertLayout carries
     16c through the mean, so the squeeze conv is told its input is 16c (told NCHW, it chose 8c
@@ -500,6 +484,6 @@ def test_a_global_mean_keeps_the_block_of_the_conv_before_it():
     m = _model([_conv("x", "w1", None, "a"), helper.make_node("GlobalAveragePool", ["a"], ["g"]),
                 _conv("g", "w2", None, "y")], [1, 16, 6, 6], {"w1": _w(32, 16, 1, 1), "w2": _w(16, 32, 1, 1)})
     mod, shape = _relax(m)
-    search = _Incoming([(16, 16), (None, 16)])
+    search = Recorded([(16, 16), (None, 16)])
     alter_layouts(mod, scheduler_for(X86), search=search)
     assert search.incoming == [1, 16]
