@@ -236,7 +236,7 @@ class _Tracker:
         return found, channels
 
 
-def decide_layouts(mod: tvm.IRModule, search: LayoutSearch, lanes: int, flow: bool = True
+def decide_layouts(mod: tvm.IRModule, search: LayoutSearch, lanes: int, flow: bool = True, half: bool = True
                    ) -> list[tuple[ir.Constant, ConvSite, Decision]]:
     """Topological walk: (weight constant, site, decision) per conv. Padded output channels flow
     on as pad.flows_through says (padflow.py; the rewrite in apply_padding follows the same rule):
@@ -244,7 +244,6 @@ def decide_layouts(mod: tvm.IRModule, search: LayoutSearch, lanes: int, flow: bo
     reads them taken back, in NCHW."""
     track = _Tracker(mod)
     pads = PadFlow(track.users, track.producer, lanes, flow)
-    half = getattr(search, "half", True)
     out = []
     convs = sum(1 for b in bindings(mod) if isinstance(b.value, relax.Call) and is_plain_conv(b.value))
     with progress.task("layout candidates", convs, "convs") as bar:
@@ -344,7 +343,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     search = search or LayoutSearch(scheduler, pad, half)
     if memo is not None:
         search = memo.wrap(search)
-    decisions = decide_layouts(mod, search, target.vector_lanes_f32)
+    decisions = decide_layouts(mod, search, target.vector_lanes_f32, half=half)
     matmuls = [(b.value.args[1], site, search.decide_matmul(site)) for b in bindings(mod)
                if isinstance(b.value, relax.Call) and (site := matmul_site(b.value)) is not None]
     search.save()
@@ -353,7 +352,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     padded_mod, padded = apply_padding(mod, decisions)
     flowed = sites_match(padded_mod, padded)
     if not flowed:                                   # the walk and the rewrite disagree: a bug, not a
-        decisions = decide_layouts(mod, search, target.vector_lanes_f32, flow=False)   # choice; padding stops at the epilogue
+        decisions = decide_layouts(mod, search, target.vector_lanes_f32, flow=False, half=half)   # choice; padding stops at the epilogue
         padded_mod, padded = apply_padding(mod, decisions, flow=False)
     extra = sum(1 for w, st, _ in decisions if not st.depthwise and groups.get(w, st.groups) not in (1, st.groups))
     mod, decisions = padded_mod, padded
@@ -407,7 +406,7 @@ def alter_layouts(mod: tvm.IRModule, scheduler: KernelScheduler, search=None, me
     halves = sum(1 for _, _, d in decisions if target.vector_lanes_f32 // 2 in (d.data_block, d.out_block))
     if decisions and HALF_BLOCK_MIN <= target.vector_lanes_f32 // 2:
         conv_part += (f"; {halves} convs read or write half-vector blocks ({target.vector_lanes_f32 // 2} lanes)"
-                      if getattr(search, "half", True) else "; half-vector blocks off in the spec (half_blocks)")
+                      if half else "; half-vector blocks off in the spec (half_blocks)")
     summary = f"{note}{conv_part}; {mm_part}; candidates scored {how}; {search.conversions.note()}"
     return converted, PassReport("layout", "applied", summary, {
         "convs": len(decisions), "packed": len(packed), "conversions_before": 2 * len(packed),

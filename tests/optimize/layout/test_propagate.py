@@ -401,9 +401,15 @@ def test_convs_writing_a_concat_of_half_vector_branches_may_take_half_a_vector()
     decide_layouts(mod, search, 16)
     assert search.allowed == [(1, 8), (1, 8)]
     off = Recorded([(1, 1), (1, 1)])
-    off.half = False                                              # optimize.passes.half_blocks: false
-    decide_layouts(mod, off, 16)
+    decide_layouts(mod, off, 16, half=False)                      # optimize.passes.half_blocks: false
     assert off.allowed == [(1,), (1,)]
+    # as the pipeline runs it: the search behind the profile memo, the switch given to alter_layouts
+    from packager.optimize.layout.memo import ProfileMemo
+    piped = Recorded([(1, 1), (1, 1)])
+    _, report = alter_layouts(mod, scheduler_for(X86), search=piped, memo=ProfileMemo(), half=False)
+    assert piped.allowed == [(1,), (1,)]
+    if X86.vector_lanes_f32 == 16:
+        assert "half-vector blocks off in the spec" in report.summary
 
 
 def test_tracked_ops_have_tvm_layout_rules():
