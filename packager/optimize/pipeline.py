@@ -198,6 +198,10 @@ PAD_INLINE = Pass("pad_inline", _schedule_option(
     "bounds) instead of copying padded rows, timed beside staged and per-task padding (untimed: their window plans "
     "take it); the schedule line counts them"),
     off="off in the spec: padding staged or per task only", needs_target=True)
+COLD_HEAVY = Pass("cold_heavy", _schedule_option(
+    "cold_heavy", "kernels whose weights outweigh their activations are timed with the caches flushed before every "
+    "run, as the model leaves their weights; the schedule line counts them"),
+    off="off in the spec: every kernel timed in the build's cache condition", needs_target=True)
 NOT_IMPLEMENTED: dict[str, str] = {}          # pass name -> why, for a spec switch with no pass behind it
 
 
@@ -224,7 +228,7 @@ SCHEDULE_GPU = replace(SCHEDULE_CPU, off="", switch=lambda opt: True)   # reads 
 def graph_pipeline(layout: Pass) -> list[Pass]:
     """The graph passes every target kind runs, with its own layout pass."""
     return [INT8, SIMPLIFY, PRECISION, FASTMATH, GLOBAL_FUSION_SIBLINGS, DERIVE, layout, WINOGRAD, LEGALIZE, FUSION,
-            GLOBAL_FUSION, REUSE, REUSE_SAME, WINDOW_ROWS, PAD_INLINE]
+            GLOBAL_FUSION, REUSE, REUSE_SAME, WINDOW_ROWS, PAD_INLINE, COLD_HEAVY]
 
 
 # Per target kind (a backend's `kind`): its graph passes and its kernel passes, in order.

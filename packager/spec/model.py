@@ -11,7 +11,7 @@ from typing import Any
 DTYPES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 PASS_NAMES = ("simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse",
               "reuse_same", "bridges", "pad_channels", "concat_in_place", "int8", "winograd", "window_rows",
-              "pad_inline", "half_blocks")
+              "pad_inline", "half_blocks", "cold_heavy")
 # Which passes each optimize.level turns on by default (a `passes:` entry overrides it).
 # Level 1 ("safe") keeps results bit-identical to TVM's exact math; level 2 adds approximations;
 # level 3 adds the measured tuner and ETO's reuse (level 2's top-k with reuse swung BERT-base's
@@ -29,15 +29,20 @@ PASS_NAMES = ("simplify", "fastmath", "fusion", "global_fusion", "schedule", "de
 # output positions (schedule/gensor/window.py), timed beside the walk's plans (CPU targets).
 # half_blocks (level 2 on, part of `layout`): tensors whose channels whole vectors do not divide
 # may take half-vector blocks (NCHW8c on AVX-512; layout/search.py half_block).
+# cold_heavy (level 1 on: it changes which program is chosen, not what it computes): kernels whose
+# weights outweigh their activations are timed with the caches flushed before every run, as the
+# model leaves their weights (schedule/hardware.py weight_heavy; CPU targets timed here).
 # pad_inline (level 1 on: the same sums): depthwise convs and pooling over NCHW{c} may read their
 # padding inline, each read testing its bounds, instead of copying padded rows (schedule/rules/padding.py).
 LEVEL_PASSES = {
     0: set(),
-    1: {"simplify", "fusion", "schedule", "concat_in_place", "window_rows", "pad_inline"},
+    1: {"simplify", "fusion", "schedule", "concat_in_place", "window_rows", "pad_inline", "cold_heavy"},
     2: {"simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse_same",
-        "pad_channels", "concat_in_place", "int8", "winograd", "window_rows", "pad_inline", "half_blocks"},
+        "pad_channels", "concat_in_place", "int8", "winograd", "window_rows", "pad_inline", "half_blocks",
+        "cold_heavy"},
     3: {"simplify", "fastmath", "fusion", "global_fusion", "schedule", "derive", "layout", "reuse", "reuse_same",
-        "bridges", "pad_channels", "concat_in_place", "int8", "winograd", "window_rows", "pad_inline", "half_blocks"},
+        "bridges", "pad_channels", "concat_in_place", "int8", "winograd", "window_rows", "pad_inline", "half_blocks",
+        "cold_heavy"},
 }
 # optimize.precision: what a target's convs and matmuls compute in (optimize/precision.py).
 PRECISIONS = ("fp32", "fp16", "bf16")

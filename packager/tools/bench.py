@@ -143,7 +143,7 @@ def _ablated(pkg: PackageInfo, pass_name: str, out: Path) -> tuple[PackageInfo, 
             opt.get("tuning", {}).pop(key, None)
     else:
         raw.setdefault("optimize", {}).setdefault("passes", {})[pass_name] = False
-    if pass_name in ("reuse", "reuse_same", "bridges", "window_rows", "pad_inline"):   # own empty database: the shared one replays
+    if pass_name in ("reuse", "reuse_same", "bridges", "window_rows", "pad_inline", "cold_heavy"):   # own empty database: the shared one replays
         raw["optimize"].setdefault("tuning", {})["database"] = str(out / "tuning")
     out.mkdir(parents=True, exist_ok=True)
     spec_path = out / "spec.yaml"

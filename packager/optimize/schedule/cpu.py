@@ -42,6 +42,11 @@ class CpuScheduler(KernelScheduler):
     def can_measure(self) -> bool:
         return can_measure(self.target)
 
+    def lacks(self, technique: str) -> str | None:
+        if technique == "cold_heavy" and not self.can_measure:
+            return "untimed target (not this machine, no rpc device): its kernels are not timed"
+        return super().lacks(technique)
+
     def where_measured(self) -> str:
         return where_measured(self.target)
 
@@ -81,7 +86,8 @@ class CpuScheduler(KernelScheduler):
                  db: TuningDatabase | None = None) -> GensorCpu:
         return GensorCpu(self.target, db if db is not None else self.database(), measure, top_k, reuse,
                          tally=self.tally, windows=self.opt is None or self.opt.enabled("window_rows"),
-                         inline_pads=self.opt is None or self.opt.enabled("pad_inline"))
+                         inline_pads=self.opt is None or self.opt.enabled("pad_inline"),
+                         cold_heavy=self.opt is None or self.opt.enabled("cold_heavy"))
 
     def with_cold_weights(self, weight_bytes: int):
         if self.can_measure and weight_bytes > last_level_cache(self.target):
@@ -96,7 +102,8 @@ class CpuScheduler(KernelScheduler):
             out, report = schedule_kernels_gensor(kernels, self.target, opt.database, opt.measure, opt.top_k,
                                                   opt.enabled("reuse"), opt.tunes(), tally=self.tally,
                                                   same=opt.enabled("reuse_same"), windows=opt.enabled("window_rows"),
-                                                  inline_pads=opt.enabled("pad_inline"))
+                                                  inline_pads=opt.enabled("pad_inline"),
+                                                  cold_heavy=opt.enabled("cold_heavy"))
         else:
             out, report = schedule_kernels(kernels, self.target)
         if self.measuring:

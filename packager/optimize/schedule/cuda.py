@@ -31,6 +31,7 @@ class CudaScheduler(KernelScheduler):
         "int8": f"{CPU_ONLY}: QDQ matmuls and convs in float32 (dp4a / integer tensor cores not built)",
         "window_rows": f"{CPU_ONLY}: a GPU thread's register tile is Gensor's thread level",
         "pad_inline": f"{CPU_ONLY}: a GPU kernel stages its padded tile in shared memory",
+        "cold_heavy": f"{CPU_ONLY}: GPU kernels are not timed at build time",
     }
 
     def __init__(self, target, opt=None, tally=None):

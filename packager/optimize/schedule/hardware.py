@@ -101,6 +101,31 @@ def resident_in_llc(t: Target, nbytes: int) -> bool:
     return nbytes <= last_level_cache(t)
 
 
+def weight_heavy(func, hw: Hardware) -> bool:
+    """Whether a kernel's weights (its arguments but the first, the activation, and the last, the
+    output) reach half a core's L2 and at least twice the activation and output together. Between
+    two runs of such a kernel a model streams everything else through the caches, so its weights
+    come from memory, not L2: EfficientNet-B0's 1x1 convs at 7x7 (0.9-1.5 MB of weights, 0.3 MB
+    of activations) ran 1.7-2x their warm build-time timing in the package, and as fast as timed
+    when run twice in a row (docs/corpus.md); warm and flushed timings rank their plans differently."""
+    if len(func.params) < 3:
+        return False
+    size = [_buffer_bytes(p) for p in func.params]
+    if None in size:                             # a dynamic shape: its sizes are not known here
+        return False
+    weights, moved = sum(size[1:-1]), size[0] + size[-1]
+    return weights >= hw.level("L2").capacity // 2 and weights >= 2 * moved
+
+
+def _buffer_bytes(param) -> int | None:
+    n = param.dtype.bits // 8 * param.dtype.lanes
+    for d in param.shape:
+        if not hasattr(d, "value"):
+            return None
+        n *= int(d.value)
+    return n
+
+
 def llc_bytes_per_second(hw: Hardware, t: Target) -> float:
     """What all cores together stream out of the last-level cache (bytes / s)."""
     return CPU_NOMINAL[t.isa]["llc_bw"] * hw.cores * hw.ghz * 1e9

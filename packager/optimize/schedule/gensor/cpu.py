@@ -24,7 +24,7 @@ from ..rules.winograd import stage as winograd_stage
 from .cpu_lower import lower_cpu
 from .cpu_model import REG, CpuSpace
 from ..measure.database import TuningDatabase
-from ..hardware import cpu_hardware
+from ..hardware import cpu_hardware, weight_heavy
 from ..measure.timing import Tally, can_measure, time_candidates, where_measured
 from ..rules.padding import offers_inline, offers_per_task
 from .plan import PADS, TilePlan
@@ -130,8 +130,9 @@ def seed_of(key: str) -> int:
 class GensorCpu:
     def __init__(self, target: Target, db: TuningDatabase, measure: bool, top_k: int, reuse: bool = False,
                  tuned: bool = False, tally: Tally | None = None, same: bool = False, windows: bool = True,
-                 inline_pads: bool = True):
+                 inline_pads: bool = True, cold_heavy: bool = True):
         self.target, self.db, self.tuned, self.windows, self.inline_pads = target, db, tuned, windows, inline_pads
+        self.cold_heavy, self.cold_kernels = cold_heavy, 0     # weight-heavy kernels timed flushed (timing_target)
         self.tally = tally if tally is not None else Tally()        # what timing cost (the build's)
         self.rules = CpuRules(target)
         self.hw = cpu_hardware(target)
@@ -174,7 +175,10 @@ class GensorCpu:
             out, info = self.rules.schedule(func)
             self.rule_notes[name] = info.summary()
             return out, info.rule, None
-        key = func_key(func, self.target_key)
+        timing = self.timing_target(func)
+        self.cold_kernels += timing is not self.target
+        timing_key = target_key(timing, self.hw)
+        key = func_key(func, timing_key)
         name = name or f"kernel {key[:8]}"
         rec = self.tuned and self.db.get(tuned_key(key), measured_only=True, kind="gensor-cpu")
         rec = rec or self.db.get(key, measured_only=self.measure, kind="gensor-cpu")
@@ -184,7 +188,7 @@ class GensorCpu:
             return self._apply(func, choice), "gensor", choice
         wl = replace(wl, key=key)
         space = CpuSpace(wl, self.hw)
-        ranked = construct(space, seed_of(key), restarts=RESTARTS)
+        ranked = construct(space, seed_of(func_key(func, self.target_key)), restarts=RESTARTS)   # same walk either way
         windows = window_plans(space) if self.windows else []
         sketch = sketch_of(wl)
         if self.pool is not None and source is None:
@@ -194,7 +198,7 @@ class GensorCpu:
         if self.measure and source is not None:
             plans = [(est, space.to_plan(st)) for est, st in reuse_candidates(space, ranked, source)]
             choice = self._choose(func, with_pad_variants(plans, wl, 1), len(ranked),
-                                  time_rules=source.rules_won or self.same is not None)
+                                  time_rules=source.rules_won or self.same is not None, timing=timing)
             choice.reused_from = source.name
         else:
             plans = [(est, space.to_plan(st)) for est, st in ranked[:self.top_k if self.measure else 1]]
@@ -202,13 +206,13 @@ class GensorCpu:
                 plans = with_pad_variants(plans, wl, PAD_VARIANTS) + window_candidates(space, windows, plans)
             else:                                    # the analytical choice: the best estimate of either
                 plans = sorted(plans + window_candidates(space, windows, plans), key=lambda ep: ep[0])
-            choice = self._choose(func, plans, len(ranked))
+            choice = self._choose(func, plans, len(ranked), timing=timing)
         if choice.plan is not None and any(choice.plan.tiles == w.tiles for w in windows):
             choice.family = "window"
         record = choice.record()
         if choice.plan is not None:
             record.update(sketch=sketch, features=features(space, choice.plan), kernel=name or None)
-        self.db.put(key, record, "gensor-cpu", self.target_key)
+        self.db.put(key, record, "gensor-cpu", timing_key)
         self._remember(name, record)
         return self._apply(func, choice), "gensor", choice
 
@@ -221,10 +225,21 @@ class GensorCpu:
             if name:
                 self.sources[name] = src
 
+    def timing_target(self, func: tirx.PrimFunc) -> Target:
+        """The target a kernel's candidates are timed on: with the caches flushed before every
+        run for a kernel whose weights outweigh what it reads and writes (weight_heavy), as the
+        model leaves its weights; else the build's condition (warm, or flushed for a model whose
+        weights exceed the last-level cache)."""
+        if self.measure and self.cold_heavy and not getattr(self.target, "cold_weights", False) \
+                and weight_heavy(func, self.hw):
+            return replace(self.target, cold_weights=True)
+        return self.target
+
     def _choose(self, func: tirx.PrimFunc, plans: list[tuple[float, TilePlan]], n: int,
-                time_rules: bool = True) -> Choice:
+                time_rules: bool = True, timing: Target | None = None) -> Choice:
         """Time the plans (and the rule-based schedule, which is always the correctness reference
-        and, with `time_rules`, a candidate) and keep the fastest correct one."""
+        and, with `time_rules`, a candidate) on `timing` (the build's target by default) and keep
+        the fastest correct one."""
         lowered = []
         for est, plan in plans:
             try:
@@ -239,7 +254,7 @@ class GensorCpu:
         if self.tally.over_budget():              # the build's timing budget is spent: fewer to compile
             lowered = lowered[:BUDGET_SPENT_TOP_K]
         baseline, _ = self.rules.schedule(func)
-        times = time_candidates([baseline] + [f for _, _, f in lowered], self.target, time_first=time_rules,
+        times = time_candidates([baseline] + [f for _, _, f in lowered], timing or self.target, time_first=time_rules,
                                 tally=self.tally)
         rules_s = times[0]
         trials = len(lowered) + (1 if time_rules else 0)
@@ -287,12 +302,13 @@ def _reuse_tree(g: GensorCpu, kernels: dict[str, tirx.PrimFunc]) -> dict[str, st
 def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, database=None,
                             measure: bool = True, top_k: int = 6, reuse: bool = False, tuned: bool = False,
                             tally: Tally | None = None, same: bool = False,
-                            windows: bool = True, inline_pads: bool = True) -> tuple[dict, PassReport]:
+                            windows: bool = True, inline_pads: bool = True,
+                            cold_heavy: bool = True) -> tuple[dict, PassReport]:
     """The `schedule` pass (scheduler: gensor) for one CPU target; with `reuse` (ETO) kernels are
     tuned in the reuse tree's order, each non-root from its parent's program; with `tuned` (level
     3) the measured tuner's programs are replayed where it recorded one."""
     db = TuningDatabase(database)
-    g = GensorCpu(target, db, measure, top_k, reuse, tuned, tally, same, windows, inline_pads)
+    g = GensorCpu(target, db, measure, top_k, reuse, tuned, tally, same, windows, inline_pads, cold_heavy)
     parents = _reuse_tree(g, kernels) if g.pool is not None else {}
     t0 = time.perf_counter()
     results = {}
@@ -330,6 +346,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
                + "".join(f" ({n} padding {'per task' if pad == PADS[1] else 'inlined into the reads'})"
                          for pad, n in pads.items() if n)
                + (f" ({rows} as rows of output positions in registers, window.py)" if rows else "")
+               + (f" ({g.cold_kernels} weight-heavy, chosen on timings with the caches flushed)" if g.cold_kernels else "")
                + f"; {how}; hardware model {g.hw.name}, {g.hw.cores} cores, L1 {g.hw.level('L1').capacity >> 10} KB, "
                f"L2 {g.hw.level('L2').capacity >> 10} KB")
     if g.pool is not None:
@@ -343,6 +360,7 @@ def schedule_kernels_gensor(kernels: dict[str, tirx.PrimFunc], target: Target, d
     summary += f"; {time.perf_counter() - t0:.1f} s"
     details = {"scheduler": "gensor", "rules": counts, "kernels": per_kernel, "database": str(db.path),
                "pad_per_task": pads[PADS[1]], "pad_inline": pads[PADS[2]], "window_rows": rows,
+               "cold_heavy": g.cold_kernels,
                "reuse": {"on": g.pool is not None, "same": g.same is not None, "tree": parents,
                          "scratch": tally["scratch"],
                          "reused": tally["reused"]}}

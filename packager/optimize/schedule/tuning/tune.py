@@ -52,7 +52,7 @@ from ...base import PassReport
 from .bridge import Bridge, bridge_kernel, checked, choose
 from ..gensor.cpu_model import CpuSpace
 from ..measure.database import TuningDatabase
-from ..gensor.cpu import RESTARTS, Choice, GensorCpu, schedule_kernels_gensor, seed_of, tuned_key
+from ..gensor.cpu import RESTARTS, Choice, GensorCpu, schedule_kernels_gensor, seed_of, target_key, tuned_key
 from ..measure.timing import Tally, can_measure, time_candidates, where_measured
 from ..gensor.plan import ORDERS, PADS, REDUCE, TilePlan
 from .reuse import ReusePool, Source, adapt, features, reuse_tree
@@ -91,6 +91,7 @@ class Task:
     cap: int = 0                          # most programs it may time (0: no cap)
     adapted: bool = False                 # the parent's tuned program was tried
     bridge: tuple[str, str] | None = None # an ETO bridge (never deployed): the two kernels it joins
+    timing: Target | None = None          # what its candidates are timed on (GensorCpu.timing_target)
 
     def open(self) -> bool:
         return not self.exhausted and not (self.cap and self.trials >= self.cap)
@@ -174,7 +175,8 @@ class Tuner:
     def task(self, name: str, func: tirx.PrimFunc, wl: Workload) -> Task | None:
         """The search of a Gensor kernel (`wl` its workload) from its level-2 record; None when
         it was tuned before (the database replays it) or level 2 could not time it."""
-        key = func_key(func, self.g.target_key)
+        timing = self.g.timing_target(func)
+        key = func_key(func, target_key(timing, self.g.hw))        # level 2's record, under its timing
         rec = self.g.db.get(key, measured_only=True, kind="gensor-cpu")
         if rec is None or self.g.db.get(tuned_key(key), kind="gensor-cpu") is not None:
             return None
@@ -185,9 +187,10 @@ class Tuner:
         space = CpuSpace(replace(wl, key=key), self.g.hw)
         best = choice.plan if choice.source == "gensor" else None
         t = Task(name, func, key, space, rec, best, best_ms / 1e3, best_ms / 1e3,
-                 baseline=self.g.rules.schedule(func)[0], best_func=self.g.lower(func, best) if best else None)
+                 baseline=self.g.rules.schedule(func)[0], best_func=self.g.lower(func, best) if best else None,
+                 timing=timing)
         t.measured[choice.plan] = choice.measured_ms / 1e3 if choice.measured_ms else math.inf
-        ranked = construct(space, seed_of(key), restarts=RESTARTS)
+        ranked = construct(space, seed_of(func_key(func, self.g.target_key)), restarts=RESTARTS)   # level 2's walk
         t.seeds = [space.to_plan(st) for _, st in ranked[:PARENTS]]   # Gensor's population
         return t
 
@@ -236,7 +239,7 @@ class Tuner:
             t.stale_rounds += 1
             return
         incumbent = [t.best_func] if t.best is not None else []
-        times = time_candidates([t.baseline] + incumbent + [f for _, f in lowered], self.g.target,
+        times = time_candidates([t.baseline] + incumbent + [f for _, f in lowered], t.timing or self.g.target,
                                 time_first=t.best is None, tally=self.g.tally)
         best_now = times[1] if t.best is not None else times[0]
         t.best_s = min(t.best_s, best_now if best_now is not None else math.inf)
@@ -288,7 +291,8 @@ class Tuner:
         if t.best is not None:
             rec.update(source="gensor", plan=t.best.as_dict(), measured_ms=t.best_s * 1e3,
                        features=features(t.space, t.best))
-        self.g.db.put(tuned_key(t.key), rec, "gensor-cpu", self.g.target_key)
+        self.g.db.put(tuned_key(t.key), rec, "gensor-cpu",
+                      target_key(t.timing, self.g.hw) if t.timing is not None else self.g.target_key)
 
 
 def budget_of(opt, scratch: int, reused: int = 0) -> Budget:
@@ -312,7 +316,8 @@ def tune_kernels(kernels: dict[str, tirx.PrimFunc], target: Target, opt, log: Ca
     the kernels are returned as they came (the schedule pass replays the database's programs)."""
     t0 = time.perf_counter()
     tally = tally if tally is not None else Tally()
-    switches = {"windows": opt.enabled("window_rows"), "inline_pads": opt.enabled("pad_inline")}
+    switches = {"windows": opt.enabled("window_rows"), "inline_pads": opt.enabled("pad_inline"),
+                "cold_heavy": opt.enabled("cold_heavy")}
     _, level2 = schedule_kernels_gensor(kernels, target, opt.database, True, opt.top_k, opt.enabled("reuse"),
                                         tally=tally, **switches)
     g = GensorCpu(target, TuningDatabase(opt.database), True, opt.top_k, tally=tally, **switches)

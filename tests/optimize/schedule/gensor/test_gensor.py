@@ -250,3 +250,33 @@ def test_kernels_gensor_cannot_tile_keep_the_rules(tmp_path):
     for name, func in kernels.items():
         expected, _ = CpuRules(target).schedule(func)
         assert tvm_ffi.structural_equal(out[name], expected), name
+
+
+@pytest.mark.parametrize("switch", [True, False])
+def test_weight_heavy_kernels_are_timed_flushed_and_recorded_apart(tmp_path, monkeypatch, switch):
+    """A kernel whose weights outweigh its activations (a 1x1 conv 1152 -> 320 at 7x7) has its
+    candidates timed on the cold-weights target (each run after a flush) and its record keyed
+    under that condition; a light kernel, or any kernel with `cold_heavy` off, keeps the
+    build's warm timing (the target each timing call gets, not the clock)."""
+    import packager.optimize.schedule.gensor.cpu as gensor_cpu
+    from packager.optimize.layout.sites import ConvSite
+
+    seen = []
+
+    def fake_time(funcs, target, **kw):
+        seen.append(getattr(target, "cold_weights", False))
+        return [1e-4 * (i + 1) for i in range(len(funcs))]
+
+    monkeypatch.setattr(gensor_cpu, "time_candidates", fake_time)
+    heavy = ConvSite((1, 1152, 7, 7), (320, 1152, 1, 1), (1, 1), (0,) * 4, (1, 1), 1, "float32").kernel(16, 16)
+    light = ConvSite((1, 64, 14, 14), (64, 64, 1, 1), (1, 1), (0,) * 4, (1, 1), 1, "float32").kernel(16, 16)
+    target = host_target()
+    g = GensorCpu(target, TuningDatabase(tmp_path), measure=True, top_k=2, cold_heavy=switch)
+    if not gensor_cpu.weight_heavy(heavy, g.hw):
+        pytest.skip("this machine's L2 makes the conv light")
+    g.schedule(heavy, "heavy")
+    g.schedule(light, "light")
+    assert seen == [switch, False] and g.cold_kernels == int(switch)
+    keyed = {r.get("kernel"): r["meta"]["target"] for r in g.db.new.values()}
+    cold_key = gensor_cpu.target_key(replace(target, cold_weights=True), g.hw)
+    assert (keyed["heavy"] == cold_key) is switch and keyed["light"] == g.target_key != cold_key

@@ -87,6 +87,28 @@ def test_tuner_keeps_the_budget_and_records_beside_level_two(tmp_path):
             np.testing.assert_allclose(run_kernel(sched[name], target, args), want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_weight_heavy_kernel_is_tuned_under_its_flushed_timing(tmp_path):
+    """Level 2 times a weight-heavy kernel (a 16-row matmul over 2 MB of weights) flushed and keys
+    its record under that condition; the tuner finds that record, searches the kernel timed the
+    same way and records its program under the same condition."""
+    from packager.optimize.schedule.gensor.cpu import target_key
+    from packager.optimize.schedule.hardware import weight_heavy
+
+    target = host_target()
+    heavy = matmul(16, 1024, 512)
+    g = GensorCpu(target, TuningDatabase(tmp_path), True, 2)
+    if not weight_heavy(heavy, g.hw):
+        pytest.skip("this machine's L2 makes the matmul light")
+    opt = OptimizeSpec(level=3, passes={"reuse": False}, trials=6, database=tmp_path, top_k=2)
+    _, report = tune_kernels({"heavy": heavy}, target, opt, log=lambda _m: None)
+    assert report.details["kernels"]["heavy"]["trials"] > 0, report.summary
+    cold = target_key(replace(target, cold_weights=True), g.hw)
+    db = TuningDatabase(tmp_path)
+    key = func_key(heavy, cold)
+    assert db.get(key, kind="gensor-cpu") is not None and db.get(tuned_key(key), kind="gensor-cpu") is not None
+    assert {r["meta"]["target"] for r in db.records.values()} == {cold}
+
+
 def test_reuse_children_start_from_the_parents_tuned_program(tmp_path):
     """ETO in the tuner: the arborescence over the searched kernels has one root; the others wait
     for their parent, time its tuned program adapted first, and stay within the reuse cap (an
