@@ -12,8 +12,12 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...targets import Target, can_run_here
+
+if TYPE_CHECKING:
+    from tvm import tirx
 
 # A kernel reducing at most this many products per output (3x3 (9) ... 8x8 windows; a 3-channel
 # 3x3 conv is 27) reads each input element a few times: memory-bound on every target.
@@ -101,7 +105,7 @@ def resident_in_llc(t: Target, nbytes: int) -> bool:
     return nbytes <= last_level_cache(t)
 
 
-def weight_heavy(func, hw: Hardware) -> bool:
+def weight_heavy(func: "tirx.PrimFunc", hw: Hardware) -> bool:
     """Whether a kernel's weights (its arguments but the first, the activation, and the last, the
     output) reach half a core's L2 and at least twice the activation and output together. Between
     two runs of such a kernel a model streams everything else through the caches, so its weights
