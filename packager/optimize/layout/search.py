@@ -17,8 +17,8 @@ producer's block, or v when the producer writes NCHW; where v lanes do not divid
 and half a vector does (72, 24, 40 channels on AVX-512), v/2 too (half_block). A conv whose
 output channels are not whole blocks also scores its blocked candidates with the channels
 padded (pad.py), and computes the padding where that beats its best unpadded candidate by
-PAD_GAIN, a conversion back to NCHW included. A conv is scored with a transcendental epilogue (SiLU, GELU, ...) when one follows,
-as its kernel will compute it. Unfold (overlapped spatial tiles) and spatial layout tiling are
+PAD_GAIN, a conversion back to NCHW included. A conv is scored with a transcendental epilogue
+(SiLU, GELU, ...) when one follows, as its kernel will compute it. Unfold (overlapped spatial tiles) and spatial layout tiling are
 not searched here.
 
 Each candidate is timed when it is scored, at a different moment from the others: on a host

@@ -178,7 +178,8 @@ class GensorCpu:
         timing = self.timing_target(func)
         self.cold_kernels += timing is not self.target
         timing_key = target_key(timing, self.hw)
-        key = func_key(func, timing_key)
+        warm_key = func_key(func, self.target_key)                 # the walk's seed either way
+        key = warm_key if timing is self.target else func_key(func, timing_key)
         name = name or f"kernel {key[:8]}"
         rec = self.tuned and self.db.get(tuned_key(key), measured_only=True, kind="gensor-cpu")
         rec = rec or self.db.get(key, measured_only=self.measure, kind="gensor-cpu")
@@ -188,7 +189,7 @@ class GensorCpu:
             return self._apply(func, choice), "gensor", choice
         wl = replace(wl, key=key)
         space = CpuSpace(wl, self.hw)
-        ranked = construct(space, seed_of(func_key(func, self.target_key)), restarts=RESTARTS)   # same walk either way
+        ranked = construct(space, seed_of(warm_key), restarts=RESTARTS)
         windows = window_plans(space) if self.windows else []
         sketch = sketch_of(wl)
         if self.pool is not None and source is None:

@@ -176,7 +176,8 @@ class Tuner:
         """The search of a Gensor kernel (`wl` its workload) from its level-2 record; None when
         it was tuned before (the database replays it) or level 2 could not time it."""
         timing = self.g.timing_target(func)
-        key = func_key(func, target_key(timing, self.g.hw))        # level 2's record, under its timing
+        warm_key = func_key(func, self.g.target_key)               # level 2's walk seed
+        key = warm_key if timing is self.g.target else func_key(func, target_key(timing, self.g.hw))
         rec = self.g.db.get(key, measured_only=True, kind="gensor-cpu")
         if rec is None or self.g.db.get(tuned_key(key), kind="gensor-cpu") is not None:
             return None
@@ -190,7 +191,7 @@ class Tuner:
                  baseline=self.g.rules.schedule(func)[0], best_func=self.g.lower(func, best) if best else None,
                  timing=timing)
         t.measured[choice.plan] = choice.measured_ms / 1e3 if choice.measured_ms else math.inf
-        ranked = construct(space, seed_of(func_key(func, self.g.target_key)), restarts=RESTARTS)   # level 2's walk
+        ranked = construct(space, seed_of(warm_key), restarts=RESTARTS)
         t.seeds = [space.to_plan(st) for _, st in ranked[:PARENTS]]   # Gensor's population
         return t
 
